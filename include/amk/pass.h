@@ -1,0 +1,78 @@
+/* Passes and the pass manager.
+ *
+ * A pass is one function in one file (passes/<name>.c). AMK_PASSES is the
+ * single registry: the driver's flags, -passes=, --help and --print-passes
+ * all come from it.
+ */
+#ifndef AMK_PASS_H
+#define AMK_PASS_H
+
+#include <stdbool.h>
+
+#include "amk/diag.h"
+#include "amk/ir.h"
+
+typedef struct AmkStats AmkStats;
+typedef struct AmkPassContext AmkPassContext;
+
+/* Named `--key=value` options that passes read (`--target=h200`). */
+typedef struct {
+  const char *key;
+  const char *value;
+} AmkOption;
+
+struct AmkPassContext {
+  AmkDiagEngine *diag;
+  const AmkOption *options;
+  size_t n_options;
+  AmkStats *stats; /* NULL unless -stats */
+};
+
+/* The value of option `key`, or NULL when not given. */
+const char *amk_pass_option(const AmkPassContext *ctx, const char *key);
+
+/* A pass returns false when it reported an error (through ctx->diag). It may
+ * change the module in place. */
+typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
+
+/* X(identifier, flag name, one-line description) — implemented by
+ * `bool amk_pass_<identifier>(AmkModule *, AmkPassContext *)`. */
+#define AMK_PASSES(X)                                                          \
+  X(verify, "verify", "Check structural well-formedness of the module")        \
+  X(validate, "validate",                                                      \
+    "Prove the schedule cannot deadlock or race (the safety proof)")
+
+/* Options that passes read: X(key, pass flag name, help). The driver accepts
+ * exactly these as `--key=value`. */
+#define AMK_PASS_OPTIONS(X)
+
+#define X(ident, flag, desc) bool amk_pass_##ident(AmkModule *m, AmkPassContext *ctx);
+AMK_PASSES(X)
+#undef X
+
+typedef struct {
+  const char *name;
+  const char *description;
+  AmkPassFn run;
+} AmkPassInfo;
+
+size_t amk_pass_count(void);
+const AmkPassInfo *amk_pass_at(size_t i);
+const AmkPassInfo *amk_pass_lookup(const char *name);
+
+/* Statistics (-stats): each pass records named values; the driver prints them
+ * as a table after the pipeline, in the order recorded. */
+AmkStats *amk_stats_new(void);
+void amk_stats_free(AmkStats *s);
+void amk_stat_int(AmkStats *s, const char *pass, const char *name, int64_t v);
+void amk_stat_real(AmkStats *s, const char *pass, const char *name, double v);
+void amk_stat_str(AmkStats *s, const char *pass, const char *name,
+                  const char *v);
+void amk_stats_print(const AmkStats *s, FILE *out);
+
+/* The structural verifier as a function (also run by the driver after
+ * parsing and, with -verify-each, after every pass). Reports through diag;
+ * returns false on any error. */
+bool amk_verify_module(const AmkModule *m, AmkDiagEngine *diag);
+
+#endif

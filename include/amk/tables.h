@@ -1,0 +1,178 @@
+/* The single source of truth for every enumeration of the IR.
+ *
+ * Each table is an X-macro: the IR, the text printer and parser, the JSON
+ * reader and writer, the verifier, the validator and the device ABI all expand
+ * these lists, so a code, a name or a cap can never drift between them.
+ * Codes are the reference's canonical ABI codes; extend by appending.
+ */
+#ifndef AMK_TABLES_H
+#define AMK_TABLES_H
+
+#define AMK_IR_VERSION "0.2.0"
+#define AMK_ABI_VERSION "0.2"
+#define AMK_IR_VERSION_MAJOR 0
+#define AMK_ABI_VERSION_MAJOR 0
+#define AMK_ABI_VERSION_MINOR 2
+
+/* ABI capacities (the device instruction has fixed-size arrays). */
+#define AMK_MAX_INPUTS 8
+#define AMK_MAX_OUTPUTS 4
+#define AMK_MAX_WAITS 8
+#define AMK_MAX_RANK 4
+
+/* X(NAME, code, text_name, bits) */
+#define AMK_DTYPES(X)                                                          \
+  X(F32, 0, "f32", 32)                                                         \
+  X(F16, 1, "f16", 16)                                                         \
+  X(BF16, 2, "bf16", 16)                                                       \
+  X(F8E4M3, 3, "f8e4m3", 8)                                                    \
+  X(F8E5M2, 4, "f8e5m2", 8)                                                    \
+  X(I32, 5, "i32", 32)                                                         \
+  X(I8, 6, "i8", 8)                                                            \
+  X(I4, 7, "i4", 4)                                                            \
+  X(U8, 8, "u8", 8)                                                            \
+  X(BOOL, 9, "bool", 8)
+
+/* X(NAME, code, text_name, on_chip) */
+#define AMK_MEMSPACES(X)                                                       \
+  X(HBM, 0, "hbm", 0)                                                          \
+  X(GLOBAL_SCRATCH, 1, "global_scratch", 0)                                    \
+  X(SMEM, 2, "smem", 1)                                                        \
+  X(REGISTER, 3, "register", 1)
+
+/* X(NAME, code, text_name, read_only) — read-only kinds never need a writer. */
+#define AMK_BUFFER_KINDS(X)                                                    \
+  X(WEIGHT, 0, "weight", 1)                                                    \
+  X(ACTIVATION, 1, "activation", 0)                                            \
+  X(KV_CACHE, 2, "kv_cache", 0)                                                \
+  X(IO_INPUT, 3, "io_input", 1)                                                \
+  X(IO_OUTPUT, 4, "io_output", 0)                                              \
+  X(CONST, 5, "const", 1)
+
+/* Marshalled parameter fields, in amk_params_t order.
+ * X(name, type) with type 'i' (int32) or 'f' (float). */
+#define AMK_PARAMS(X)                                                          \
+  X(K, 'i')                                                                    \
+  X(N, 'i')                                                                    \
+  X(M, 'i')                                                                    \
+  X(N_tile, 'i')                                                               \
+  X(M_tile, 'i')                                                               \
+  X(n_off, 'i')                                                                \
+  X(m_off, 'i')                                                                \
+  X(hidden, 'i')                                                               \
+  X(vocab, 'i')                                                                \
+  X(head_dim, 'i')                                                             \
+  X(n_heads, 'i')                                                              \
+  X(n_kv_heads, 'i')                                                           \
+  X(kv_start, 'i')                                                             \
+  X(kv_len, 'i')                                                               \
+  X(pos, 'i')                                                                  \
+  X(qdtype, 'i')                                                               \
+  X(flags, 'i')                                                                \
+  X(group, 'i')                                                                \
+  X(dim, 'i')                                                                  \
+  X(eps, 'f')                                                                  \
+  X(scale, 'f')                                                                \
+  X(theta, 'f')
+
+/* Bit of each param in a required-params mask. `recipe` is the one required
+ * param that does not marshal (FUSED interprets it on the host). */
+#define AMK_PARAM_BIT(name) (1u << AMK_PARAM_##name)
+#define AMK_REQ_RECIPE (1u << 31)
+
+/* X(NAME, code, text_name, min_inputs, max_inputs (-1 variadic), n_outputs,
+ *   required-param mask) */
+#define AMK_OPS(X)                                                             \
+  X(NOP, 0, "nop", 0, 0, 0, 0)                                                 \
+  X(COPY, 1, "copy", 1, 1, 1, 0)                                               \
+  X(EMBED, 2, "embed", 2, 2, 1, AMK_PARAM_BIT(hidden))                         \
+  X(RMSNORM, 3, "rmsnorm", 2, 2, 1,                                            \
+    AMK_PARAM_BIT(eps) | AMK_PARAM_BIT(hidden))                                \
+  X(LAYERNORM, 4, "layernorm", 2, 3, 1,                                        \
+    AMK_PARAM_BIT(eps) | AMK_PARAM_BIT(hidden))                                \
+  X(GEMV_TILE, 5, "gemv_tile", 2, 3, 1,                                        \
+    AMK_PARAM_BIT(K) | AMK_PARAM_BIT(N_tile) | AMK_PARAM_BIT(n_off))           \
+  X(GEMM_TILE, 6, "gemm_tile", 2, 3, 1,                                        \
+    AMK_PARAM_BIT(M_tile) | AMK_PARAM_BIT(K) | AMK_PARAM_BIT(N_tile) |         \
+        AMK_PARAM_BIT(n_off))                                                  \
+  X(ATTENTION_TILE, 7, "attention_tile", 3, 4, 1,                              \
+    AMK_PARAM_BIT(head_dim) | AMK_PARAM_BIT(kv_start) |                        \
+        AMK_PARAM_BIT(kv_len) | AMK_PARAM_BIT(scale) |                         \
+        AMK_PARAM_BIT(n_heads) | AMK_PARAM_BIT(n_kv_heads))                    \
+  X(ROPE, 8, "rope", 2, 2, 1, AMK_PARAM_BIT(head_dim) | AMK_PARAM_BIT(theta))  \
+  X(SILU_MUL, 9, "silu_mul", 2, 2, 1, 0)                                       \
+  X(GELU, 10, "gelu", 1, 1, 1, 0)                                              \
+  X(ADD, 11, "add", 2, 2, 1, 0)                                                \
+  X(MUL, 12, "mul", 1, 2, 1, 0)                                                \
+  X(DEQUANT, 13, "dequant", 2, 3, 1,                                           \
+    AMK_PARAM_BIT(qdtype) | AMK_PARAM_BIT(group))                              \
+  X(SOFTMAX, 14, "softmax", 1, 1, 1, 0)                                        \
+  X(ALLREDUCE_SHARD, 15, "allreduce_shard", 1, 8, 1, 0)                        \
+  X(KV_APPEND, 16, "kv_append", 2, 2, 1, AMK_PARAM_BIT(pos))                   \
+  X(SAMPLE_ARGMAX, 17, "sample_argmax", 1, 1, 1, 0)                            \
+  X(ATTENTION_COMBINE, 18, "attention_combine", 2, 8, 1, 0)                    \
+  X(FUSED, 19, "fused", 1, -1, 1, AMK_REQ_RECIPE)
+
+/* Schedule-config policies. X(NAME, text_name) */
+#define AMK_PAGE_POLICIES(X)                                                   \
+  X(LINEAR, "linear")                                                          \
+  X(GRAPH_COLOR, "graph_color")                                                \
+  X(NONE, "none")
+
+#define AMK_SM_POLICIES(X)                                                     \
+  X(LOAD_BALANCE, "load_balance")                                              \
+  X(ROUND_ROBIN, "round_robin")                                                \
+  X(EXPLICIT, "explicit")
+
+/* GpuTarget fields in JSON key order.
+ * X(field, json_kind) with kind STR, INT, FLOAT or BOOL. */
+#define AMK_TARGET_FIELDS(X)                                                   \
+  X(name, STR)                                                                 \
+  X(sm_arch, INT)                                                              \
+  X(num_sms, INT)                                                              \
+  X(smem_bytes_per_sm, INT)                                                    \
+  X(smem_bytes_per_block_optin, INT)                                           \
+  X(regs_per_sm, INT)                                                          \
+  X(max_threads_per_sm, INT)                                                   \
+  X(max_regs_per_thread, INT)                                                  \
+  X(l2_bytes, INT)                                                             \
+  X(hbm_bytes, INT)                                                            \
+  X(hbm_bandwidth_gbs, FLOAT)                                                  \
+  X(fp16_tflops, FLOAT)                                                        \
+  X(clock_ghz, FLOAT)                                                          \
+  X(supports_cooperative, BOOL)                                                \
+  X(wddm_tdr, BOOL)                                                            \
+  X(measured_bw_gbs, FLOAT)                                                    \
+  X(note, STR)
+
+/* Number of leading target fields the JSON reader requires (name through
+ * fp16_tflops); the rest have defaults. */
+#define AMK_TARGET_REQUIRED_FIELDS 12
+
+/* Built-in targets. X(name, sm_arch, num_sms, smem_per_sm, smem_optin,
+ * max_threads_per_sm, l2_bytes, hbm_bytes, hbm_gbs, tflops, clock_ghz,
+ * wddm_tdr, measured_gbs, note). regs_per_sm is 65536, max_regs_per_thread
+ * 255 and supports_cooperative true for all of them. */
+#define AMK_BUILTIN_TARGETS(X)                                                 \
+  X("h200", 90, 132, 233472, 232448, 2048, 62914560, 151397597184LL, 4800.0,  \
+    989.0, 1.98, 0, 4190.0,                                                    \
+    "Hopper SXM, 141 GB HBM3e; measured_bw_gbs is the read bandwidth "        \
+    "measured on the lent H200")                                               \
+  X("h100", 90, 132, 233472, 232448, 2048, 52428800, 85899345920LL, 3350.0,   \
+    989.0, 1.98, 0, 3089.0, "Hopper SXM5, HBM3")                               \
+  X("b200", 100, 148, 233472, 232448, 2048, 52428800, 206158430208LL, 8000.0, \
+    2250.0, 1.86, 0, 0.0, "Blackwell, spec figures only")                      \
+  X("a100", 80, 108, 167936, 166912, 2048, 41943040, 42949672960LL, 1555.0,   \
+    312.0, 1.41, 0, 1382.0, "Ampere")                                          \
+  X("rtx5090", 120, 82, 102400, 101376, 2048, 67108864, 25769803776LL, 896.0, \
+    210.0, 1.597, 1, 731.0, "Blackwell desktop, WDDM watchdog")                \
+  X("l4", 89, 58, 102400, 101376, 1536, 50331648, 25769803776LL, 300.0, 242.0,\
+    2.04, 0, 0.0, "Ada")                                                       \
+  X("t4", 75, 40, 65536, 65536, 1024, 4194304, 17179869184LL, 320.0, 65.0,    \
+    1.59, 0, 0.0, "Turing")                                                    \
+  X("a10g", 86, 80, 102400, 101376, 1536, 6291456, 25769803776LL, 600.0,      \
+    125.0, 1.71, 0, 0.0, "Ampere")                                             \
+  X("l40s", 89, 142, 102400, 101376, 1536, 100663296, 51539607552LL, 864.0,   \
+    362.0, 2.52, 0, 0.0, "Ada")
+
+#endif
