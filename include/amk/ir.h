@@ -318,8 +318,6 @@ typedef struct {
 
 AmkModule *amk_module_new(void);
 void amk_module_free(AmkModule *m);
-/* A deep copy (a fresh arena); used to diff before/after a pass. */
-AmkModule *amk_module_clone(const AmkModule *m);
 
 /* Append a zeroed record and return it (pointers into the arrays are
  * invalidated by the next append). */

@@ -35,24 +35,28 @@ const char *amk_pass_option(const AmkPassContext *ctx, const char *key);
  * change the module in place. */
 typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
 
-/* X(identifier, flag name, one-line description) — implemented by
- * `bool amk_pass_<identifier>(AmkModule *, AmkPassContext *)`. */
+/* X(identifier, flag name, is_analysis, one-line description) — implemented
+ * by `bool amk_pass_<identifier>(AmkModule *, AmkPassContext *)`. An analysis
+ * pass only reports; a pipeline of analyses prints no module unless --emit or
+ * -o asks for one. */
 #define AMK_PASSES(X)                                                          \
-  X(verify, "verify", "Check structural well-formedness of the module")        \
-  X(validate, "validate",                                                      \
+  X(verify, "verify", 1, "Check structural well-formedness of the module")     \
+  X(validate, "validate", 1,                                                   \
     "Prove the schedule cannot deadlock or race (the safety proof)")
 
 /* Options that passes read: X(key, pass flag name, help). The driver accepts
  * exactly these as `--key=value`. */
 #define AMK_PASS_OPTIONS(X)
 
-#define X(ident, flag, desc) bool amk_pass_##ident(AmkModule *m, AmkPassContext *ctx);
+#define X(ident, flag, analysis, desc)                                          \
+  bool amk_pass_##ident(AmkModule *m, AmkPassContext *ctx);
 AMK_PASSES(X)
 #undef X
 
 typedef struct {
   const char *name;
   const char *description;
+  bool is_analysis;
   AmkPassFn run;
 } AmkPassInfo;
 

@@ -1,0 +1,217 @@
+/* The module: an arena for everything it owns, growable record arrays, and
+ * the small queries every pass needs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/diag.h"
+#include "amk/ir.h"
+
+/* ---- arena ---------------------------------------------------------------- */
+
+struct AmkArenaBlock {
+  AmkArenaBlock *next;
+  size_t used, size;
+  _Alignas(16) unsigned char data[];
+};
+
+enum { ARENA_BLOCK_SIZE = 1 << 20 };
+
+void *amk_arena_alloc(AmkArena *a, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  AmkArenaBlock *b = a->head;
+  if (!b || b->used + size > b->size) {
+    /* Large requests get a block of their own so the current block's
+     * remaining space is not wasted. */
+    size_t block_size = size > ARENA_BLOCK_SIZE / 4 ? size : ARENA_BLOCK_SIZE;
+    AmkArenaBlock *nb = amk_xmalloc(sizeof *nb + block_size);
+    nb->used = 0;
+    nb->size = block_size;
+    if (b && block_size == size) {
+      nb->next = b->next;
+      b->next = nb;
+      b = nb;
+    } else {
+      nb->next = b;
+      a->head = nb;
+      b = nb;
+    }
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  memset(p, 0, size);
+  return p;
+}
+
+char *amk_arena_strndup(AmkArena *a, const char *s, size_t n) {
+  char *p = amk_arena_alloc(a, n + 1);
+  memcpy(p, s, n);
+  p[n] = '\0';
+  return p;
+}
+
+char *amk_arena_strdup(AmkArena *a, const char *s) {
+  return s ? amk_arena_strndup(a, s, strlen(s)) : NULL;
+}
+
+void *amk_arena_memdup(AmkArena *a, const void *p, size_t size) {
+  void *q = amk_arena_alloc(a, size);
+  if (size)
+    memcpy(q, p, size);
+  return q;
+}
+
+void amk_arena_free(AmkArena *a) {
+  AmkArenaBlock *b = a->head;
+  while (b) {
+    AmkArenaBlock *next = b->next;
+    free(b);
+    b = next;
+  }
+  a->head = NULL;
+}
+
+/* ---- module ---------------------------------------------------------------- */
+
+AmkModule *amk_module_new(void) {
+  AmkModule *m = amk_xcalloc(1, sizeof *m);
+  m->ir_version = AMK_IR_VERSION;
+  m->abi_version = AMK_ABI_VERSION;
+  m->meta.kind = AMK_VALUE_OBJECT;
+  return m;
+}
+
+void amk_module_free(AmkModule *m) {
+  if (!m)
+    return;
+  free(m->buffers);
+  free(m->counters);
+  free(m->tasks);
+  amk_arena_free(&m->arena);
+  free(m);
+}
+
+static void *grow(void *array, uint32_t *cap, uint32_t n, size_t elem) {
+  if (n < *cap)
+    return array;
+  uint32_t new_cap = *cap ? *cap * 2 : 64;
+  array = amk_xrealloc(array, (size_t)new_cap * elem);
+  *cap = new_cap;
+  return array;
+}
+
+AmkBuffer *amk_module_add_buffer(AmkModule *m) {
+  m->buffers = grow(m->buffers, &m->cap_buffers, m->n_buffers, sizeof *m->buffers);
+  AmkBuffer *b = &m->buffers[m->n_buffers];
+  memset(b, 0, sizeof *b);
+  b->id = (int32_t)m->n_buffers++;
+  return b;
+}
+
+AmkCounter *amk_module_add_counter(AmkModule *m) {
+  m->counters =
+      grow(m->counters, &m->cap_counters, m->n_counters, sizeof *m->counters);
+  AmkCounter *c = &m->counters[m->n_counters];
+  memset(c, 0, sizeof *c);
+  c->id = (int32_t)m->n_counters++;
+  c->note = "";
+  return c;
+}
+
+AmkTask *amk_module_add_task(AmkModule *m) {
+  m->tasks = grow(m->tasks, &m->cap_tasks, m->n_tasks, sizeof *m->tasks);
+  AmkTask *t = &m->tasks[m->n_tasks];
+  memset(t, 0, sizeof *t);
+  t->id = (int32_t)m->n_tasks++;
+  t->label = "";
+  return t;
+}
+
+#define FIND_BY_ID(array, count, id)                                           \
+  do {                                                                         \
+    if (id >= 0 && (uint32_t)id < (count) && (array)[id].id == id)             \
+      return &(array)[id];                                                     \
+    for (uint32_t i_ = 0; i_ < (count); i_++)                                  \
+      if ((array)[i_].id == id)                                                \
+        return &(array)[i_];                                                   \
+    return NULL;                                                               \
+  } while (0)
+
+const AmkBuffer *amk_module_buffer(const AmkModule *m, int32_t id) {
+  FIND_BY_ID(m->buffers, m->n_buffers, id);
+}
+const AmkCounter *amk_module_counter(const AmkModule *m, int32_t id) {
+  FIND_BY_ID(m->counters, m->n_counters, id);
+}
+const AmkTask *amk_module_task(const AmkModule *m, int32_t id) {
+  FIND_BY_ID(m->tasks, m->n_tasks, id);
+}
+
+/* ---- params ------------------------------------------------------------------ */
+
+const AmkValue *amk_task_param(const AmkTask *t, const char *key) {
+  /* The last occurrence wins, as a later JSON key overrides an earlier one. */
+  for (uint32_t i = t->n_params; i-- > 0;)
+    if (strcmp(t->params[i].key, key) == 0)
+      return &t->params[i].value;
+  return NULL;
+}
+
+bool amk_task_param_int(const AmkTask *t, const char *key, int64_t *out) {
+  const AmkValue *v = amk_task_param(t, key);
+  return v && amk_value_as_int(v, out);
+}
+
+bool amk_task_param_real(const AmkTask *t, const char *key, double *out) {
+  const AmkValue *v = amk_task_param(t, key);
+  return v && amk_value_as_real(v, out);
+}
+
+void amk_task_set_param(AmkModule *m, AmkTask *t, const char *key,
+                        AmkValue value) {
+  for (uint32_t i = 0; i < t->n_params; i++)
+    if (strcmp(t->params[i].key, key) == 0) {
+      t->params[i].value = value;
+      return;
+    }
+  AmkParam *params = amk_arena_alloc(&m->arena, (t->n_params + 1) * sizeof *params);
+  if (t->n_params)
+    memcpy(params, t->params, t->n_params * sizeof *params);
+  params[t->n_params].key = amk_arena_strdup(&m->arena, key);
+  params[t->n_params].value = value;
+  t->params = params;
+  t->n_params++;
+}
+
+/* ---- sizes ----------------------------------------------------------------- */
+
+bool amk_buffer_numel(const AmkBuffer *b, int64_t *out) {
+  int64_t n = 1;
+  for (uint32_t i = 0; i < b->rank; i++) {
+    int64_t d;
+    if (!amk_value_as_int(&b->shape[i], &d) || d < 0)
+      return false;
+    if (d != 0 && n > INT64_MAX / 8 / d) /* keep nbytes from overflowing too */
+      return false;
+    n *= d;
+  }
+  *out = n;
+  return true;
+}
+
+bool amk_buffer_nbytes(const AmkBuffer *b, int64_t *out) {
+  int64_t n;
+  if (!amk_buffer_numel(b, &n))
+    return false;
+  *out = amk_dtype_nbytes(b->dtype, n);
+  return true;
+}
+
+int64_t amk_module_weight_bytes(const AmkModule *m) {
+  int64_t total = 0;
+  for (uint32_t i = 0; i < m->n_buffers; i++) {
+    int64_t n;
+    if (m->buffers[i].kind == AMK_KIND_WEIGHT && amk_buffer_nbytes(&m->buffers[i], &n))
+      total += n;
+  }
+  return total;
+}

@@ -1,0 +1,851 @@
+/* amk-opt: the opt-like driver.
+ *
+ *   amk-opt [options] [input]
+ *
+ * Reads a module (.amkir text or the reference's JSON), runs the passes named
+ * on the command line in the order given, and writes the result. Every flag
+ * that names a pass comes from the pass registry (include/amk/pass.h).
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "amk/io.h"
+#include "amk/pass.h"
+
+typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
+typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT } EmitKind;
+typedef enum { CHANGED_NONE, CHANGED_FULL, CHANGED_DIFF } PrintChanged;
+
+typedef struct {
+  const AmkPassInfo *pass;
+  const char *arg; /* `-pass=arg`, or NULL */
+} PipelineStep;
+
+typedef struct {
+  const char *input;
+  const char *output;
+  InputFormat format;
+  EmitKind emit;
+  bool emit_given;
+  PipelineStep *steps;
+  size_t n_steps;
+  const char *print_before, *print_after;
+  bool print_before_all, print_after_all;
+  PrintChanged print_changed;
+  bool verify_each, disable_verify, disable_output;
+  bool time_passes, stats, split_input_file, verify_diagnostics;
+  AmkOption *options;
+  size_t n_options;
+  char **owned; /* strings the options point into, freed at exit */
+  size_t n_owned;
+} DriverOptions;
+
+/* Options that passes read (--target=h200 ...), from the registry. */
+static const struct {
+  const char *key, *pass, *help;
+} pass_options[] = {
+#define X(key, pass, help) {key, pass, help},
+    AMK_PASS_OPTIONS(X)
+#undef X
+        {NULL, NULL, NULL},
+};
+
+/* ---- help ------------------------------------------------------------------ */
+
+static void print_help(FILE *out) {
+  fputs("OVERVIEW: AMK megakernel schedule optimizer and validator\n\n"
+        "USAGE: amk-opt [options] [input]\n\n"
+        "  input is an .amkir text file, a .json program in the reference's\n"
+        "  on-disk format, or '-' for standard input (the default).\n\n"
+        "GENERAL OPTIONS:\n"
+        "  -o <file>              Write output to <file> (written only on success)\n"
+        "  -x <amkir|json>        Input format (default: by extension; stdin is sniffed)\n"
+        "  --emit=<amkir|json|dot>  Output form (default amkir)\n"
+        "  -passes=<p1,p2,...>    Run these passes in order (same as -p1 -p2 ...)\n"
+        "  -disable-verify        Do not verify the input after parsing\n"
+        "  -verify-each           Verify the module after every pass\n"
+        "  -disable-output        Do not write the module\n"
+        "  -print-before=<pass>   Print the module before <pass> (to stderr)\n"
+        "  -print-after=<pass>    Print the module after <pass> (to stderr)\n"
+        "  -print-before-all      Print the module before every pass\n"
+        "  -print-after-all       Print the module after every pass\n"
+        "  -print-changed[=diff]  Print the module after each pass that changed it\n"
+        "                         (=diff: as a line diff)\n"
+        "  -time-passes           Report the time taken by each stage\n"
+        "  -stats                 Print the statistics passes collected\n"
+        "  -split-input-file      Treat '; -----' lines as separating independent inputs\n"
+        "  -verify-diagnostics    Check diagnostics against '; expected-error {{...}}'\n"
+        "  --print-passes         List the available passes\n"
+        "  --version              Print the IR and ABI versions\n"
+        "  -h, --help             Show this help\n\n"
+        "PASSES (run in the order given):\n",
+        out);
+  for (size_t i = 0; i < amk_pass_count(); i++) {
+    const AmkPassInfo *p = amk_pass_at(i);
+    fprintf(out, "  -%-22s %s\n", p->name, p->description);
+  }
+  if (pass_options[0].key) {
+    fputs("\nPASS OPTIONS:\n", out);
+    for (size_t i = 0; pass_options[i].key; i++)
+      fprintf(out, "  --%-21s %s (%s)\n", pass_options[i].key,
+              pass_options[i].help, pass_options[i].pass);
+  }
+  fputs("\nExit status: 0 on success, 1 on any input or pass error.\n", out);
+}
+
+static void print_passes(FILE *out) {
+  for (size_t i = 0; i < amk_pass_count(); i++) {
+    const AmkPassInfo *p = amk_pass_at(i);
+    fprintf(out, "%s%s - %s\n", p->name, p->is_analysis ? " (analysis)" : "",
+            p->description);
+  }
+}
+
+/* ---- command line --------------------------------------------------------- */
+
+static size_t edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64)
+    return 99;
+  size_t row[65];
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+static const char *const driver_flags[] = {
+    "o", "x", "emit", "passes", "disable-verify", "verify-each", "disable-output",
+    "print-before", "print-after", "print-before-all", "print-after-all",
+    "print-changed", "time-passes", "stats", "split-input-file",
+    "verify-diagnostics", "print-passes", "version", "help", NULL};
+
+static void suggest_flag(const char *name) {
+  const char *best = NULL;
+  size_t best_d = 3;
+  for (size_t i = 0; driver_flags[i]; i++) {
+    size_t d = edit_distance(name, driver_flags[i]);
+    if (d < best_d)
+      best_d = d, best = driver_flags[i];
+  }
+  for (size_t i = 0; i < amk_pass_count(); i++) {
+    size_t d = edit_distance(name, amk_pass_at(i)->name);
+    if (d < best_d)
+      best_d = d, best = amk_pass_at(i)->name;
+  }
+  for (size_t i = 0; pass_options[i].key; i++) {
+    size_t d = edit_distance(name, pass_options[i].key);
+    if (d < best_d)
+      best_d = d, best = pass_options[i].key;
+  }
+  if (best)
+    fprintf(stderr, "amk-opt: did you mean '-%s'?\n", best);
+}
+
+static bool add_step(DriverOptions *o, const char *spec) {
+  const char *eq = strchr(spec, '=');
+  char name[128];
+  size_t n = eq ? (size_t)(eq - spec) : strlen(spec);
+  if (n == 0 || n >= sizeof name) {
+    fprintf(stderr, "amk-opt: error: bad pass name '%s'\n", spec);
+    return false;
+  }
+  memcpy(name, spec, n);
+  name[n] = '\0';
+  const AmkPassInfo *p = amk_pass_lookup(name);
+  if (!p) {
+    fprintf(stderr, "amk-opt: error: unknown pass '%s'\n", name);
+    suggest_flag(name);
+    return false;
+  }
+  o->steps = amk_xrealloc(o->steps, (o->n_steps + 1) * sizeof *o->steps);
+  o->steps[o->n_steps++] = (PipelineStep){p, eq ? eq + 1 : NULL};
+  return true;
+}
+
+static void add_option(DriverOptions *o, const char *key, const char *value) {
+  o->options = amk_xrealloc(o->options, (o->n_options + 1) * sizeof *o->options);
+  o->options[o->n_options++] = (AmkOption){key, value};
+}
+
+/* Returns 0 to continue, 1 on error, 2 when the command is complete (help). */
+static int parse_args(int argc, char **argv, DriverOptions *o) {
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (arg[0] != '-' || strcmp(arg, "-") == 0) {
+      if (o->input) {
+        fprintf(stderr, "amk-opt: error: more than one input file ('%s' and '%s')\n",
+                o->input, arg);
+        return 1;
+      }
+      o->input = arg;
+      continue;
+    }
+    const char *flag = arg + 1 + (arg[1] == '-');
+    const char *eq = strchr(flag, '=');
+    size_t name_len = eq ? (size_t)(eq - flag) : strlen(flag);
+    const char *value = eq ? eq + 1 : NULL;
+#define IS(s) (name_len == strlen(s) && strncmp(flag, s, name_len) == 0)
+#define NEED_VALUE()                                                           \
+  do {                                                                         \
+    if (!value) {                                                              \
+      if (i + 1 >= argc) {                                                     \
+        fprintf(stderr, "amk-opt: error: '%s' needs a value\n", arg);          \
+        return 1;                                                              \
+      }                                                                        \
+      value = argv[++i];                                                       \
+    }                                                                          \
+  } while (0)
+    if (IS("h") || IS("help")) {
+      print_help(stdout);
+      return 2;
+    } else if (IS("print-passes")) {
+      print_passes(stdout);
+      return 2;
+    } else if (IS("version")) {
+      printf("amk-opt: AMK IR %s, ABI %s\n", AMK_IR_VERSION, AMK_ABI_VERSION);
+      return 2;
+    } else if (IS("o")) {
+      NEED_VALUE();
+      o->output = value;
+    } else if (IS("x")) {
+      NEED_VALUE();
+      if (strcmp(value, "amkir") == 0)
+        o->format = FORMAT_AMKIR;
+      else if (strcmp(value, "json") == 0)
+        o->format = FORMAT_JSON;
+      else {
+        fprintf(stderr, "amk-opt: error: unknown input format '%s' (expected amkir or json)\n",
+                value);
+        return 1;
+      }
+    } else if (IS("emit")) {
+      NEED_VALUE();
+      o->emit_given = true;
+      if (strcmp(value, "amkir") == 0)
+        o->emit = EMIT_AMKIR;
+      else if (strcmp(value, "json") == 0)
+        o->emit = EMIT_JSON;
+      else if (strcmp(value, "dot") == 0)
+        o->emit = EMIT_DOT;
+      else {
+        fprintf(stderr, "amk-opt: error: unknown --emit kind '%s' (expected amkir, json or dot)\n",
+                value);
+        return 1;
+      }
+    } else if (IS("passes")) {
+      NEED_VALUE();
+      char *list = amk_xstrdup(value);
+      o->owned = amk_xrealloc(o->owned, (o->n_owned + 1) * sizeof *o->owned);
+      o->owned[o->n_owned++] = list;
+      char *save = NULL;
+      for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (!add_step(o, tok))
+          return 1;
+    } else if (IS("disable-verify")) {
+      o->disable_verify = true;
+    } else if (IS("verify-each")) {
+      o->verify_each = true;
+    } else if (IS("disable-output")) {
+      o->disable_output = true;
+    } else if (IS("print-before")) {
+      NEED_VALUE();
+      o->print_before = value;
+    } else if (IS("print-after")) {
+      NEED_VALUE();
+      o->print_after = value;
+    } else if (IS("print-before-all")) {
+      o->print_before_all = true;
+    } else if (IS("print-after-all")) {
+      o->print_after_all = true;
+    } else if (IS("print-changed")) {
+      if (!value)
+        o->print_changed = CHANGED_FULL;
+      else if (strcmp(value, "diff") == 0)
+        o->print_changed = CHANGED_DIFF;
+      else {
+        fprintf(stderr, "amk-opt: error: -print-changed takes no value or '=diff'\n");
+        return 1;
+      }
+    } else if (IS("time-passes")) {
+      o->time_passes = true;
+    } else if (IS("stats")) {
+      o->stats = true;
+    } else if (IS("split-input-file")) {
+      o->split_input_file = true;
+    } else if (IS("verify-diagnostics")) {
+      o->verify_diagnostics = true;
+    } else {
+      char name[128];
+      if (name_len >= sizeof name) {
+        fprintf(stderr, "amk-opt: error: unknown option '%s'\n", arg);
+        return 1;
+      }
+      memcpy(name, flag, name_len);
+      name[name_len] = '\0';
+      if (amk_pass_lookup(name)) {
+        if (!add_step(o, flag))
+          return 1;
+        continue;
+      }
+      bool known = false;
+      for (size_t k = 0; pass_options[k].key; k++)
+        if (strcmp(pass_options[k].key, name) == 0) {
+          known = true;
+          if (!value) {
+            fprintf(stderr, "amk-opt: error: '%s' needs a value (--%s=...)\n", arg, name);
+            return 1;
+          }
+          add_option(o, pass_options[k].key, value);
+        }
+      if (!known) {
+        fprintf(stderr, "amk-opt: error: unknown option '%s'\n", arg);
+        suggest_flag(name);
+        fprintf(stderr, "amk-opt: run 'amk-opt --help' for the list of options\n");
+        return 1;
+      }
+    }
+#undef IS
+#undef NEED_VALUE
+  }
+  if (!o->input)
+    o->input = "-";
+  for (int k = 0; k < 2; k++) {
+    const char *p = k ? o->print_after : o->print_before;
+    if (p && !amk_pass_lookup(p)) {
+      fprintf(stderr, "amk-opt: error: -print-%s names unknown pass '%s'\n",
+              k ? "after" : "before", p);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* ---- timing ---------------------------------------------------------------- */
+
+typedef struct {
+  const char *name;
+  double seconds;
+} Timing;
+
+typedef struct {
+  Timing *items;
+  size_t n;
+} Timings;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void timing_add(Timings *t, const char *name, double seconds) {
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp(t->items[i].name, name) == 0) {
+      t->items[i].seconds += seconds;
+      return;
+    }
+  t->items = amk_xrealloc(t->items, (t->n + 1) * sizeof *t->items);
+  t->items[t->n++] = (Timing){name, seconds};
+}
+
+static void timing_print(const Timings *t, FILE *out) {
+  double total = 0;
+  for (size_t i = 0; i < t->n; i++)
+    total += t->items[i].seconds;
+  fputs("===--- Pass execution timing report ---===\n", out);
+  fprintf(out, "  Total Execution Time: %.4f seconds\n\n", total);
+  fputs("   Wall Time           Name\n", out);
+  for (size_t i = 0; i < t->n; i++)
+    fprintf(out, "   %.4f (%5.1f%%)  %s\n", t->items[i].seconds,
+            total > 0 ? 100.0 * t->items[i].seconds / total : 0.0, t->items[i].name);
+  fprintf(out, "   %.4f (100.0%%)  Total\n", total);
+}
+
+/* ---- printing ------------------------------------------------------------ */
+
+static void print_module_to(FILE *out, const AmkModule *m, const char *banner) {
+  AmkStrBuf sb;
+  amk_sb_init(&sb);
+  amk_print_text(m, &sb);
+  fprintf(out, "; *** %s ***\n%s", banner, sb.data ? sb.data : "");
+  amk_sb_free(&sb);
+}
+
+/* Lines of a text, as (start, length) pairs. */
+typedef struct {
+  const char **start;
+  size_t *len;
+  size_t n;
+} Lines;
+
+static Lines split_lines(const char *text) {
+  Lines l = {0};
+  size_t cap = 0;
+  const char *p = text;
+  while (*p) {
+    const char *e = strchr(p, '\n');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (l.n == cap) {
+      cap = cap ? cap * 2 : 256;
+      l.start = amk_xrealloc(l.start, cap * sizeof *l.start);
+      l.len = amk_xrealloc(l.len, cap * sizeof *l.len);
+    }
+    l.start[l.n] = p;
+    l.len[l.n++] = n;
+    p += n + (e != NULL);
+  }
+  return l;
+}
+
+static bool line_eq(const Lines *a, size_t i, const Lines *b, size_t j) {
+  return a->len[i] == b->len[j] && memcmp(a->start[i], b->start[j], a->len[i]) == 0;
+}
+
+/* A line diff of two printed modules: common head and tail are trimmed, the
+ * middle is aligned by longest common subsequence when it is small enough,
+ * else shown as one replaced block. Lines are prefixed ' ', '-' or '+'. */
+static void print_diff(FILE *out, const char *before, const char *after) {
+  Lines a = split_lines(before), b = split_lines(after);
+  size_t head = 0;
+  while (head < a.n && head < b.n && line_eq(&a, head, &b, head))
+    head++;
+  size_t tail = 0;
+  while (tail < a.n - head && tail < b.n - head &&
+         line_eq(&a, a.n - 1 - tail, &b, b.n - 1 - tail))
+    tail++;
+  size_t na = a.n - head - tail, nb = b.n - head - tail;
+  size_t context = head < 2 ? head : 2;
+  for (size_t i = head - context; i < head; i++)
+    fprintf(out, " %.*s\n", (int)a.len[i], a.start[i]);
+  if (na * nb <= 4u * 1000 * 1000) {
+    /* lcs[i][j]: LCS length of a[head+i..] and b[head+j..]. */
+    size_t w = nb + 1;
+    unsigned *lcs = amk_xcalloc((na + 1) * w, sizeof *lcs);
+    for (size_t i = na; i-- > 0;)
+      for (size_t j = nb; j-- > 0;)
+        lcs[i * w + j] = line_eq(&a, head + i, &b, head + j)
+                             ? lcs[(i + 1) * w + j + 1] + 1
+                             : (lcs[(i + 1) * w + j] > lcs[i * w + j + 1]
+                                    ? lcs[(i + 1) * w + j]
+                                    : lcs[i * w + j + 1]);
+    size_t i = 0, j = 0;
+    while (i < na || j < nb) {
+      if (i < na && j < nb && line_eq(&a, head + i, &b, head + j)) {
+        fprintf(out, " %.*s\n", (int)a.len[head + i], a.start[head + i]);
+        i++, j++;
+      } else if (j < nb && (i == na || lcs[i * w + j + 1] >= lcs[(i + 1) * w + j])) {
+        fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
+        j++;
+      } else {
+        fprintf(out, "-%.*s\n", (int)a.len[head + i], a.start[head + i]);
+        i++;
+      }
+    }
+    free(lcs);
+  } else {
+    for (size_t i = 0; i < na; i++)
+      fprintf(out, "-%.*s\n", (int)a.len[head + i], a.start[head + i]);
+    for (size_t j = 0; j < nb; j++)
+      fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
+  }
+  size_t shown = tail < 2 ? tail : 2;
+  for (size_t i = a.n - tail; i < a.n - tail + shown; i++)
+    fprintf(out, " %.*s\n", (int)a.len[i], a.start[i]);
+  free(a.start), free(a.len), free(b.start), free(b.len);
+}
+
+static char *module_text(const AmkModule *m) {
+  AmkStrBuf sb;
+  amk_sb_init(&sb);
+  amk_print_text(m, &sb);
+  return sb.data ? sb.data : amk_xstrdup("");
+}
+
+/* ---- -verify-diagnostics ---------------------------------------------------- */
+
+typedef struct {
+  AmkSeverity severity;
+  uint32_t line; /* 0: @unknown */
+  char *text;
+  uint32_t comment_line;
+  bool matched;
+} Expectation;
+
+static const char *severity_word(AmkSeverity s) {
+  switch (s) {
+  case AMK_SEVERITY_ERROR:
+    return "error";
+  case AMK_SEVERITY_WARNING:
+    return "warning";
+  case AMK_SEVERITY_NOTE:
+    return "note";
+  case AMK_SEVERITY_REMARK:
+    return "remark";
+  }
+  return "error";
+}
+
+/* Collects `expected-<severity>[@+N|@-N|@N|@unknown] {{text}}` comments. */
+static Expectation *collect_expectations(const char *text, size_t len, size_t *count,
+                                         const char *file) {
+  Expectation *list = NULL;
+  size_t n = 0;
+  uint32_t line = 1;
+  for (size_t i = 0; i < len; i++) {
+    if (text[i] == '\n') {
+      line++;
+      continue;
+    }
+    if (strncmp(text + i, "expected-", 9) != 0)
+      continue;
+    const char *p = text + i + 9;
+    AmkSeverity sev;
+    size_t wl;
+    if (strncmp(p, "error", 5) == 0)
+      sev = AMK_SEVERITY_ERROR, wl = 5;
+    else if (strncmp(p, "warning", 7) == 0)
+      sev = AMK_SEVERITY_WARNING, wl = 7;
+    else if (strncmp(p, "note", 4) == 0)
+      sev = AMK_SEVERITY_NOTE, wl = 4;
+    else if (strncmp(p, "remark", 6) == 0)
+      sev = AMK_SEVERITY_REMARK, wl = 6;
+    else
+      continue;
+    p += wl;
+    uint32_t target = line;
+    if (*p == '@') {
+      p++;
+      if (strncmp(p, "unknown", 7) == 0) {
+        target = 0;
+        p += 7;
+      } else {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) {
+          fprintf(stderr, "%s:%u: error: bad line offset in expected-%s\n", file, line,
+                  severity_word(sev));
+          continue;
+        }
+        target = (*p == '+' || *p == '-') ? (uint32_t)((long)line + v) : (uint32_t)v;
+        p = end;
+      }
+    }
+    while (*p == ' ' || *p == '\t')
+      p++;
+    const char *open = strncmp(p, "{{", 2) == 0 ? p + 2 : NULL;
+    const char *close = open ? strstr(open, "}}") : NULL;
+    const char *eol = strchr(p, '\n');
+    if (!open || !close || (eol && close > eol)) {
+      fprintf(stderr, "%s:%u: error: expected '{{...}}' after expected-%s\n", file, line,
+              severity_word(sev));
+      continue;
+    }
+    list = amk_xrealloc(list, (n + 1) * sizeof *list);
+    char *t = amk_xmalloc((size_t)(close - open) + 1);
+    memcpy(t, open, (size_t)(close - open));
+    t[close - open] = '\0';
+    list[n++] = (Expectation){sev, target, t, line, false};
+    i = (size_t)(close - text) + 1;
+  }
+  *count = n;
+  return list;
+}
+
+/* Matches captured diagnostics against the expectations; prints every
+ * mismatch. Returns true when they agree exactly. */
+static bool check_expectations(const AmkDiagEngine *diag, const char *text, size_t len,
+                               const char *file) {
+  size_t n_expect;
+  Expectation *expect = collect_expectations(text, len, &n_expect, file);
+  bool ok = true;
+  for (size_t d = 0; d < amk_diag_captured_count(diag); d++) {
+    const AmkDiagnostic *dg = amk_diag_captured(diag, d);
+    bool found = false;
+    for (size_t e = 0; e < n_expect && !found; e++)
+      if (!expect[e].matched && expect[e].severity == dg->severity &&
+          expect[e].line == dg->loc.line && strstr(dg->message, expect[e].text))
+        expect[e].matched = found = true;
+    if (!found) {
+      ok = false;
+      if (dg->loc.line)
+        fprintf(stderr, "%s:%u:%u: error: unexpected %s: %s\n", file, dg->loc.line,
+                dg->loc.col, severity_word(dg->severity), dg->message);
+      else
+        fprintf(stderr, "%s: error: unexpected %s: %s\n", file, severity_word(dg->severity),
+                dg->message);
+    }
+  }
+  for (size_t e = 0; e < n_expect; e++) {
+    if (!expect[e].matched) {
+      ok = false;
+      fprintf(stderr, "%s:%u: error: expected %s \"%s\" on line %u was not produced\n", file,
+              expect[e].comment_line, severity_word(expect[e].severity), expect[e].text,
+              expect[e].line);
+    }
+    free(expect[e].text);
+  }
+  free(expect);
+  return ok;
+}
+
+/* ---- the pipeline ----------------------------------------------------------- */
+
+static InputFormat detect_format(const DriverOptions *o, const char *text) {
+  if (o->format != FORMAT_AUTO)
+    return o->format;
+  size_t n = strlen(o->input);
+  if (n >= 5 && strcmp(o->input + n - 5, ".json") == 0)
+    return FORMAT_JSON;
+  if (n >= 6 && strcmp(o->input + n - 6, ".amkir") == 0)
+    return FORMAT_AMKIR;
+  while (*text && isspace((unsigned char)*text))
+    text++;
+  return *text == '{' ? FORMAT_JSON : FORMAT_AMKIR;
+}
+
+/* Runs one input (a whole file, or one -split-input-file chunk). Appends the
+ * output to `out`; returns false on any error. */
+static bool process(const DriverOptions *o, const char *text, size_t len,
+                    AmkDiagEngine *diag, AmkStats *stats, Timings *timings,
+                    AmkStrBuf *out, bool *printed_module) {
+  const char *name = strcmp(o->input, "-") == 0 ? "<stdin>" : o->input;
+  amk_diag_set_source(diag, name, text, len);
+  InputFormat format = detect_format(o, text);
+  double t0 = now_seconds();
+  AmkModule *m = format == FORMAT_JSON ? amk_read_json(name, text, len, diag)
+                                       : amk_parse_text(name, text, len, diag);
+  timing_add(timings, "parse", now_seconds() - t0);
+  if (!m)
+    return false;
+  bool ok = true;
+  if (!o->disable_verify) {
+    t0 = now_seconds();
+    ok = amk_verify_module(m, diag);
+    timing_add(timings, "verify (input)", now_seconds() - t0);
+  }
+  bool any_transform = false;
+  for (size_t s = 0; ok && s < o->n_steps; s++) {
+    const AmkPassInfo *pass = o->steps[s].pass;
+    any_transform |= !pass->is_analysis;
+    if (o->print_before_all || (o->print_before && strcmp(o->print_before, pass->name) == 0)) {
+      char banner[160];
+      snprintf(banner, sizeof banner, "IR Dump Before %s", pass->name);
+      print_module_to(stderr, m, banner);
+    }
+    char *before = o->print_changed ? module_text(m) : NULL;
+    /* The pass sees the global options plus its own `-pass=value`. */
+    size_t n_opts = o->n_options + (o->steps[s].arg != NULL);
+    AmkOption *opts = amk_xmalloc((n_opts ? n_opts : 1) * sizeof *opts);
+    if (o->n_options)
+      memcpy(opts, o->options, o->n_options * sizeof *opts);
+    if (o->steps[s].arg)
+      opts[o->n_options] = (AmkOption){pass->name, o->steps[s].arg};
+    AmkPassContext ctx = {diag, opts, n_opts, stats};
+    t0 = now_seconds();
+    ok = pass->run(m, &ctx);
+    timing_add(timings, pass->name, now_seconds() - t0);
+    free(opts);
+    if (ok && o->verify_each && !pass->is_analysis) {
+      t0 = now_seconds();
+      ok = amk_verify_module(m, diag);
+      timing_add(timings, "verify (each)", now_seconds() - t0);
+      if (!ok)
+        fprintf(stderr, "amk-opt: error: the module is malformed after pass '%s'\n",
+                pass->name);
+    }
+    if (o->print_after_all || (o->print_after && strcmp(o->print_after, pass->name) == 0)) {
+      char banner[160];
+      snprintf(banner, sizeof banner, "IR Dump After %s%s", pass->name,
+               ok ? "" : " (failed)");
+      print_module_to(stderr, m, banner);
+    }
+    if (before) {
+      char *after = module_text(m);
+      if (strcmp(before, after) != 0) {
+        if (o->print_changed == CHANGED_DIFF) {
+          fprintf(stderr, "; *** IR Diff After %s ***\n", pass->name);
+          print_diff(stderr, before, after);
+        } else {
+          fprintf(stderr, "; *** IR Dump After %s ***\n%s", pass->name, after);
+        }
+      } else {
+        fprintf(stderr, "; *** IR Dump After %s omitted because no change ***\n",
+                pass->name);
+      }
+      free(before);
+      free(after);
+    }
+  }
+  bool want_output = !o->disable_output &&
+                     (o->emit_given || o->output || any_transform || o->n_steps == 0);
+  if (ok && want_output) {
+    t0 = now_seconds();
+    switch (o->emit) {
+    case EMIT_AMKIR:
+      amk_print_text(m, out);
+      break;
+    case EMIT_JSON:
+      amk_write_json(m, out);
+      /* The reference writes no trailing newline; on a terminal or pipe of
+       * several modules a newline keeps them apart. */
+      if (o->split_input_file)
+        amk_sb_putc(out, '\n');
+      break;
+    case EMIT_DOT:
+      amk_print_dot(m, out);
+      break;
+    }
+    timing_add(timings, "print", now_seconds() - t0);
+    *printed_module = true;
+  }
+  amk_module_free(m);
+  return ok;
+}
+
+/* Splits on lines that are exactly `; -----` or `// -----`. Each chunk is
+ * passed as a copy of the whole text with everything outside the chunk blanked
+ * (newlines kept), so line and column numbers stay those of the file. */
+static size_t split_chunks(const char *text, size_t len, size_t **starts, size_t **ends) {
+  size_t n = 0, cap = 8;
+  *starts = amk_xmalloc(cap * sizeof **starts);
+  *ends = amk_xmalloc(cap * sizeof **ends);
+  size_t chunk_start = 0, i = 0;
+  while (i <= len) {
+    size_t eol = i;
+    while (eol < len && text[eol] != '\n')
+      eol++;
+    size_t l = eol - i;
+    bool sep = (l >= 7 && strncmp(text + i, "; -----", 7) == 0) ||
+               (l >= 8 && strncmp(text + i, "// -----", 8) == 0);
+    if (sep || eol >= len) {
+      if (n == cap) {
+        cap *= 2;
+        *starts = amk_xrealloc(*starts, cap * sizeof **starts);
+        *ends = amk_xrealloc(*ends, cap * sizeof **ends);
+      }
+      (*starts)[n] = chunk_start;
+      (*ends)[n] = sep ? i : len;
+      n++;
+      chunk_start = eol + 1;
+      if (!sep)
+        break;
+    }
+    i = eol + 1;
+  }
+  return n;
+}
+
+static void free_options(DriverOptions *o) {
+  for (size_t i = 0; i < o->n_owned; i++)
+    free(o->owned[i]);
+  free(o->owned);
+  free(o->steps);
+  free(o->options);
+}
+
+int main(int argc, char **argv) {
+  DriverOptions o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc) {
+    free_options(&o);
+    return rc == 2 ? 0 : 1;
+  }
+
+  AmkDiagEngine *diag = amk_diag_new(stderr);
+  AmkStats *stats = o.stats ? amk_stats_new() : NULL;
+  Timings timings = {0};
+  AmkStrBuf out;
+  amk_sb_init(&out);
+  bool ok = true, printed = false;
+
+  struct stat st;
+  if (strcmp(o.input, "-") != 0 && stat(o.input, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "amk-opt: error: '%s' is a directory; a HuggingFace model folder "
+                    "needs the -import pass\n", o.input);
+    amk_diag_free(diag);
+    amk_stats_free(stats);
+    free_options(&o);
+    return 1;
+  }
+  size_t len = 0;
+  char *text = amk_read_file(o.input, &len, diag);
+  if (text && memchr(text, '\0', len)) {
+    fprintf(stderr, "%s: error: the input contains a NUL byte; it is not a text or JSON "
+                    "program\n", o.input);
+    free(text);
+    text = NULL;
+  }
+  if (!text) {
+    amk_diag_free(diag);
+    amk_stats_free(stats);
+    free_options(&o);
+    return 1;
+  }
+
+  if (o.split_input_file || o.verify_diagnostics) {
+    size_t *starts, *ends;
+    size_t n = o.split_input_file ? split_chunks(text, len, &starts, &ends) : 1;
+    if (!o.split_input_file) {
+      starts = amk_xmalloc(sizeof *starts), ends = amk_xmalloc(sizeof *ends);
+      starts[0] = 0, ends[0] = len;
+    }
+    for (size_t c = 0; c < n; c++) {
+      char *chunk = amk_xmalloc(len + 1);
+      for (size_t i = 0; i < len; i++)
+        chunk[i] = (i >= starts[c] && i < ends[c]) || text[i] == '\n' ? text[i] : ' ';
+      chunk[len] = '\0';
+      if (o.verify_diagnostics)
+        amk_diag_set_capture(diag, 1);
+      bool chunk_printed = false;
+      bool chunk_ok = process(&o, chunk, len, diag, stats, &timings, &out, &chunk_printed);
+      if (o.verify_diagnostics) {
+        chunk_ok = check_expectations(diag, chunk, len, o.input);
+        amk_diag_clear_captured(diag);
+      }
+      ok = ok && chunk_ok;
+      printed |= chunk_printed;
+      if (chunk_printed && c + 1 < n)
+        amk_sb_puts(&out, o.emit == EMIT_AMKIR ? "; -----\n" : "// -----\n");
+      free(chunk);
+    }
+    free(starts);
+    free(ends);
+  } else {
+    ok = process(&o, text, len, diag, stats, &timings, &out, &printed);
+  }
+
+  if (ok && printed && out.len) {
+    if (amk_write_file_atomic(o.output ? o.output : "-", out.data, out.len, diag) != 0)
+      ok = false;
+  }
+  if (o.time_passes)
+    timing_print(&timings, stderr);
+  if (stats)
+    amk_stats_print(stats, stderr);
+
+  amk_sb_free(&out);
+  amk_stats_free(stats);
+  amk_diag_free(diag);
+  free(timings.items);
+  free(text);
+  free_options(&o);
+  return ok ? 0 : 1;
+}
