@@ -627,16 +627,27 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
                     AmkDiagEngine *diag, AmkStats *stats, Timings *timings,
                     AmkStrBuf *out, bool *printed_module) {
   const char *name = strcmp(o->input, "-") == 0 ? "<stdin>" : o->input;
-  amk_diag_set_source(diag, name, text, len);
-  InputFormat format = detect_format(o, text);
+  AmkModule *m;
   double t0 = now_seconds();
-  AmkModule *m = format == FORMAT_JSON ? amk_read_json(name, text, len, diag)
-                                       : amk_parse_text(name, text, len, diag);
-  timing_add(timings, "parse", now_seconds() - t0);
-  if (!m)
-    return false;
+  if (text) {
+    amk_diag_set_source(diag, name, text, len);
+    InputFormat format = detect_format(o, text);
+    m = format == FORMAT_JSON ? amk_read_json(name, text, len, diag)
+                              : amk_parse_text(name, text, len, diag);
+    timing_add(timings, "parse", now_seconds() - t0);
+    if (!m)
+      return false;
+    if (!m->source_name)
+      m->source_name = amk_arena_strdup(&m->arena, name);
+  } else {
+    /* A model folder: an empty module that -import fills. */
+    amk_diag_set_source(diag, name, NULL, 0);
+    m = amk_module_new();
+    m->model_dir = amk_arena_strdup(&m->arena, o->input);
+    m->source_name = m->model_dir;
+  }
   bool ok = true;
-  if (!o->disable_verify) {
+  if (!o->disable_verify && text) {
     t0 = now_seconds();
     ok = amk_verify_module(m, diag);
     timing_add(timings, "verify (input)", now_seconds() - t0);
@@ -761,6 +772,71 @@ static void free_options(DriverOptions *o) {
   free(o->options);
 }
 
+/* Runs the pipeline over the input named on the command line: a model
+ * folder (for -import), or a file split into chunks when asked. */
+static bool run_input(const DriverOptions *o, AmkDiagEngine *diag, AmkStats *stats,
+                      Timings *timings, AmkStrBuf *out, bool *printed) {
+  struct stat st;
+  if (strcmp(o->input, "-") != 0 && stat(o->input, &st) == 0 && S_ISDIR(st.st_mode)) {
+    if (o->n_steps == 0 || strcmp(o->steps[0].pass->name, "import") != 0) {
+      fprintf(stderr, "amk-opt: error: '%s' is a directory; a HuggingFace model folder "
+                      "must be read by -import, given as the first pass\n", o->input);
+      return false;
+    }
+    return process(o, NULL, 0, diag, stats, timings, out, printed);
+  }
+  size_t len = 0;
+  char *text = amk_read_file(o->input, &len, diag);
+  if (!text)
+    return false;
+  if (memchr(text, '\0', len)) {
+    fprintf(stderr, "%s: error: the input contains a NUL byte; it is not a text or JSON "
+                    "program\n", o->input);
+    free(text);
+    return false;
+  }
+  if (!o->split_input_file && !o->verify_diagnostics) {
+    bool ok = process(o, text, len, diag, stats, timings, out, printed);
+    free(text);
+    return ok;
+  }
+  size_t *starts, *ends;
+  size_t n;
+  if (o->split_input_file) {
+    n = split_chunks(text, len, &starts, &ends);
+  } else {
+    n = 1;
+    starts = amk_xmalloc(sizeof *starts), ends = amk_xmalloc(sizeof *ends);
+    starts[0] = 0, ends[0] = len;
+  }
+  bool ok = true;
+  for (size_t c = 0; c < n; c++) {
+    char *chunk = amk_xmalloc(len + 1);
+    for (size_t i = 0; i < len; i++)
+      chunk[i] = (i >= starts[c] && i < ends[c]) || text[i] == '\n' ? text[i] : ' ';
+    chunk[len] = '\0';
+    if (o->verify_diagnostics)
+      amk_diag_set_capture(diag, 1);
+    bool chunk_printed = false;
+    bool chunk_ok = process(o, chunk, len, diag, stats, timings, out, &chunk_printed);
+    if (o->verify_diagnostics) {
+      chunk_ok = check_expectations(diag, chunk, len, o->input);
+      amk_diag_clear_captured(diag);
+      amk_diag_set_capture(diag, 0);
+    }
+    amk_diag_set_source(diag, o->input, NULL, 0); /* the chunk is going away */
+    ok = ok && chunk_ok;
+    *printed |= chunk_printed;
+    if (chunk_printed && c + 1 < n)
+      amk_sb_puts(out, o->emit == EMIT_AMKIR ? "; -----\n" : "// -----\n");
+    free(chunk);
+  }
+  free(starts);
+  free(ends);
+  free(text);
+  return ok;
+}
+
 int main(int argc, char **argv) {
   DriverOptions o = {0};
   int rc = parse_args(argc, argv, &o);
@@ -768,84 +844,24 @@ int main(int argc, char **argv) {
     free_options(&o);
     return rc == 2 ? 0 : 1;
   }
-
   AmkDiagEngine *diag = amk_diag_new(stderr);
   AmkStats *stats = o.stats ? amk_stats_new() : NULL;
   Timings timings = {0};
   AmkStrBuf out;
   amk_sb_init(&out);
-  bool ok = true, printed = false;
-
-  struct stat st;
-  if (strcmp(o.input, "-") != 0 && stat(o.input, &st) == 0 && S_ISDIR(st.st_mode)) {
-    fprintf(stderr, "amk-opt: error: '%s' is a directory; a HuggingFace model folder "
-                    "needs the -import pass\n", o.input);
-    amk_diag_free(diag);
-    amk_stats_free(stats);
-    free_options(&o);
-    return 1;
-  }
-  size_t len = 0;
-  char *text = amk_read_file(o.input, &len, diag);
-  if (text && memchr(text, '\0', len)) {
-    fprintf(stderr, "%s: error: the input contains a NUL byte; it is not a text or JSON "
-                    "program\n", o.input);
-    free(text);
-    text = NULL;
-  }
-  if (!text) {
-    amk_diag_free(diag);
-    amk_stats_free(stats);
-    free_options(&o);
-    return 1;
-  }
-
-  if (o.split_input_file || o.verify_diagnostics) {
-    size_t *starts, *ends;
-    size_t n = o.split_input_file ? split_chunks(text, len, &starts, &ends) : 1;
-    if (!o.split_input_file) {
-      starts = amk_xmalloc(sizeof *starts), ends = amk_xmalloc(sizeof *ends);
-      starts[0] = 0, ends[0] = len;
-    }
-    for (size_t c = 0; c < n; c++) {
-      char *chunk = amk_xmalloc(len + 1);
-      for (size_t i = 0; i < len; i++)
-        chunk[i] = (i >= starts[c] && i < ends[c]) || text[i] == '\n' ? text[i] : ' ';
-      chunk[len] = '\0';
-      if (o.verify_diagnostics)
-        amk_diag_set_capture(diag, 1);
-      bool chunk_printed = false;
-      bool chunk_ok = process(&o, chunk, len, diag, stats, &timings, &out, &chunk_printed);
-      if (o.verify_diagnostics) {
-        chunk_ok = check_expectations(diag, chunk, len, o.input);
-        amk_diag_clear_captured(diag);
-      }
-      ok = ok && chunk_ok;
-      printed |= chunk_printed;
-      if (chunk_printed && c + 1 < n)
-        amk_sb_puts(&out, o.emit == EMIT_AMKIR ? "; -----\n" : "// -----\n");
-      free(chunk);
-    }
-    free(starts);
-    free(ends);
-  } else {
-    ok = process(&o, text, len, diag, stats, &timings, &out, &printed);
-  }
-
-  if (ok && printed && out.len) {
-    if (amk_write_file_atomic(o.output ? o.output : "-", out.data, out.len, diag) != 0)
-      ok = false;
-  }
+  bool printed = false;
+  bool ok = run_input(&o, diag, stats, &timings, &out, &printed);
+  if (ok && printed && out.len &&
+      amk_write_file_atomic(o.output ? o.output : "-", out.data, out.len, diag) != 0)
+    ok = false;
   if (o.time_passes)
     timing_print(&timings, stderr);
   if (stats)
     amk_stats_print(stats, stderr);
-
   amk_sb_free(&out);
   amk_stats_free(stats);
   amk_diag_free(diag);
   free(timings.items);
-  free(text);
   free_options(&o);
   return ok ? 0 : 1;
 }

@@ -1,0 +1,106 @@
+/* The tables: codes, names and properties match AMK-REFERENCE §1, and every
+ * lookup inverts its name function. */
+#include "amk/ir.h"
+#include "unit.h"
+
+int main(void) {
+  UnitCounts c = {0};
+
+  /* Codes are the reference's canonical ABI codes. */
+  CHECK(&c, AMK_DTYPE_F32 == 0 && AMK_DTYPE_BF16 == 2 && AMK_DTYPE_I4 == 7 &&
+                AMK_DTYPE_BOOL == 9 && AMK_DTYPE_COUNT == 10);
+  CHECK(&c, AMK_SPACE_HBM == 0 && AMK_SPACE_REGISTER == 3 && AMK_SPACE_COUNT == 4);
+  CHECK(&c, AMK_KIND_WEIGHT == 0 && AMK_KIND_KV_CACHE == 2 && AMK_KIND_CONST == 5);
+  CHECK(&c, AMK_OP_NOP == 0 && AMK_OP_GEMV_TILE == 5 && AMK_OP_KV_APPEND == 16 &&
+                AMK_OP_ATTENTION_COMBINE == 18 && AMK_OP_FUSED == 19 &&
+                AMK_OP_COUNT == 20);
+  CHECK(&c, AMK_PARAM_K == 0 && AMK_PARAM_dim == 18 && AMK_PARAM_eps == 19 &&
+                AMK_PARAM_theta == 21 && AMK_PARAM_COUNT == 22);
+  CHECK(&c, AMK_MAX_INPUTS == 8 && AMK_MAX_OUTPUTS == 4 && AMK_MAX_WAITS == 8 &&
+                AMK_MAX_RANK == 4);
+
+  /* Names round-trip through their lookups. */
+  for (int i = 0; i < AMK_DTYPE_COUNT; i++) {
+    CHECK(&c, amk_dtype_from_json_name(amk_dtype_json_name(i)) == i);
+    CHECK(&c, amk_dtype_from_text_name(amk_dtype_text_name(i)) == i);
+  }
+  for (int i = 0; i < AMK_SPACE_COUNT; i++) {
+    CHECK(&c, amk_space_from_json_name(amk_space_json_name(i)) == i);
+    CHECK(&c, amk_space_from_text_name(amk_space_text_name(i)) == i);
+  }
+  for (int i = 0; i < AMK_KIND_COUNT; i++) {
+    CHECK(&c, amk_kind_from_json_name(amk_kind_json_name(i)) == i);
+    CHECK(&c, amk_kind_from_text_name(amk_kind_text_name(i)) == i);
+  }
+  for (int i = 0; i < AMK_OP_COUNT; i++) {
+    CHECK(&c, amk_op_from_json_name(amk_op_info(i)->json_name) == i);
+    CHECK(&c, amk_op_from_text_name(amk_op_info(i)->text_name) == i);
+  }
+  for (int i = 0; i < AMK_PARAM_COUNT; i++)
+    CHECK(&c, amk_param_from_name(amk_param_name(i)) == i);
+  CHECK(&c, amk_dtype_from_json_name("F64") == -1);
+  CHECK(&c, amk_op_from_json_name("gemv_tile") == -1); /* JSON names are upper case */
+  CHECK(&c, amk_op_info(AMK_OP_COUNT) == NULL);
+
+  CHECK_STR(&c, amk_dtype_json_name(AMK_DTYPE_F8E4M3), "F8E4M3");
+  CHECK_STR(&c, amk_op_info(AMK_OP_GEMV_TILE)->json_name, "GEMV_TILE");
+  CHECK_STR(&c, amk_op_info(AMK_OP_SAMPLE_ARGMAX)->text_name, "sample_argmax");
+  CHECK_STR(&c, amk_kind_json_name(AMK_KIND_IO_OUTPUT), "IO_OUTPUT");
+  CHECK_STR(&c, amk_space_json_name(AMK_SPACE_GLOBAL_SCRATCH), "GLOBAL_SCRATCH");
+
+  /* Sizes: bits and packed byte counts. */
+  CHECK(&c, amk_dtype_bits(AMK_DTYPE_BF16) == 16 && amk_dtype_bits(AMK_DTYPE_I4) == 4 &&
+                amk_dtype_bits(AMK_DTYPE_BOOL) == 8);
+  CHECK(&c, amk_dtype_nbytes(AMK_DTYPE_I4, 3) == 2);
+  CHECK(&c, amk_dtype_nbytes(AMK_DTYPE_F32, 10) == 40);
+  CHECK(&c, amk_dtype_nbytes(AMK_DTYPE_I4, 0) == 0);
+
+  /* Properties. */
+  CHECK(&c, amk_space_is_on_chip(AMK_SPACE_SMEM) && amk_space_is_on_chip(AMK_SPACE_REGISTER));
+  CHECK(&c, !amk_space_is_on_chip(AMK_SPACE_HBM) &&
+                !amk_space_is_on_chip(AMK_SPACE_GLOBAL_SCRATCH));
+  CHECK(&c, amk_kind_is_read_only(AMK_KIND_WEIGHT) && amk_kind_is_read_only(AMK_KIND_CONST) &&
+                amk_kind_is_read_only(AMK_KIND_IO_INPUT));
+  CHECK(&c, !amk_kind_is_read_only(AMK_KIND_ACTIVATION) &&
+                !amk_kind_is_read_only(AMK_KIND_KV_CACHE) &&
+                !amk_kind_is_read_only(AMK_KIND_IO_OUTPUT));
+
+  /* The op registry (arity and required params) of AMK-REFERENCE §1. */
+  const AmkOpInfo *gemv = amk_op_info(AMK_OP_GEMV_TILE);
+  CHECK(&c, gemv->min_inputs == 2 && gemv->max_inputs == 3 && gemv->n_outputs == 1);
+  CHECK(&c, gemv->required_params ==
+                (AMK_PARAM_BIT(K) | AMK_PARAM_BIT(N_tile) | AMK_PARAM_BIT(n_off)));
+  const AmkOpInfo *attn = amk_op_info(AMK_OP_ATTENTION_TILE);
+  CHECK(&c, attn->min_inputs == 3 && attn->max_inputs == 4);
+  CHECK(&c, __builtin_popcount(attn->required_params) == 6);
+  CHECK(&c, amk_op_info(AMK_OP_NOP)->n_outputs == 0);
+  CHECK(&c, amk_op_info(AMK_OP_FUSED)->max_inputs == -1 &&
+                amk_op_info(AMK_OP_FUSED)->required_params == AMK_REQ_RECIPE);
+  CHECK(&c, amk_op_info(AMK_OP_ALLREDUCE_SHARD)->max_inputs == 8);
+  CHECK(&c, amk_op_info(AMK_OP_MUL)->min_inputs == 1);
+  CHECK(&c, amk_param_type(AMK_PARAM_eps) == 'f' && amk_param_type(AMK_PARAM_n_off) == 'i');
+
+  /* Policies. */
+  CHECK(&c, amk_page_policy_from_name("graph_color") == AMK_PAGES_GRAPH_COLOR);
+  CHECK(&c, amk_sm_policy_from_name("round_robin") == AMK_SM_ROUND_ROBIN);
+  CHECK(&c, amk_page_policy_from_name("greedy") == -1);
+
+  /* Built-in targets, including the added h200. */
+  const AmkTarget *h100 = amk_builtin_target("h100");
+  CHECK(&c, h100 && h100->num_sms == 132 && h100->sm_arch == 90 &&
+                h100->hbm_bytes == 85899345920LL && h100->measured_bw_gbs == 3089.0);
+  const AmkTarget *h200 = amk_builtin_target("h200");
+  CHECK(&c, h200 && h200->num_sms == 132 && h200->sm_arch == 90 &&
+                h200->smem_bytes_per_block_optin == 232448 &&
+                h200->hbm_bandwidth_gbs == 4800.0 && h200->measured_bw_gbs == 4190.0);
+  const AmkTarget *rtx = amk_builtin_target("rtx5090");
+  CHECK(&c, rtx && rtx->wddm_tdr && rtx->sm_arch == 120 && rtx->num_sms == 82);
+  CHECK(&c, amk_builtin_target("mi300x") == NULL);
+  CHECK(&c, amk_builtin_target_count() == 9);
+  for (size_t i = 0; i < amk_builtin_target_count(); i++) {
+    const AmkTarget *t = amk_builtin_target_at(i);
+    CHECK(&c, t->regs_per_sm == 65536 && t->max_regs_per_thread == 255 &&
+                  t->supports_cooperative);
+  }
+  return unit_finish("test_tables", &c);
+}
