@@ -40,13 +40,34 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
  * pass only reports; a pipeline of analyses prints no module unless --emit or
  * -o asks for one. */
 #define AMK_PASSES(X)                                                          \
+  X(import, "import", 0,                                                     \
+    "Import a HuggingFace Llama-family model folder as an op-level program")  \
   X(verify, "verify", 1, "Check structural well-formedness of the module")     \
   X(validate, "validate", 1,                                                   \
-    "Prove the schedule cannot deadlock or race (the safety proof)")
+    "Prove the schedule cannot deadlock or race (the safety proof)")           \
+  X(simulate_counters, "simulate-counters", 1,                                 \
+    "Fire tasks by counters in list-order sweeps; report stuck tasks")         \
+  X(simulate_adversarial, "simulate-adversarial", 1,                           \
+    "=N: fire tasks in N seeded random orders; report reads before writes")  \
+  X(sm_assign, "sm-assign", 0,                                                 \
+    "Place tasks on SMs (round_robin, load_balance or an explicit map)")       \
+  X(color, "color", 0,                                                         \
+    "Bind activations to scratch pages (linear, graph_color or none)")
 
 /* Options that passes read: X(key, pass flag name, help). The driver accepts
- * exactly these as `--key=value`. */
-#define AMK_PASS_OPTIONS(X)
+ * exactly these as `--key=value`. A pass given as `-pass=VALUE` (e.g.
+ * `-simulate-adversarial=32`) sees VALUE as option "<pass flag name>":
+ * amk_pass_option(ctx, "simulate-adversarial"). */
+#define AMK_PASS_OPTIONS(X)                                                    \
+  X("target", "import", "GPU target record (default h200)")                  \
+  X("dtype", "import",                                                         \
+    "program dtype: f32, bf16 or f16 (default: the checkpoint's)")            \
+  X("max-seq", "import",                                                       \
+    "KV cache length (default: max_position_embeddings, capped at 4096)")     \
+  X("sm-assignment", "sm-assign",                                              \
+    "round_robin or load_balance, overriding config.sm_assignment")           \
+  X("page-allocation", "color",                                                \
+    "linear, graph_color or none, overriding config.page_allocation")
 
 #define X(ident, flag, analysis, desc)                                          \
   bool amk_pass_##ident(AmkModule *m, AmkPassContext *ctx);

@@ -175,4 +175,26 @@
   X("l40s", 89, 142, 102400, 101376, 1536, 100663296, 51539607552LL, 864.0,   \
     362.0, 2.52, 0, 0.0, "Ada")
 
+/* Fused GEMV patterns. A tiled fused task stays a GEMV_TILE, so the
+ * reference validator still sees a tiled writer with the column footprint
+ * [n_off, n_off + N_tile), and names its pattern in flags bits 16-31:
+ * flags = (pattern << AMK_PATTERN_SHIFT) | the low flag bits.
+ * X(NAME, id, text_name, inputs, what the tile computes); docs/Fusion.md has
+ * the exact semantics. */
+#define AMK_PATTERN_SHIFT 16
+#define AMK_GEMV_PATTERNS(X)                                                   \
+  X(PLAIN, 0, "plain", "x, W", "out[cols] = x @ W[cols]^T")                   \
+  X(NORM, 1, "norm", "x, W, g",                                               \
+    "out[cols] = rmsnorm(x, g) @ W[cols]^T; each tile recomputes the norm")    \
+  X(RESIDUAL, 2, "residual", "x, W, r", "out[cols] = r[cols] + x @ W[cols]^T") \
+  X(SILU, 3, "silu", "gu, W",                                                 \
+    "out[cols] = (silu(gu[:K]) * gu[K:2K]) @ W[cols]^T")                       \
+  X(SILU_RESIDUAL, 4, "silu_residual", "gu, W, r",                            \
+    "out[cols] = r[cols] + (silu(gu[:K]) * gu[K:2K]) @ W[cols]^T")             \
+  X(ROPE_KV, 5, "rope_kv", "qkv, inv_freq",                                   \
+    "rotate k of one KV head at the step position and append k, v to row "    \
+    "pos of the [max_seq, 2, n_kv, head_dim] cache")                           \
+  X(ATTENTION, 6, "attention", "qkv, kv_cache, inv_freq",                     \
+    "rotate q of the KV head's query group and attend over the cache window")
+
 #endif
