@@ -113,6 +113,23 @@ int amk_param_from_name(const char *s) {
   LOOKUP(param_table, AMK_PARAM_COUNT, name, s);
 }
 
+/* ---- fused GEMV patterns --------------------------------------------------- */
+
+static const struct {
+  const char *name;
+} pattern_table[] = {
+#define X(name, id, text, inputs, desc) [id] = {text},
+    AMK_GEMV_PATTERNS(X)
+#undef X
+};
+
+const char *amk_gemv_pattern_name(int64_t pattern) {
+  return pattern >= 0 && pattern < AMK_PATTERN_COUNT ? pattern_table[pattern].name : NULL;
+}
+int amk_gemv_pattern_from_name(const char *s) {
+  LOOKUP(pattern_table, AMK_PATTERN_COUNT, name, s);
+}
+
 /* ---- schedule policies ------------------------------------------------------ */
 
 static const struct {

@@ -67,6 +67,13 @@ typedef enum {
   AMK_SM_COUNT
 } AmkSmPolicy;
 
+typedef enum {
+#define X(name, id, text, inputs, desc) AMK_PATTERN_##name = id,
+  AMK_GEMV_PATTERNS(X)
+#undef X
+  AMK_PATTERN_COUNT
+} AmkGemvPattern;
+
 /* ---- table queries (ir/tables.c) --------------------------------------- */
 
 /* Upper-case JSON names ("GEMV_TILE") and lower-case text names ("gemv_tile").
@@ -107,6 +114,11 @@ int amk_op_from_text_name(const char *s);
 const char *amk_param_name(AmkParamField p);
 char amk_param_type(AmkParamField p); /* 'i' or 'f' */
 int amk_param_from_name(const char *s); /* -1 when not a marshalled field */
+
+/* The fused pattern of a GEMV_TILE task's flags, and its text name ("norm");
+ * NULL for an id outside the table. */
+const char *amk_gemv_pattern_name(int64_t pattern);
+int amk_gemv_pattern_from_name(const char *s);
 
 const char *amk_page_policy_name(AmkPagePolicy p);
 int amk_page_policy_from_name(const char *s);

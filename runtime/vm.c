@@ -1,0 +1,618 @@
+/* The CPU reference VM (include/amk/vm.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/instructions.h"
+#include "amk/numerics.h"
+#include "amk/rope.h"
+#include "amk/safetensors.h"
+#include "amk/validate.h"
+#include "amk/vm.h"
+
+typedef struct {
+  void *data;
+  size_t nbytes;
+  bool owned; /* false for memory that belongs to a page */
+  AmkTensorView view;
+} VmBuffer;
+
+/* How a task's params follow the step's position. */
+typedef enum {
+  FOLLOW_NONE,
+  FOLLOW_KV_ROW,       /* KV_APPEND / rope_kv: write row `pos` */
+  FOLLOW_WINDOW,       /* attention over [0, pos] */
+  FOLLOW_PARTITION,    /* split-KV attention over [kv_start, min(kv_start+span, pos+1)) */
+} FollowKind;
+
+typedef struct {
+  AmkOp op;
+  AmkInstParams params;
+  AmkInstExtra extra;
+  float *inv_freq; /* owned; ROPE with scaled frequencies */
+  uint32_t n_inputs, n_outputs;
+  uint32_t *inputs, *outputs; /* buffer indices */
+  uint32_t counter;           /* counter index it increments */
+  FollowKind follow;
+  int64_t span;
+} VmTask;
+
+struct AmkVm {
+  const AmkModule *m;
+  VmBuffer *buffers;
+  void **pages;
+  uint32_t n_pages;
+  VmTask *tasks;
+  uint32_t *counter_value;
+  /* Waits in CSR form: task t waits on wait_counter[k] >= wait_threshold[k]
+   * for k in [wait_off[t], wait_off[t+1]). */
+  uint32_t *wait_off, *wait_counter, *wait_threshold;
+  /* For each counter, the waits on it: (task, threshold) pairs. */
+  uint32_t *waiter_off, *waiter_task, *waiter_threshold;
+  uint32_t *unsatisfied, *queue;
+  int64_t max_seq, vocab;
+  int32_t token_buffer, pos_buffer, logits_buffer;
+  float *logits;
+};
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+static uint32_t buffer_index(const AmkModule *m, int32_t id) {
+  const AmkBuffer *b = amk_module_buffer(m, id);
+  return b ? (uint32_t)(b - m->buffers) : UINT32_MAX;
+}
+
+static uint32_t counter_index(const AmkModule *m, int32_t id) {
+  const AmkCounter *c = amk_module_counter(m, id);
+  return c ? (uint32_t)(c - m->counters) : UINT32_MAX;
+}
+
+void amk_vm_free(AmkVm *vm) {
+  if (!vm)
+    return;
+  const AmkModule *m = vm->m;
+  if (vm->buffers)
+    for (uint32_t i = 0; i < m->n_buffers; i++)
+      if (vm->buffers[i].owned)
+        free(vm->buffers[i].data);
+  for (uint32_t p = 0; p < vm->n_pages; p++)
+    free(vm->pages[p]);
+  if (vm->tasks)
+    for (uint32_t t = 0; t < m->n_tasks; t++) {
+      free(vm->tasks[t].inv_freq);
+      free(vm->tasks[t].inputs);
+      free(vm->tasks[t].outputs);
+    }
+  free(vm->pages);
+  free(vm->buffers);
+  free(vm->tasks);
+  free(vm->counter_value);
+  free(vm->wait_off);
+  free(vm->wait_counter);
+  free(vm->wait_threshold);
+  free(vm->waiter_off);
+  free(vm->waiter_task);
+  free(vm->waiter_threshold);
+  free(vm->unsatisfied);
+  free(vm->queue);
+  free(vm->logits);
+  free(vm);
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+/* Activations bound to a page share its memory; the rest get their own. */
+static bool allocate_buffers(AmkVm *vm, AmkDiagEngine *diag) {
+  const AmkModule *m = vm->m;
+  vm->buffers = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *vm->buffers);
+  if (m->pages) {
+    vm->n_pages = m->pages->n_pages;
+    vm->pages = amk_xcalloc(vm->n_pages ? vm->n_pages : 1, sizeof *vm->pages);
+    for (uint32_t p = 0; p < vm->n_pages; p++)
+      vm->pages[p] = amk_xcalloc(1, (size_t)(m->pages->pages[p].nbytes > 0
+                                                  ? m->pages->pages[p].nbytes
+                                                  : 1));
+    for (uint32_t k = 0; k < m->pages->n_bindings; k++) {
+      const AmkPageBinding *bind = &m->pages->bindings[k];
+      uint32_t b = buffer_index(m, bind->buffer);
+      uint32_t p = UINT32_MAX;
+      for (uint32_t q = 0; q < vm->n_pages; q++)
+        if (m->pages->pages[q].id == bind->page)
+          p = q;
+      int64_t nbytes;
+      if (b == UINT32_MAX || p == UINT32_MAX || !amk_buffer_nbytes(&m->buffers[b], &nbytes) ||
+          nbytes > m->pages->pages[p].nbytes) {
+        amk_error(diag, no_loc(), "the page table binds buffer %d to page %d, which cannot hold it",
+                  bind->buffer, bind->page);
+        return false;
+      }
+      vm->buffers[b].data = vm->pages[p];
+      vm->buffers[b].nbytes = (size_t)nbytes;
+    }
+  }
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    int64_t numel, nbytes;
+    if (!amk_buffer_numel(buf, &numel) || !amk_buffer_nbytes(buf, &nbytes) ||
+        buf->rank > AMK_MAX_RANK) {
+      amk_error(diag, buf->loc, "buffer '%s' has a shape the VM cannot allocate", buf->name);
+      return false;
+    }
+    if (!vm->buffers[b].data) {
+      vm->buffers[b].data = calloc(1, (size_t)(nbytes > 0 ? nbytes : 1));
+      if (!vm->buffers[b].data) {
+        amk_error(diag, buf->loc, "cannot allocate %" PRId64 " bytes for buffer '%s'", nbytes,
+                  buf->name);
+        return false;
+      }
+      vm->buffers[b].owned = true;
+      vm->buffers[b].nbytes = (size_t)nbytes;
+    }
+    int64_t dims[AMK_MAX_RANK];
+    for (uint32_t d = 0; d < buf->rank; d++)
+      amk_value_as_int(&buf->shape[d], &dims[d]);
+    vm->buffers[b].view = amk_tensor_view(vm->buffers[b].data, buf->dtype, buf->rank, dims);
+  }
+  return true;
+}
+
+/* Fills a WEIGHT/CONST buffer from its `source`: one state-dict key, or
+ * several joined by '+' whose tensors are stacked along dimension 0. */
+static bool bind_weight(AmkVm *vm, uint32_t b, const AmkSafetensors *st,
+                        AmkDiagEngine *diag) {
+  const AmkBuffer *buf = &vm->m->buffers[b];
+  VmBuffer *vb = &vm->buffers[b];
+  if (!buf->source) {
+    amk_error(diag, buf->loc, "%s buffer '%s' has no source to load it from",
+              amk_kind_text_name(buf->kind), buf->name);
+    return false;
+  }
+  if (buf->dtype != AMK_DTYPE_F32 && buf->dtype != AMK_DTYPE_BF16 &&
+      buf->dtype != AMK_DTYPE_F16) {
+    amk_error(diag, buf->loc, "buffer '%s' is %s; the VM loads f32, bf16 and f16 weights",
+              buf->name, amk_dtype_text_name(buf->dtype));
+    return false;
+  }
+  size_t elem = (size_t)amk_dtype_nbytes(buf->dtype, 1);
+  size_t offset = 0;
+  int64_t rows = 0, cols = -1;
+  const char *part = buf->source;
+  while (*part) {
+    const char *end = strchr(part, '+');
+    size_t len = end ? (size_t)(end - part) : strlen(part);
+    char key[512];
+    if (len == 0 || len >= sizeof key) {
+      amk_error(diag, buf->loc, "buffer '%s' has a malformed source '%s'", buf->name,
+                buf->source);
+      return false;
+    }
+    memcpy(key, part, len);
+    key[len] = '\0';
+    const AmkStTensor *t = amk_safetensors_find(st, key);
+    if (!t) {
+      amk_error(diag, buf->loc, "tensor '%s' (for buffer '%s') is not in the checkpoint",
+                key, buf->name);
+      return false;
+    }
+    int64_t t_cols = t->rank >= 2 ? t->numel / (t->shape[0] ? t->shape[0] : 1) : t->numel;
+    int64_t t_rows = t->rank >= 2 ? t->shape[0] : 1;
+    if (cols >= 0 && t_cols != cols) {
+      amk_error(diag, buf->loc,
+                "tensor '%s' in %s has rows of %" PRId64 " elements, but the other parts of "
+                "buffer '%s' have %" PRId64,
+                key, t->file, t_cols, buf->name, cols);
+      return false;
+    }
+    cols = t_cols;
+    rows += t_rows;
+    size_t bytes = (size_t)t->numel * elem;
+    if (offset + bytes > vb->nbytes) {
+      amk_error(diag, buf->loc,
+                "tensor '%s' in %s has %" PRId64 " elements, more than buffer '%s' holds", key,
+                t->file, t->numel, buf->name);
+      return false;
+    }
+    if (!amk_safetensors_convert(t, buf->dtype, (char *)vb->data + offset, bytes, diag))
+      return false;
+    offset += bytes;
+    part = end ? end + 1 : part + len;
+  }
+  if (offset != vb->nbytes) {
+    int64_t numel = 0;
+    amk_buffer_numel(buf, &numel);
+    amk_error(diag, buf->loc,
+              "buffer '%s' holds %" PRId64 " elements but its source '%s' has %zu",
+              buf->name, numel, buf->source, offset / elem);
+    return false;
+  }
+  /* The same element count in another arrangement is a shape mismatch. */
+  int64_t want_rows;
+  if (buf->rank == 2 && amk_value_as_int(&buf->shape[0], &want_rows) && want_rows != rows) {
+    amk_error(diag, buf->loc,
+              "buffer '%s' is %" PRId64 " rows but its source '%s' has %" PRId64, buf->name,
+              want_rows, buf->source, rows);
+    return false;
+  }
+  return true;
+}
+
+static uint64_t splitmix(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Random weights at real shapes: matrices uniform in +-1/sqrt(columns),
+ * vectors (norm weights) around 1. */
+static void fill_random(VmBuffer *vb, const AmkBuffer *buf, uint64_t *state) {
+  int64_t numel = vb->view.numel;
+  int64_t cols = buf->rank >= 2 ? vb->view.shape[buf->rank - 1] : numel;
+  double scale = buf->rank >= 2 ? 1.0 / sqrt((double)(cols > 0 ? cols : 1)) : 0.1;
+  double center = buf->rank >= 2 ? 0.0 : 1.0;
+  for (int64_t i = 0; i < numel; i++) {
+    double u = (double)(splitmix(state) >> 11) * (1.0 / 9007199254740992.0);
+    float v = (float)(center + scale * (2.0 * u - 1.0));
+    switch (buf->dtype) {
+    case AMK_DTYPE_F32:
+      ((float *)vb->data)[i] = v;
+      break;
+    case AMK_DTYPE_BF16:
+      ((uint16_t *)vb->data)[i] = amk_f32_to_bf16(v);
+      break;
+    case AMK_DTYPE_F16:
+      ((uint16_t *)vb->data)[i] = amk_f32_to_f16(v);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+/* ---- schedule --------------------------------------------------------------- */
+
+static bool is_attention(const AmkTask *t, int64_t flags) {
+  if (t->op == AMK_OP_ATTENTION_TILE)
+    return true;
+  int64_t pattern = flags >> AMK_PATTERN_SHIFT;
+  return t->op == AMK_OP_GEMV_TILE &&
+         (pattern == AMK_PATTERN_ATTENTION || pattern == AMK_PATTERN_ATTENTION_ROPE);
+}
+
+static int compare_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Split-KV partitions of one cache tile its rows: partition p spans from its
+ * kv_start to the next partition's (the last one to the cache's end). */
+static void derive_partition_spans(AmkVm *vm) {
+  const AmkModule *m = vm->m;
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    VmTask *vt = &vm->tasks[t];
+    if (vt->follow != FOLLOW_PARTITION || vt->n_inputs < 2)
+      continue;
+    uint32_t cache = vt->inputs[1];
+    int64_t *starts = amk_xmalloc(m->n_tasks * sizeof *starts);
+    size_t n = 0;
+    for (uint32_t u = 0; u < m->n_tasks; u++)
+      if (vm->tasks[u].follow == FOLLOW_PARTITION && vm->tasks[u].n_inputs >= 2 &&
+          vm->tasks[u].inputs[1] == cache)
+        starts[n++] = vm->tasks[u].params.kv_start.i;
+    qsort(starts, n, sizeof *starts, compare_i64);
+    int64_t rows = vm->buffers[cache].view.shape[0];
+    int64_t mine = vt->params.kv_start.i, next = rows;
+    for (size_t k = 0; k < n; k++)
+      if (starts[k] > mine) {
+        next = starts[k];
+        break;
+      }
+    vt->span = next - mine;
+    free(starts);
+  }
+}
+
+static bool build_schedule(AmkVm *vm, AmkDiagEngine *diag) {
+  const AmkModule *m = vm->m;
+  uint32_t n = m->n_tasks, nc = m->n_counters;
+  vm->tasks = amk_xcalloc(n ? n : 1, sizeof *vm->tasks);
+  vm->counter_value = amk_xcalloc(nc ? nc : 1, sizeof *vm->counter_value);
+  vm->wait_off = amk_xcalloc((size_t)n + 1, sizeof *vm->wait_off);
+  for (uint32_t t = 0; t < n; t++)
+    vm->wait_off[t + 1] = vm->wait_off[t] + m->tasks[t].n_waits;
+  uint32_t total_waits = vm->wait_off[n];
+  vm->wait_counter = amk_xmalloc((total_waits + 1) * sizeof *vm->wait_counter);
+  vm->wait_threshold = amk_xmalloc((total_waits + 1) * sizeof *vm->wait_threshold);
+  vm->waiter_off = amk_xcalloc((size_t)nc + 1, sizeof *vm->waiter_off);
+  for (uint32_t t = 0; t < n; t++) {
+    const AmkTask *task = &m->tasks[t];
+    VmTask *vt = &vm->tasks[t];
+    char err[256];
+    if (amk_inst_params_from_task(task, &vt->params, err, sizeof err) != 0) {
+      amk_error(diag, task->loc, "task %d ('%s'): %s", task->id, task->label, err);
+      return false;
+    }
+    vt->op = task->op;
+    vt->n_inputs = task->n_inputs;
+    vt->n_outputs = task->n_outputs;
+    vt->inputs = amk_xmalloc((task->n_inputs + 1) * sizeof *vt->inputs);
+    vt->outputs = amk_xmalloc((task->n_outputs + 1) * sizeof *vt->outputs);
+    for (uint32_t i = 0; i < task->n_inputs; i++)
+      vt->inputs[i] = buffer_index(m, task->inputs[i]);
+    for (uint32_t i = 0; i < task->n_outputs; i++)
+      vt->outputs[i] = buffer_index(m, task->outputs[i]);
+    vt->counter = counter_index(m, task->out_counter);
+    vt->extra.recipe = amk_task_param(task, "recipe");
+    for (uint32_t w = 0; w < task->n_waits; w++) {
+      int64_t threshold = 0;
+      amk_value_as_int(&task->waits[w].threshold, &threshold);
+      uint32_t c = counter_index(m, task->waits[w].counter);
+      vm->wait_counter[vm->wait_off[t] + w] = c;
+      vm->wait_threshold[vm->wait_off[t] + w] = (uint32_t)threshold;
+      vm->waiter_off[c + 1]++;
+    }
+    int64_t flags = vt->params.flags.i;
+    if (task->op == AMK_OP_KV_APPEND ||
+        (task->op == AMK_OP_GEMV_TILE && (flags >> AMK_PATTERN_SHIFT) == AMK_PATTERN_ROPE_KV))
+      vt->follow = FOLLOW_KV_ROW;
+    else if (is_attention(task, flags))
+      vt->follow = (flags & 2) ? FOLLOW_PARTITION : FOLLOW_WINDOW;
+    if (task->op == AMK_OP_ROPE || (task->op == AMK_OP_GEMV_TILE && vt->follow != FOLLOW_NONE)) {
+      AmkRopeSpec spec;
+      const char *why = NULL;
+      if (amk_rope_spec_from_task(task, &spec, &why) && spec.kind == AMK_ROPE_LLAMA3) {
+        int half = spec.head_dim / 2;
+        double *freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
+        amk_rope_inv_freq(&spec, freq, half);
+        vt->inv_freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *vt->inv_freq);
+        for (int i = 0; i < half; i++)
+          vt->inv_freq[i] = (float)freq[i];
+        free(freq);
+        vt->extra.rope_inv_freq = vt->inv_freq;
+      }
+    }
+  }
+  for (uint32_t c = 0; c < nc; c++)
+    vm->waiter_off[c + 1] += vm->waiter_off[c];
+  vm->waiter_task = amk_xmalloc((total_waits + 1) * sizeof *vm->waiter_task);
+  vm->waiter_threshold = amk_xmalloc((total_waits + 1) * sizeof *vm->waiter_threshold);
+  uint32_t *fill = amk_xcalloc(nc ? nc : 1, sizeof *fill);
+  for (uint32_t t = 0; t < n; t++)
+    for (uint32_t k = vm->wait_off[t]; k < vm->wait_off[t + 1]; k++) {
+      uint32_t c = vm->wait_counter[k];
+      uint32_t at = vm->waiter_off[c] + fill[c]++;
+      vm->waiter_task[at] = t;
+      vm->waiter_threshold[at] = vm->wait_threshold[k];
+    }
+  free(fill);
+  vm->unsatisfied = amk_xmalloc((n ? n : 1) * sizeof *vm->unsatisfied);
+  vm->queue = amk_xmalloc((n ? n : 1) * sizeof *vm->queue);
+  derive_partition_spans(vm);
+  return true;
+}
+
+/* The IO buffers the host drives, found by the names the lowerings use. */
+static bool find_io(AmkVm *vm, AmkDiagEngine *diag) {
+  const AmkModule *m = vm->m;
+  vm->token_buffer = vm->pos_buffer = vm->logits_buffer = -1;
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "token_id") == 0)
+      vm->token_buffer = (int32_t)b;
+    else if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "pos") == 0)
+      vm->pos_buffer = (int32_t)b;
+    else if (buf->kind == AMK_KIND_IO_OUTPUT && vm->logits_buffer < 0)
+      vm->logits_buffer = (int32_t)b;
+    if (buf->kind == AMK_KIND_KV_CACHE && buf->rank >= 1) {
+      int64_t rows = vm->buffers[b].view.shape[0];
+      if (vm->max_seq == 0 || rows < vm->max_seq)
+        vm->max_seq = rows;
+    }
+  }
+  if (vm->token_buffer < 0 || vm->logits_buffer < 0) {
+    amk_error(diag, no_loc(),
+              "the program has no %s buffer; the VM feeds an IO_INPUT named 'token_id' and "
+              "reads the first IO_OUTPUT as the logits",
+              vm->token_buffer < 0 ? "IO_INPUT 'token_id'" : "IO_OUTPUT");
+    return false;
+  }
+  const AmkTensorView *lv = &vm->buffers[vm->logits_buffer].view;
+  if (lv->dtype != AMK_DTYPE_F32 && lv->dtype != AMK_DTYPE_BF16 && lv->dtype != AMK_DTYPE_F16) {
+    amk_error(diag, no_loc(), "the logits buffer '%s' is not a floating-point buffer",
+              m->buffers[vm->logits_buffer].name);
+    return false;
+  }
+  vm->vocab = lv->numel;
+  vm->logits = amk_xmalloc((size_t)(vm->vocab > 0 ? vm->vocab : 1) * sizeof *vm->logits);
+  if (vm->max_seq == 0)
+    vm->max_seq = INT64_MAX; /* no cache: any position */
+  return true;
+}
+
+static AmkVm *create(const AmkModule *m, const char *weights_dir, bool random,
+                     uint64_t seed, AmkDiagEngine *diag) {
+  AmkValidateResult result;
+  if (!amk_validate_module(m, diag, NULL, &result)) {
+    amk_error(diag, no_loc(),
+              "the reference VM refuses to run a program that validate rejects");
+    return NULL;
+  }
+  AmkVm *vm = amk_xcalloc(1, sizeof *vm);
+  vm->m = m;
+  if (!allocate_buffers(vm, diag) || !build_schedule(vm, diag) || !find_io(vm, diag)) {
+    amk_vm_free(vm);
+    return NULL;
+  }
+  bool needs_weights = false;
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    needs_weights |= m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST;
+  if (!needs_weights)
+    return vm;
+  if (random) {
+    uint64_t state = seed;
+    for (uint32_t b = 0; b < m->n_buffers; b++)
+      if (m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST)
+        fill_random(&vm->buffers[b], &m->buffers[b], &state);
+    return vm;
+  }
+  const char *dir = weights_dir ? weights_dir : m->model_dir;
+  if (!dir) {
+    amk_error(diag, no_loc(),
+              "the program names no model folder to load weights from; give --weights DIR");
+    amk_vm_free(vm);
+    return NULL;
+  }
+  AmkSafetensors *st = amk_safetensors_open(dir, diag);
+  if (!st) {
+    amk_vm_free(vm);
+    return NULL;
+  }
+  bool ok = true;
+  for (uint32_t b = 0; b < m->n_buffers && ok; b++)
+    if (m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST)
+      ok = bind_weight(vm, b, st, diag);
+  amk_safetensors_close(st);
+  if (!ok) {
+    amk_vm_free(vm);
+    return NULL;
+  }
+  return vm;
+}
+
+AmkVm *amk_vm_create(const AmkModule *m, const char *weights_dir, AmkDiagEngine *diag) {
+  return create(m, weights_dir, false, 0, diag);
+}
+
+AmkVm *amk_vm_create_random(const AmkModule *m, uint64_t seed, AmkDiagEngine *diag) {
+  return create(m, NULL, true, seed, diag);
+}
+
+int64_t amk_vm_max_seq(const AmkVm *vm) { return vm->max_seq; }
+int64_t amk_vm_vocab(const AmkVm *vm) { return vm->vocab; }
+
+void amk_vm_reset(AmkVm *vm) {
+  const AmkModule *m = vm->m;
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    if (m->buffers[b].kind == AMK_KIND_KV_CACHE)
+      memset(vm->buffers[b].data, 0, vm->buffers[b].nbytes);
+}
+
+const float *amk_vm_logits(const AmkVm *vm, size_t *n) {
+  *n = (size_t)vm->vocab;
+  return vm->logits;
+}
+
+static void write_i32(VmBuffer *vb, int32_t value) {
+  memset(vb->data, 0, vb->nbytes);
+  if (vb->nbytes >= sizeof value)
+    memcpy(vb->data, &value, sizeof value);
+}
+
+/* Runs one task with its params moved to the step's position. */
+static bool run_task(AmkVm *vm, uint32_t t, int64_t pos, AmkDiagEngine *diag) {
+  const AmkTask *task = &vm->m->tasks[t];
+  VmTask *vt = &vm->tasks[t];
+  AmkInstParams params = vt->params;
+  AmkInstExtra extra = vt->extra;
+  switch (vt->follow) {
+  case FOLLOW_NONE:
+    break;
+  case FOLLOW_KV_ROW:
+    extra.has_position = true;
+    extra.position = pos;
+    params.pos.i = (int32_t)pos;
+    params.present |= AMK_PARAM_BIT(pos);
+    break;
+  case FOLLOW_WINDOW:
+    params.kv_start.i = 0;
+    params.kv_len.i = (int32_t)(pos + 1);
+    break;
+  case FOLLOW_PARTITION: {
+    int64_t end = params.kv_start.i + vt->span;
+    if (end > pos + 1)
+      end = pos + 1;
+    int64_t len = end - params.kv_start.i;
+    params.kv_len.i = (int32_t)(len > 0 ? len : 0);
+    break;
+  }
+  }
+  AmkTensorView in[AMK_MAX_INPUTS * 4], out[AMK_MAX_OUTPUTS];
+  uint32_t n_in = vt->n_inputs < AMK_MAX_INPUTS * 4 ? vt->n_inputs : AMK_MAX_INPUTS * 4;
+  for (uint32_t i = 0; i < n_in; i++)
+    in[i] = vm->buffers[vt->inputs[i]].view;
+  for (uint32_t i = 0; i < vt->n_outputs && i < AMK_MAX_OUTPUTS; i++)
+    out[i] = vm->buffers[vt->outputs[i]].view;
+  char err[512];
+  int rc = amk_inst_execute(vt->op, &params, in, n_in, out, vt->n_outputs, &extra, err,
+                            sizeof err);
+  if (rc != AMK_INST_OK) {
+    amk_error(diag, task->loc, "task %d ('%s') failed at position %" PRId64 ": %s", task->id,
+              task->label, pos, err);
+    return false;
+  }
+  return true;
+}
+
+bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
+  const AmkModule *m = vm->m;
+  if (token < 0 || token >= vm->vocab) {
+    amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")", token,
+              vm->vocab);
+    return false;
+  }
+  if (pos < 0 || pos >= vm->max_seq || pos > INT32_MAX - 1) {
+    amk_error(diag, no_loc(),
+              "position %" PRId64 " is beyond the KV cache (%" PRId64 " rows); compile with a "
+              "larger --max-seq",
+              pos, vm->max_seq);
+    return false;
+  }
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    if (m->buffers[b].kind == AMK_KIND_IO_INPUT)
+      memset(vm->buffers[b].data, 0, vm->buffers[b].nbytes);
+  write_i32(&vm->buffers[vm->token_buffer], token);
+  if (vm->pos_buffer >= 0)
+    write_i32(&vm->buffers[vm->pos_buffer], (int32_t)pos);
+
+  /* Counter-driven firing: a task becomes ready when its last unsatisfied
+   * wait is met; ready tasks run in the order they became ready. */
+  memset(vm->counter_value, 0, (m->n_counters ? m->n_counters : 1) * sizeof *vm->counter_value);
+  uint32_t head = 0, tail = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    vm->unsatisfied[t] = vm->wait_off[t + 1] - vm->wait_off[t];
+    if (vm->unsatisfied[t] == 0)
+      vm->queue[tail++] = t;
+  }
+  while (head < tail) {
+    uint32_t t = vm->queue[head++];
+    if (!run_task(vm, t, pos, diag))
+      return false;
+    uint32_t c = vm->tasks[t].counter;
+    uint32_t value = ++vm->counter_value[c];
+    for (uint32_t k = vm->waiter_off[c]; k < vm->waiter_off[c + 1]; k++)
+      if (vm->waiter_threshold[k] == value && --vm->unsatisfied[vm->waiter_task[k]] == 0)
+        vm->queue[tail++] = vm->waiter_task[k];
+  }
+  if (tail != m->n_tasks) {
+    amk_error(diag, no_loc(), "%u of %u tasks never became ready; the schedule is stuck",
+              m->n_tasks - tail, m->n_tasks);
+    return false;
+  }
+  const VmBuffer *lb = &vm->buffers[vm->logits_buffer];
+  for (int64_t i = 0; i < vm->vocab; i++) {
+    switch (lb->view.dtype) {
+    case AMK_DTYPE_BF16:
+      vm->logits[i] = amk_bf16_to_f32(((const uint16_t *)lb->data)[i]);
+      break;
+    case AMK_DTYPE_F16:
+      vm->logits[i] = amk_f16_to_f32(((const uint16_t *)lb->data)[i]);
+      break;
+    default:
+      vm->logits[i] = ((const float *)lb->data)[i];
+      break;
+    }
+  }
+  return true;
+}

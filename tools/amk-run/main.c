@@ -1,0 +1,507 @@
+/* amk-run: decode tokens with a compiled AMK program.
+ *
+ *   amk-run [options] TARGET
+ *
+ * TARGET is a HuggingFace model folder (compiled first by the default
+ * pipeline) or a compiled .amkir / .json program (weights from the folder it
+ * names, or --weights DIR). Generated token ids go to stdout as they are
+ * produced; progress and timing go to stderr.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "amk/io.h"
+#include "amk/pass.h"
+#include "amk/sampling.h"
+#include "amk/vm.h"
+
+/* The passes a model folder goes through before it runs. */
+#define DEFAULT_PIPELINE "import,tile,fuse,sm-assign,color"
+
+typedef struct {
+  const char *target;
+  const char *device;
+  const char *weights;
+  const char *pipeline;
+  const char *dump_logits;
+  const char *dtype;
+  const char *gpu_target;
+  int32_t *prompt;
+  size_t n_prompt;
+  int64_t n_new;
+  int64_t max_seq; /* 0: the import default */
+  AmkSamplingParams sampling;
+  bool json;
+  bool random_weights;
+  uint64_t random_seed;
+} RunOptions;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void usage(FILE *out) {
+  fputs("USAGE: amk-run [options] TARGET\n\n"
+        "  TARGET is a HuggingFace model folder (compiled with the default pipeline\n"
+        "  " DEFAULT_PIPELINE ") or a compiled .amkir or .json program.\n\n"
+        "OPTIONS:\n"
+        "  --device cpu|cuda|auto   where to decode (default auto: the GPU when there is\n"
+        "                           one, else the CPU reference VM)\n"
+        "  --prompt-ids 1,2,3       the prompt as token ids (default: 1)\n"
+        "  -n N                     new tokens to generate (default 16)\n"
+        "  --temp T                 sampling temperature (default 0: greedy)\n"
+        "  --top-k K                sample among the K most likely tokens (default: all)\n"
+        "  --top-p P                sample within the top-P probability mass (default 1)\n"
+        "  --seed S                 sampling seed (default 0)\n"
+        "  --max-seq N              KV cache length when compiling a model folder\n"
+        "  --dtype f32|bf16|f16     program dtype when compiling a model folder\n"
+        "  --target NAME            GPU target record when compiling (default h200)\n"
+        "  --passes a,b,c           the pipeline for a model folder (default\n"
+        "                           " DEFAULT_PIPELINE ")\n"
+        "  --weights DIR            the checkpoint folder for a compiled program\n"
+        "  --random-weights SEED    seeded random weights at the program's shapes\n"
+        "  --dump-logits FILE       write the logits after every fed token as JSON\n"
+        "                           [[...], ...] (row i after feeding token i)\n"
+        "  --json                   print one JSON object on stdout: prompt, generated,\n"
+        "                           device, timing\n"
+        "  -h, --help               show this help\n",
+        out);
+}
+
+static bool parse_int64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end)
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_prompt(const char *s, RunOptions *o) {
+  size_t cap = 8;
+  o->prompt = amk_xmalloc(cap * sizeof *o->prompt);
+  o->n_prompt = 0;
+  const char *p = s;
+  while (*p) {
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
+      return false;
+    if (o->n_prompt == cap) {
+      cap *= 2;
+      o->prompt = amk_xrealloc(o->prompt, cap * sizeof *o->prompt);
+    }
+    o->prompt[o->n_prompt++] = (int32_t)v;
+    p = *end ? end + 1 : end;
+  }
+  return o->n_prompt > 0;
+}
+
+/* Returns 0 to run, 1 on a usage error, 2 after --help. */
+static int parse_args(int argc, char **argv, RunOptions *o) {
+  o->device = "auto";
+  o->pipeline = DEFAULT_PIPELINE;
+  o->n_new = 16;
+  o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *value = NULL;
+    const char *name = a;
+    char flag[64];
+    if (a[0] == '-' && a[1] == '-' && strchr(a, '=')) {
+      size_t n = (size_t)(strchr(a, '=') - a);
+      if (n >= sizeof flag) {
+        fprintf(stderr, "amk-run: error: unknown option '%s'\n", a);
+        return 1;
+      }
+      memcpy(flag, a, n);
+      flag[n] = '\0';
+      name = flag;
+      value = a + n + 1;
+    }
+#define IS(s) (strcmp(name, s) == 0)
+#define VALUE()                                                                \
+  (value ? value                                                               \
+         : (i + 1 < argc ? argv[++i]                                           \
+                         : (fprintf(stderr, "amk-run: error: '%s' needs a value\n", name), \
+                            (const char *)NULL)))
+    if (IS("-h") || IS("--help")) {
+      usage(stdout);
+      return 2;
+    } else if (a[0] != '-') {
+      if (o->target) {
+        fprintf(stderr, "amk-run: error: more than one target ('%s' and '%s')\n", o->target, a);
+        return 1;
+      }
+      o->target = a;
+      continue;
+    }
+    const char *v;
+    if (IS("--device")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
+        fprintf(stderr, "amk-run: error: --device must be cpu, cuda or auto, not '%s'\n", v);
+        return 1;
+      }
+      o->device = v;
+    } else if (IS("--prompt-ids")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_prompt(v, o)) {
+        fprintf(stderr, "amk-run: error: --prompt-ids takes comma-separated token ids "
+                        "(non-negative integers), not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("-n") || IS("--n-predict")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &o->n_new) || o->n_new < 0 || o->n_new > 1000000) {
+        fprintf(stderr, "amk-run: error: -n takes a count of tokens (0 to 1000000), not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--temp")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_double(v, &o->sampling.temperature) || o->sampling.temperature < 0) {
+        fprintf(stderr, "amk-run: error: --temp takes a number >= 0, not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--top-k")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &o->sampling.top_k) || o->sampling.top_k < 0) {
+        fprintf(stderr, "amk-run: error: --top-k takes an integer >= 0, not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--top-p")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_double(v, &o->sampling.top_p) || o->sampling.top_p <= 0 ||
+          o->sampling.top_p > 1) {
+        fprintf(stderr, "amk-run: error: --top-p takes a number in (0, 1], not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--seed")) {
+      int64_t seed;
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &seed)) {
+        fprintf(stderr, "amk-run: error: --seed takes an integer, not '%s'\n", v);
+        return 1;
+      }
+      o->sampling.seed = (uint64_t)seed;
+    } else if (IS("--max-seq")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &o->max_seq) || o->max_seq < 1 || o->max_seq > (1 << 24)) {
+        fprintf(stderr, "amk-run: error: --max-seq takes a length from 1 to 16777216, not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--dtype")) {
+      if (!(o->dtype = VALUE()))
+        return 1;
+    } else if (IS("--target")) {
+      if (!(o->gpu_target = VALUE()))
+        return 1;
+    } else if (IS("--passes")) {
+      if (!(o->pipeline = VALUE()))
+        return 1;
+    } else if (IS("--weights")) {
+      if (!(o->weights = VALUE()))
+        return 1;
+    } else if (IS("--random-weights")) {
+      int64_t seed;
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &seed)) {
+        fprintf(stderr, "amk-run: error: --random-weights takes an integer seed, not '%s'\n", v);
+        return 1;
+      }
+      o->random_weights = true;
+      o->random_seed = (uint64_t)seed;
+    } else if (IS("--dump-logits")) {
+      if (!(o->dump_logits = VALUE()))
+        return 1;
+    } else if (IS("--json")) {
+      o->json = true;
+    } else {
+      fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", a);
+      return 1;
+    }
+#undef IS
+#undef VALUE
+  }
+  if (!o->target) {
+    fprintf(stderr, "amk-run: error: no target; give a model folder or a compiled program\n");
+    usage(stderr);
+    return 1;
+  }
+  if (!o->prompt) {
+    o->prompt = amk_xmalloc(sizeof *o->prompt);
+    o->prompt[0] = 1;
+    o->n_prompt = 1;
+  }
+  if (o->weights && o->random_weights) {
+    fprintf(stderr, "amk-run: error: --weights and --random-weights exclude each other\n");
+    return 1;
+  }
+  return 0;
+}
+
+static bool is_directory(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Compiles a model folder through the pipeline, or reads a program. */
+static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out) {
+  *text_out = NULL;
+  AmkModule *m;
+  bool folder = is_directory(o->target);
+  if (folder) {
+    m = amk_module_new();
+    m->model_dir = amk_arena_strdup(&m->arena, o->target);
+    m->source_name = m->model_dir;
+  } else {
+    if (o->max_seq || o->dtype || o->gpu_target) {
+      fprintf(stderr, "amk-run: error: --max-seq, --dtype and --target apply when compiling a "
+                      "model folder; '%s' is already compiled\n", o->target);
+      return NULL;
+    }
+    size_t len;
+    char *text = amk_read_file(o->target, &len, diag);
+    if (!text)
+      return NULL;
+    amk_diag_set_source(diag, o->target, text, len);
+    size_t n = strlen(o->target);
+    bool json = n >= 5 && strcmp(o->target + n - 5, ".json") == 0;
+    m = json ? amk_read_json(o->target, text, len, diag)
+             : amk_parse_text(o->target, text, len, diag);
+    if (!m || !amk_verify_module(m, diag)) {
+      amk_module_free(m);
+      free(text);
+      return NULL;
+    }
+    if (!m->source_name)
+      m->source_name = amk_arena_strdup(&m->arena, o->target);
+    *text_out = text;
+    return m;
+  }
+  /* The passes see the compile options as amk-opt's --key=value would give. */
+  char max_seq[32];
+  AmkOption opts[3];
+  size_t n_opts = 0;
+  if (o->max_seq) {
+    snprintf(max_seq, sizeof max_seq, "%" PRId64, o->max_seq);
+    opts[n_opts++] = (AmkOption){"max-seq", max_seq};
+  }
+  if (o->dtype)
+    opts[n_opts++] = (AmkOption){"dtype", o->dtype};
+  if (o->gpu_target)
+    opts[n_opts++] = (AmkOption){"target", o->gpu_target};
+  AmkPassContext ctx = {diag, opts, n_opts, NULL};
+  char *list = amk_xstrdup(o->pipeline);
+  char *save = NULL;
+  bool ok = true, first = true;
+  for (char *name = strtok_r(list, ",", &save); name && ok; name = strtok_r(NULL, ",", &save)) {
+    const AmkPassInfo *pass = amk_pass_lookup(name);
+    if (!pass) {
+      fprintf(stderr, "amk-run: error: unknown pass '%s' in --passes\n", name);
+      ok = false;
+    } else if (first && strcmp(name, "import") != 0) {
+      fprintf(stderr, "amk-run: error: a model folder's pipeline must start with import\n");
+      ok = false;
+    } else {
+      ok = pass->run(m, &ctx);
+    }
+    first = false;
+  }
+  free(list);
+  if (!ok) {
+    amk_module_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* The checkpoint folder for a compiled program: --weights, else the folder
+ * the program names, taken relative to the program file when it exists
+ * there. Returns a malloc'd path or NULL. */
+static char *weights_folder(const RunOptions *o, const AmkModule *m) {
+  if (o->weights)
+    return amk_xstrdup(o->weights);
+  if (!m->model_dir)
+    return NULL;
+  if (m->model_dir[0] != '/' && !is_directory(o->target)) {
+    const char *slash = strrchr(o->target, '/');
+    if (slash) {
+      size_t n = (size_t)(slash - o->target) + 1 + strlen(m->model_dir) + 1;
+      char *joined = amk_xmalloc(n);
+      snprintf(joined, n, "%.*s/%s", (int)(slash - o->target), o->target, m->model_dir);
+      if (is_directory(joined))
+        return joined;
+      free(joined);
+    }
+  }
+  return amk_xstrdup(m->model_dir);
+}
+
+static void write_logits_row(AmkStrBuf *sb, const float *logits, size_t n, bool first_row) {
+  amk_sb_puts(sb, first_row ? "[\n  [" : ",\n  [");
+  for (size_t i = 0; i < n; i++) {
+    char num[32];
+    amk_format_float_repr((double)logits[i], num);
+    if (i)
+      amk_sb_puts(sb, ", ");
+    amk_sb_puts(sb, num);
+  }
+  amk_sb_putc(sb, ']');
+}
+
+static void print_timing_line(const char *what, double ms, int64_t count, const char *unit) {
+  fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " %-6s", what, ms, count, unit);
+  if (count > 0 && ms > 0)
+    fprintf(stderr, " (%8.2f ms per token, %9.2f tokens per second)", ms / (double)count,
+            1e3 * (double)count / ms);
+  fputc('\n', stderr);
+}
+
+int main(int argc, char **argv) {
+  RunOptions o = {0};
+  int rc = parse_args(argc, argv, &o);
+  if (rc) {
+    free(o.prompt);
+    return rc == 2 ? 0 : 1;
+  }
+  AmkDiagEngine *diag = amk_diag_new(stderr);
+  const char *device = "cpu";
+  if (strcmp(o.device, "cuda") == 0) {
+    fprintf(stderr, "amk-run: error: --device cuda: this build has no CUDA backend yet; use "
+                    "--device cpu (the reference VM)\n");
+    amk_diag_free(diag);
+    free(o.prompt);
+    return 1;
+  }
+  if (strcmp(o.device, "auto") == 0 && !o.json)
+    fprintf(stderr, "amk-run: no CUDA backend in this build; decoding on the CPU reference VM\n");
+
+  double t_start = now_ms();
+  char *text = NULL;
+  AmkModule *m = load_program(&o, diag, &text);
+  char *weights = m ? weights_folder(&o, m) : NULL;
+  AmkVm *vm = NULL;
+  if (m)
+    vm = o.random_weights ? amk_vm_create_random(m, o.random_seed, diag)
+                          : amk_vm_create(m, weights, diag);
+  bool ok = vm != NULL;
+  double t_loaded = now_ms();
+
+  int64_t total = (int64_t)o.n_prompt + o.n_new;
+  int32_t *sequence = amk_xmalloc((size_t)(total > 0 ? total : 1) * sizeof *sequence);
+  memcpy(sequence, o.prompt, o.n_prompt * sizeof *sequence);
+  int64_t n_seq = (int64_t)o.n_prompt;
+  AmkSampler sampler;
+  amk_sampler_init(&sampler, &o.sampling);
+  AmkStrBuf dump;
+  amk_sb_init(&dump);
+  double prompt_ms = 0, eval_ms = 0;
+  int64_t eval_steps = 0;
+  if (ok && total > amk_vm_max_seq(vm)) {
+    fprintf(stderr, "amk-run: error: %" PRId64 " prompt and new tokens do not fit the KV cache "
+                    "of %" PRId64 " positions; compile with a larger --max-seq\n",
+            total, amk_vm_max_seq(vm));
+    ok = false;
+  }
+  /* Feed every token of the sequence; after the prompt each step's logits
+   * choose the next token. With --dump-logits the last generated token is
+   * fed too, so there is a row for every token of the sequence. */
+  for (int64_t pos = 0; ok && pos < n_seq; pos++) {
+    double t0 = now_ms();
+    ok = amk_vm_step(vm, sequence[pos], pos, diag);
+    double dt = now_ms() - t0;
+    if (!ok)
+      break;
+    if (pos < (int64_t)o.n_prompt)
+      prompt_ms += dt;
+    else
+      eval_ms += dt, eval_steps++;
+    size_t vocab;
+    const float *logits = amk_vm_logits(vm, &vocab);
+    if (o.dump_logits)
+      write_logits_row(&dump, logits, vocab, pos == 0);
+    if (pos == n_seq - 1 && n_seq < total) {
+      int32_t next = amk_sample(&sampler, logits, vocab);
+      sequence[n_seq++] = next;
+      if (!o.json) {
+        printf("%s%d", n_seq - 1 == (int64_t)o.n_prompt ? "" : " ", next);
+        fflush(stdout);
+      }
+      if (n_seq == total && !o.dump_logits)
+        break;
+    }
+  }
+  double t_end = now_ms();
+  if (ok && !o.json && o.n_new > 0)
+    putchar('\n');
+
+  if (ok && o.dump_logits) {
+    if (n_seq == 0)
+      amk_sb_puts(&dump, "[");
+    amk_sb_puts(&dump, "\n]\n");
+    if (amk_write_file_atomic(o.dump_logits, dump.data, dump.len, diag) != 0)
+      ok = false;
+  }
+  int64_t generated = n_seq - (int64_t)o.n_prompt;
+  if (ok && o.json) {
+    printf("{\"prompt\": [");
+    for (size_t i = 0; i < o.n_prompt; i++)
+      printf("%s%d", i ? ", " : "", o.prompt[i]);
+    printf("], \"generated\": [");
+    for (int64_t i = 0; i < generated; i++)
+      printf("%s%d", i ? ", " : "", sequence[o.n_prompt + (size_t)i]);
+    printf("], \"device\": \"%s\", \"timing\": {\"load_ms\": %.3f, \"prompt_ms\": %.3f, "
+           "\"prompt_tokens\": %zu, \"eval_ms\": %.3f, \"eval_tokens\": %" PRId64
+           ", \"ms_per_token\": %.4f, \"tokens_per_second\": %.2f}}\n",
+           device, t_loaded - t_start, prompt_ms, o.n_prompt, eval_ms, eval_steps,
+           eval_steps ? eval_ms / (double)eval_steps : 0.0,
+           eval_ms > 0 ? 1e3 * (double)eval_steps / eval_ms : 0.0);
+  }
+  if (ok) {
+    fprintf(stderr, "amk-run: %16s = %10.2f ms\n", "load time", t_loaded - t_start);
+    print_timing_line("prompt eval time", prompt_ms, (int64_t)o.n_prompt, "tokens");
+    print_timing_line("eval time", eval_ms, eval_steps, "runs");
+    fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " tokens\n", "total time",
+            t_end - t_start, n_seq);
+  }
+  amk_sb_free(&dump);
+  amk_sampler_free(&sampler);
+  free(sequence);
+  amk_vm_free(vm);
+  amk_module_free(m);
+  free(weights);
+  free(text);
+  free(o.prompt);
+  amk_diag_free(diag);
+  return ok ? 0 : 1;
+}
