@@ -97,6 +97,14 @@ static void put_name(AmkStrBuf *out, const char *s) {
     put_string(out, s);
 }
 
+/* An object key: bare unless it would lex as a number word (nan, inf). */
+static void put_key(AmkStrBuf *out, const char *s) {
+  if (strcmp(s, "nan") == 0 || strcmp(s, "inf") == 0)
+    put_string(out, s);
+  else
+    put_name(out, s);
+}
+
 /* A free word (target name): also quoted when it is a reserved word. */
 static void put_word(AmkStrBuf *out, const char *s) {
   size_t n = strlen(s);
@@ -133,7 +141,7 @@ static void put_value(AmkStrBuf *out, const AmkValue *v) {
     for (uint32_t i = 0; i < v->count; i++) {
       if (i)
         amk_sb_puts(out, ", ");
-      put_name(out, v->as.members[i].key);
+      put_key(out, v->as.members[i].key);
       amk_sb_puts(out, " = ");
       put_value(out, &v->as.members[i].value);
     }
@@ -321,7 +329,7 @@ static void print_task(AmkStrBuf *out, const Printer *pr, const AmkTask *t) {
     for (uint32_t i = 0; i < t->n_params; i++) {
       if (i)
         amk_sb_puts(out, ", ");
-      put_name(out, t->params[i].key);
+      put_key(out, t->params[i].key);
       amk_sb_puts(out, " = ");
       put_value(out, &t->params[i].value);
     }

@@ -12,7 +12,8 @@ config.test_exec_root = os.path.join(config.amk_obj_root, "test")
 
 # Unit-test binaries are run by the .test files in test/unit-tests.
 config.environment["PATH"] = os.pathsep.join(
-    [config.amk_tools_dir, config.amk_unit_dir, config.environment.get("PATH", "")])
+    [config.amk_tools_dir, config.amk_unit_dir, os.path.dirname(config.filecheck),
+     config.environment.get("PATH", "")])
 for var in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "HOME", "AMK_CACHE_DIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]

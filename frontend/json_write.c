@@ -1,0 +1,430 @@
+/* The reference's JSON on-disk form, written byte for byte as Python's
+ * json.dumps(program.to_dict(), indent=2) writes it. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "amk/io.h"
+
+/* ---- strings ---------------------------------------------------------------- */
+
+static void put_u16_escape(AmkStrBuf *out, unsigned unit) {
+  amk_sb_printf(out, "\\u%04x", unit);
+}
+
+/* Decodes one UTF-8 sequence at s; returns its length, or 0 when it is not
+ * well-formed (then the byte is written as U+FFFD, as a lossy decoder would). */
+static int decode_utf8(const unsigned char *s, uint32_t *code_point) {
+  unsigned char c = s[0];
+  int len;
+  uint32_t cp, min;
+  if (c < 0x80) {
+    *code_point = c;
+    return 1;
+  } else if ((c & 0xE0) == 0xC0) {
+    len = 2, cp = c & 0x1F, min = 0x80;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3, cp = c & 0x0F, min = 0x800;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  for (int i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  *code_point = cp;
+  return len;
+}
+
+/* ensure_ascii=True: printable ASCII stays, the short escapes json knows are
+ * used, everything else is \uXXXX (astral characters as surrogate pairs). */
+void amk_write_json_string(const char *s, AmkStrBuf *out) {
+  const unsigned char *p = (const unsigned char *)s;
+  amk_sb_putc(out, '"');
+  while (*p) {
+    unsigned char c = *p;
+    /* Copy the longest run that needs no escaping in one go. */
+    if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
+      const unsigned char *run = p;
+      while (*p >= 0x20 && *p < 0x7F && *p != '"' && *p != '\\')
+        p++;
+      amk_sb_putn(out, (const char *)run, (size_t)(p - run));
+      continue;
+    }
+    switch (c) {
+    case '"': amk_sb_puts(out, "\\\""); p++; continue;
+    case '\\': amk_sb_puts(out, "\\\\"); p++; continue;
+    case '\n': amk_sb_puts(out, "\\n"); p++; continue;
+    case '\r': amk_sb_puts(out, "\\r"); p++; continue;
+    case '\t': amk_sb_puts(out, "\\t"); p++; continue;
+    case '\b': amk_sb_puts(out, "\\b"); p++; continue;
+    case '\f': amk_sb_puts(out, "\\f"); p++; continue;
+    default: break;
+    }
+    uint32_t cp;
+    int len = decode_utf8(p, &cp);
+    if (len == 0) {
+      cp = 0xFFFD;
+      len = 1;
+    }
+    p += len;
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      put_u16_escape(out, 0xD800 | (cp >> 10));
+      put_u16_escape(out, 0xDC00 | (cp & 0x3FF));
+    } else {
+      put_u16_escape(out, cp);
+    }
+  }
+  amk_sb_putc(out, '"');
+}
+
+/* ---- scalars and layout ------------------------------------------------------ */
+
+static void put_float(double f, AmkStrBuf *out) {
+  /* json.dumps spells the non-finite values as JavaScript does. */
+  if (isnan(f)) {
+    amk_sb_puts(out, "NaN");
+  } else if (isinf(f)) {
+    amk_sb_puts(out, f < 0 ? "-Infinity" : "Infinity");
+  } else {
+    char buf[32];
+    int n = amk_format_float_repr(f, buf);
+    amk_sb_putn(out, buf, (size_t)n);
+  }
+}
+
+/* Decimal digits without printf: integers are most of a program's bytes. */
+static void put_int(int64_t i, AmkStrBuf *out) {
+  char buf[24];
+  char *p = buf + sizeof buf;
+  uint64_t magnitude = i < 0 ? (uint64_t)0 - (uint64_t)i : (uint64_t)i;
+  do {
+    *--p = (char)('0' + magnitude % 10);
+    magnitude /= 10;
+  } while (magnitude);
+  if (i < 0)
+    *--p = '-';
+  amk_sb_putn(out, p, (size_t)(buf + sizeof buf - p));
+}
+
+static void put_bool(bool b, AmkStrBuf *out) { amk_sb_puts(out, b ? "true" : "false"); }
+
+static void newline_indent(int depth, AmkStrBuf *out) {
+  amk_sb_putc(out, '\n');
+  for (int i = 0; i < depth; i++)
+    amk_sb_putn(out, "  ", 2);
+}
+
+/* Writers for the fixed-shape records: open, key, separators, close. Every
+ * key is preceded by a newline at depth + 1 and followed by ": ". */
+typedef struct {
+  AmkStrBuf *out;
+  int depth;  /* depth of the container itself */
+  int count;  /* entries written so far */
+  char close; /* '}' or ']' */
+} Container;
+
+static Container open_container(AmkStrBuf *out, int depth, char open) {
+  amk_sb_putc(out, open);
+  Container c = {out, depth, 0, open == '{' ? '}' : ']'};
+  return c;
+}
+
+/* Starts the next entry of a container (separator and indentation). */
+static void next_entry(Container *c) {
+  if (c->count++ > 0)
+    amk_sb_putc(c->out, ',');
+  newline_indent(c->depth + 1, c->out);
+}
+
+static void key(Container *c, const char *name) {
+  next_entry(c);
+  amk_write_json_string(name, c->out);
+  amk_sb_putn(c->out, ": ", 2);
+}
+
+static void close_container(Container *c) {
+  if (c->count > 0)
+    newline_indent(c->depth, c->out);
+  amk_sb_putc(c->out, c->close);
+}
+
+void amk_write_json_value(const AmkValue *v, int depth, AmkStrBuf *out) {
+  switch (v->kind) {
+  case AMK_VALUE_NULL:
+    amk_sb_puts(out, "null");
+    return;
+  case AMK_VALUE_BOOL:
+    put_bool(v->as.b, out);
+    return;
+  case AMK_VALUE_INT:
+    put_int(v->as.i, out);
+    return;
+  case AMK_VALUE_FLOAT:
+    put_float(v->as.f, out);
+    return;
+  case AMK_VALUE_STRING:
+    amk_write_json_string(v->as.s, out);
+    return;
+  case AMK_VALUE_LIST: {
+    Container c = open_container(out, depth, '[');
+    for (uint32_t i = 0; i < v->count; i++) {
+      next_entry(&c);
+      amk_write_json_value(&v->as.items[i], depth + 1, out);
+    }
+    close_container(&c);
+    return;
+  }
+  case AMK_VALUE_OBJECT: {
+    Container c = open_container(out, depth, '{');
+    for (uint32_t i = 0; i < v->count; i++) {
+      key(&c, v->as.members[i].key);
+      amk_write_json_value(&v->as.members[i].value, depth + 1, out);
+    }
+    close_container(&c);
+    return;
+  }
+  }
+  AMK_UNREACHABLE("bad AmkValue kind");
+}
+
+static void put_string_or_null(const char *s, AmkStrBuf *out) {
+  if (s)
+    amk_write_json_string(s, out);
+  else
+    amk_sb_puts(out, "null");
+}
+
+static void put_id_list(const int32_t *ids, uint32_t n, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '[');
+  for (uint32_t i = 0; i < n; i++) {
+    next_entry(&c);
+    put_int(ids[i], out);
+  }
+  close_container(&c);
+}
+
+/* ---- records ----------------------------------------------------------------- */
+
+static void write_target(const AmkTarget *t, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+#define PUT_STR(field) put_string_or_null(t->field ? t->field : "", out)
+#define PUT_INT(field) put_int(t->field, out)
+#define PUT_FLOAT(field) put_float(t->field, out)
+#define PUT_BOOL(field) put_bool(t->field, out)
+#define X(field, kind)                                                         \
+  key(&c, #field);                                                             \
+  PUT_##kind(field);
+  AMK_TARGET_FIELDS(X)
+#undef X
+#undef PUT_STR
+#undef PUT_INT
+#undef PUT_FLOAT
+#undef PUT_BOOL
+  close_container(&c);
+}
+
+static void write_buffer(const AmkBuffer *b, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+  key(&c, "id");
+  put_int(b->id, out);
+  key(&c, "name");
+  amk_write_json_string(b->name ? b->name : "", out);
+  key(&c, "kind");
+  amk_write_json_string(amk_kind_json_name(b->kind), out);
+  key(&c, "dtype");
+  amk_write_json_string(amk_dtype_json_name(b->dtype), out);
+  key(&c, "shape");
+  Container dims = open_container(out, depth + 1, '[');
+  for (uint32_t i = 0; i < b->rank; i++) {
+    next_entry(&dims);
+    amk_write_json_value(&b->shape[i], depth + 2, out);
+  }
+  close_container(&dims);
+  key(&c, "space");
+  amk_write_json_string(amk_space_json_name(b->space), out);
+  key(&c, "source");
+  put_string_or_null(b->source, out);
+  close_container(&c);
+}
+
+static void write_counter(const AmkCounter *k, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+  key(&c, "id");
+  put_int(k->id, out);
+  key(&c, "init");
+  put_int(k->init, out);
+  key(&c, "note");
+  amk_write_json_string(k->note ? k->note : "", out);
+  close_container(&c);
+}
+
+static void write_task(const AmkTask *t, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+  key(&c, "id");
+  put_int(t->id, out);
+  key(&c, "op");
+  amk_write_json_string(amk_op_info(t->op)->json_name, out);
+  key(&c, "inputs");
+  put_id_list(t->inputs, t->n_inputs, depth + 1, out);
+  key(&c, "outputs");
+  put_id_list(t->outputs, t->n_outputs, depth + 1, out);
+  key(&c, "out_counter");
+  put_int(t->out_counter, out);
+  key(&c, "waits");
+  Container waits = open_container(out, depth + 1, '[');
+  for (uint32_t i = 0; i < t->n_waits; i++) {
+    next_entry(&waits);
+    Container w = open_container(out, depth + 2, '{');
+    key(&w, "counter");
+    put_int(t->waits[i].counter, out);
+    key(&w, "threshold");
+    amk_write_json_value(&t->waits[i].threshold, depth + 3, out);
+    close_container(&w);
+  }
+  close_container(&waits);
+  key(&c, "params");
+  Container params = open_container(out, depth + 1, '{');
+  for (uint32_t i = 0; i < t->n_params; i++) {
+    key(&params, t->params[i].key);
+    amk_write_json_value(&t->params[i].value, depth + 2, out);
+  }
+  close_container(&params);
+  key(&c, "sm");
+  if (t->has_sm)
+    put_int(t->sm, out);
+  else
+    amk_sb_puts(out, "null");
+  key(&c, "est_bytes");
+  put_int(t->est_bytes, out);
+  key(&c, "est_flops");
+  put_int(t->est_flops, out);
+  key(&c, "label");
+  amk_write_json_string(t->label ? t->label : "", out);
+  close_container(&c);
+}
+
+static void write_pages(const AmkPageAllocation *pa, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+  key(&c, "buffer_to_page");
+  Container map = open_container(out, depth + 1, '{');
+  for (uint32_t i = 0; i < pa->n_bindings; i++) {
+    /* Keys are the decimal buffer ids as strings (str(int) in Python). */
+    next_entry(&map);
+    amk_sb_printf(out, "\"%" PRId32 "\": ", pa->bindings[i].buffer);
+    put_int(pa->bindings[i].page, out);
+  }
+  close_container(&map);
+  key(&c, "pages");
+  Container list = open_container(out, depth + 1, '[');
+  for (uint32_t i = 0; i < pa->n_pages; i++) {
+    const AmkPage *p = &pa->pages[i];
+    next_entry(&list);
+    Container page = open_container(out, depth + 2, '{');
+    key(&page, "id");
+    put_int(p->id, out);
+    key(&page, "space");
+    amk_write_json_string(amk_space_json_name(p->space), out);
+    key(&page, "nbytes");
+    put_int(p->nbytes, out);
+    key(&page, "live_start");
+    put_int(p->live_start, out);
+    key(&page, "live_end");
+    put_int(p->live_end, out);
+    close_container(&page);
+  }
+  close_container(&list);
+  close_container(&c);
+}
+
+static void write_config(const AmkConfig *cfg, int depth, AmkStrBuf *out) {
+  Container c = open_container(out, depth, '{');
+  key(&c, "tiling");
+  amk_write_json_value(&cfg->tiling, depth + 1, out);
+  key(&c, "fusion_grouping");
+  amk_write_json_value(&cfg->fusion_grouping, depth + 1, out);
+  key(&c, "sm_assignment");
+  if (cfg->sm_assignment == AMK_SM_EXPLICIT) {
+    Container map = open_container(out, depth + 1, '{');
+    for (uint32_t i = 0; i < cfg->n_sm_map; i++) {
+      next_entry(&map);
+      amk_sb_printf(out, "\"%" PRId32 "\": ", cfg->sm_map[i].task);
+      put_int(cfg->sm_map[i].sm, out);
+    }
+    close_container(&map);
+  } else {
+    amk_write_json_string(amk_sm_policy_name(cfg->sm_assignment), out);
+  }
+  key(&c, "pipelining_depth");
+  put_int(cfg->pipelining_depth, out);
+  key(&c, "page_allocation");
+  amk_write_json_string(amk_page_policy_name(cfg->page_allocation), out);
+  key(&c, "threads_per_block");
+  put_int(cfg->threads_per_block, out);
+  key(&c, "smem_bytes_per_block");
+  put_int(cfg->smem_bytes_per_block, out);
+  close_container(&c);
+}
+
+void amk_write_json(const AmkModule *m, AmkStrBuf *out) {
+  Container top = open_container(out, 0, '{');
+  key(&top, "ir_version");
+  amk_write_json_string(m->ir_version ? m->ir_version : AMK_IR_VERSION, out);
+  key(&top, "abi_version");
+  amk_write_json_string(m->abi_version ? m->abi_version : AMK_ABI_VERSION, out);
+  key(&top, "meta");
+  if (m->meta.kind == AMK_VALUE_NULL) {
+    /* A module built in memory with no meta: the reference's default {}. */
+    amk_sb_puts(out, "{}");
+  } else {
+    amk_write_json_value(&m->meta, 1, out);
+  }
+  key(&top, "target");
+  if (m->target)
+    write_target(m->target, 1, out);
+  else
+    amk_sb_puts(out, "null");
+
+  key(&top, "buffers");
+  Container list = open_container(out, 1, '[');
+  for (uint32_t i = 0; i < m->n_buffers; i++) {
+    next_entry(&list);
+    write_buffer(&m->buffers[i], 2, out);
+  }
+  close_container(&list);
+
+  key(&top, "counters");
+  list = open_container(out, 1, '[');
+  for (uint32_t i = 0; i < m->n_counters; i++) {
+    next_entry(&list);
+    write_counter(&m->counters[i], 2, out);
+  }
+  close_container(&list);
+
+  key(&top, "tasks");
+  list = open_container(out, 1, '[');
+  for (uint32_t i = 0; i < m->n_tasks; i++) {
+    next_entry(&list);
+    write_task(&m->tasks[i], 2, out);
+  }
+  close_container(&list);
+
+  key(&top, "pages");
+  if (m->pages)
+    write_pages(m->pages, 1, out);
+  else
+    amk_sb_puts(out, "null");
+  key(&top, "config");
+  if (m->config)
+    write_config(m->config, 1, out);
+  else
+    amk_sb_puts(out, "null");
+  close_container(&top);
+}
