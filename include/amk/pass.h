@@ -49,6 +49,10 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "Fire tasks by counters in list-order sweeps; report stuck tasks")         \
   X(simulate_adversarial, "simulate-adversarial", 1,                           \
     "=N: fire tasks in N seeded random orders; report reads before writes")  \
+  X(tile, "tile", 0,                                                           \
+    "Split GEMVs into column tiles and attention per KV head (split-KV)")    \
+  X(fuse, "fuse", 0,                                                           \
+    "Fuse norms, residual adds, SiLU, RoPE and KV appends into GEMV tiles")  \
   X(sm_assign, "sm-assign", 0,                                                 \
     "Place tasks on SMs (round_robin, load_balance or an explicit map)")       \
   X(color, "color", 0,                                                         \
@@ -64,6 +68,12 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "program dtype: f32, bf16 or f16 (default: the checkpoint's)")            \
   X("max-seq", "import",                                                       \
     "KV cache length (default: max_position_embeddings, capped at 4096)")     \
+  X("gemv-n-tile", "tile",                                                     \
+    "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
+  X("kv-partitions", "tile",                                                   \
+    "split-KV partitions (1-8), overriding config.tiling.attention")          \
+  X("fusion", "fuse",                                                          \
+    "all, none or groups like rmsnorm+gemv,gemv+add (over fusion_grouping)")  \
   X("sm-assignment", "sm-assign",                                              \
     "round_robin or load_balance, overriding config.sm_assignment")           \
   X("page-allocation", "color",                                                \

@@ -1,0 +1,726 @@
+/* The `import` pass: a HuggingFace Llama-family folder (config.json plus
+ * safetensors headers) becomes an op-level decode program. docs/Import.md
+ * describes what is accepted and the program's shape. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#include "amk/model.h"
+#include "amk/pass.h"
+#include "amk/rope.h"
+#include "amk/safetensors.h"
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+/* Default KV cache length cap: long-context models would otherwise ask for
+ * caches of 128K rows. --max-seq overrides. */
+enum { DEFAULT_MAX_SEQ_CAP = 4096, MAX_SEQ_LIMIT = 1 << 24 };
+
+/* ---- the module builder ---------------------------------------------------- */
+
+typedef struct {
+  AmkModule *m;
+  AmkDType dtype;
+  int64_t elem_bytes; /* bytes per element of the program dtype */
+} Builder;
+
+/* An activation (or cache) and the counter its producer signals. */
+typedef struct {
+  int32_t buffer;
+  int32_t counter;
+} Value;
+
+static const char *fmt(Builder *b, const char *format, ...) AMK_PRINTF(2, 3);
+static const char *fmt(Builder *b, const char *format, ...) {
+  char text[256];
+  va_list ap;
+  va_start(ap, format);
+  vsnprintf(text, sizeof text, format, ap);
+  va_end(ap);
+  return amk_arena_strdup(&b->m->arena, text);
+}
+
+static int32_t add_buffer(Builder *b, const char *name, AmkBufferKind kind,
+                          AmkDType dtype, uint32_t rank, const int64_t *dims,
+                          const char *source) {
+  AmkValue *shape = amk_arena_alloc(&b->m->arena, rank * sizeof *shape);
+  for (uint32_t i = 0; i < rank; i++)
+    shape[i] = amk_value_int(dims[i]);
+  AmkBuffer *buf = amk_module_add_buffer(b->m);
+  buf->name = name;
+  buf->kind = kind;
+  buf->dtype = dtype;
+  buf->rank = rank;
+  buf->shape = shape;
+  buf->space = AMK_SPACE_HBM;
+  buf->source = source ? amk_arena_strdup(&b->m->arena, source) : NULL;
+  return buf->id;
+}
+
+static int32_t weight(Builder *b, const char *name, const char *source,
+                      int64_t rows, int64_t cols) {
+  int64_t dims[2] = {rows, cols};
+  return add_buffer(b, name, AMK_KIND_WEIGHT, b->dtype, cols ? 2 : 1, dims,
+                    source);
+}
+
+static int32_t activation(Builder *b, const char *name, int64_t width) {
+  int64_t dims[2] = {1, width};
+  return add_buffer(b, name, AMK_KIND_ACTIVATION, b->dtype, 2, dims, NULL);
+}
+
+/* One task producing one buffer and signalling a fresh counter named after
+ * it. `waits` are the counters of the inputs this task must see written. */
+static AmkTask *add_task(Builder *b, AmkOp op, const char *label,
+                         const int32_t *inputs, uint32_t n_inputs,
+                         int32_t output, const int32_t *waits, uint32_t n_waits,
+                         int64_t est_bytes, int64_t est_flops, Value *produced) {
+  AmkCounter *c = amk_module_add_counter(b->m);
+  c->note = label;
+  c->name = b->m->buffers[output].name;
+  int32_t counter = c->id;
+  AmkTask *t = amk_module_add_task(b->m);
+  t->op = op;
+  t->label = label;
+  t->n_inputs = n_inputs;
+  t->inputs = amk_arena_memdup(&b->m->arena, inputs, n_inputs * sizeof *inputs);
+  t->n_outputs = 1;
+  t->outputs = amk_arena_memdup(&b->m->arena, &output, sizeof output);
+  t->out_counter = counter;
+  t->n_waits = n_waits;
+  t->waits = amk_arena_alloc(&b->m->arena, (n_waits ? n_waits : 1) * sizeof *t->waits);
+  for (uint32_t i = 0; i < n_waits; i++)
+    t->waits[i] = (AmkWait){waits[i], amk_value_int(1)};
+  t->est_bytes = est_bytes;
+  t->est_flops = est_flops;
+  *produced = (Value){output, counter};
+  return t;
+}
+
+static void param_int(Builder *b, AmkTask *t, const char *key, int64_t v) {
+  amk_task_set_param(b->m, t, key, amk_value_int(v));
+}
+
+static void param_real(Builder *b, AmkTask *t, const char *key, double v) {
+  amk_task_set_param(b->m, t, key, amk_value_float(v));
+}
+
+/* A whole projection as one GEMV task (N_tile = N, n_off = 0); `tile`
+ * splits it later. */
+static Value gemv(Builder *b, const char *label, Value x, int32_t w, int64_t k,
+                  int64_t n, const char *out_name) {
+  Value out;
+  int32_t inputs[2] = {x.buffer, w};
+  AmkTask *t = add_task(b, AMK_OP_GEMV_TILE, label, inputs, 2,
+                        activation(b, out_name, n), &x.counter, 1,
+                        (k * n + k + n) * b->elem_bytes, 2 * k * n, &out);
+  param_int(b, t, "K", k);
+  param_int(b, t, "N_tile", n);
+  param_int(b, t, "n_off", 0);
+  return out;
+}
+
+static Value rmsnorm(Builder *b, const char *label, Value x, int32_t w,
+                     const AmkModelConfig *cfg, const char *out_name) {
+  Value out;
+  int32_t inputs[2] = {x.buffer, w};
+  int64_t h = cfg->hidden;
+  AmkTask *t = add_task(b, AMK_OP_RMSNORM, label, inputs, 2,
+                        activation(b, out_name, h), &x.counter, 1,
+                        3 * h * b->elem_bytes, 4 * h, &out);
+  param_real(b, t, "eps", cfg->rms_norm_eps);
+  param_int(b, t, "hidden", h);
+  return out;
+}
+
+static Value binary(Builder *b, AmkOp op, const char *label, Value x, Value y,
+                    int64_t width, int64_t flops_per_elem, const char *out_name) {
+  Value out;
+  int32_t inputs[2] = {x.buffer, y.buffer};
+  int32_t waits[2] = {x.counter, y.counter};
+  add_task(b, op, label, inputs, 2, activation(b, out_name, width), waits, 2,
+           3 * width * b->elem_bytes, flops_per_elem * width, &out);
+  return out;
+}
+
+static Value rope(Builder *b, const char *label, Value x, Value pos,
+                  int64_t heads, const AmkModelConfig *cfg,
+                  const char *out_name) {
+  Value out;
+  int64_t width = heads * cfg->head_dim;
+  int32_t inputs[2] = {x.buffer, pos.buffer};
+  /* pos is an IO input nobody produces: nothing to wait for. */
+  AmkTask *t = add_task(b, AMK_OP_ROPE, label, inputs, 2,
+                        activation(b, out_name, width), &x.counter, 1,
+                        2 * width * b->elem_bytes + 4, 3 * width, &out);
+  param_int(b, t, "head_dim", cfg->head_dim);
+  param_real(b, t, "theta", cfg->rope.theta);
+  if (cfg->rope.kind == AMK_ROPE_LLAMA3) {
+    param_real(b, t, AMK_ROPE_PARAM_FACTOR, cfg->rope.factor);
+    param_real(b, t, AMK_ROPE_PARAM_LOW_FREQ_FACTOR, cfg->rope.low_freq_factor);
+    param_real(b, t, AMK_ROPE_PARAM_HIGH_FREQ_FACTOR, cfg->rope.high_freq_factor);
+    param_real(b, t, AMK_ROPE_PARAM_ORIGINAL_MAX_POS, cfg->rope.original_max_pos);
+  }
+  return out;
+}
+
+static Value kv_append(Builder *b, const char *label, Value x, int32_t cache,
+                       const AmkModelConfig *cfg) {
+  Value out;
+  int32_t inputs[2] = {x.buffer, cache};
+  int64_t row = cfg->n_kv_heads * cfg->head_dim;
+  AmkTask *t = add_task(b, AMK_OP_KV_APPEND, label, inputs, 2, cache,
+                        &x.counter, 1, 2 * row * b->elem_bytes, 0, &out);
+  param_int(b, t, "pos", 0); /* the run's position; see docs/Import.md */
+  return out;
+}
+
+/* ---- meta, target, config ------------------------------------------------- */
+
+typedef struct {
+  AmkMember items[24];
+  uint32_t n;
+} MetaList;
+
+static void meta_put(MetaList *ml, const char *key, AmkValue v) {
+  AMK_ASSERT(ml->n < sizeof ml->items / sizeof ml->items[0]);
+  ml->items[ml->n++] = (AmkMember){key, v};
+}
+
+static AmkValue str_value(AmkModule *m, const char *s) {
+  AmkValue v = {.kind = AMK_VALUE_STRING};
+  v.as.s = amk_arena_strdup(&m->arena, s);
+  return v;
+}
+
+static AmkValue bool_value(bool b) {
+  AmkValue v = {.kind = AMK_VALUE_BOOL};
+  v.as.b = b;
+  return v;
+}
+
+static AmkConfig *default_config(AmkModule *m) {
+  AmkConfig *c = amk_arena_alloc(&m->arena, sizeof *c);
+  c->tiling.kind = AMK_VALUE_OBJECT;
+  c->fusion_grouping.kind = AMK_VALUE_LIST;
+  c->sm_assignment = AMK_SM_LOAD_BALANCE;
+  c->pipelining_depth = 2;
+  c->page_allocation = AMK_PAGES_GRAPH_COLOR;
+  c->threads_per_block = 256;
+  c->smem_bytes_per_block = 0;
+  return c;
+}
+
+/* ---- the checkpoint --------------------------------------------------------- */
+
+typedef struct {
+  char key[128];
+  uint32_t rank;
+  int64_t shape[2];
+} Expected;
+
+static void format_shape(char *out, size_t size, uint32_t rank,
+                         const int64_t *shape) {
+  size_t at = (size_t)snprintf(out, size, "[");
+  for (uint32_t i = 0; i < rank && at < size; i++)
+    at += (size_t)snprintf(out + at, size - at, "%s%lld", i ? ", " : "",
+                           (long long)shape[i]);
+  if (at < size)
+    snprintf(out + at, size - at, "]");
+}
+
+/* Every tensor the model needs, with its HF shape ([out, in] for
+ * projections). */
+static Expected *expected_weights(const AmkModelConfig *cfg, size_t *count) {
+  size_t cap = 3 + 9 * (size_t)cfg->n_layers, n = 0;
+  Expected *list = amk_xcalloc(cap, sizeof *list);
+  int64_t h = cfg->hidden, q = cfg->n_heads * cfg->head_dim,
+          kv = cfg->n_kv_heads * cfg->head_dim, inter = cfg->intermediate;
+#define EXPECT(r, d0, d1, ...)                                                 \
+  do {                                                                         \
+    snprintf(list[n].key, sizeof list[n].key, __VA_ARGS__);                    \
+    list[n].rank = (r);                                                        \
+    list[n].shape[0] = (d0);                                                   \
+    list[n].shape[1] = (d1);                                                   \
+    n++;                                                                       \
+  } while (0)
+  EXPECT(2, cfg->vocab, h, "model.embed_tokens.weight");
+  for (int64_t l = 0; l < cfg->n_layers; l++) {
+    EXPECT(1, h, 0, "model.layers.%lld.input_layernorm.weight", (long long)l);
+    EXPECT(2, q, h, "model.layers.%lld.self_attn.q_proj.weight", (long long)l);
+    EXPECT(2, kv, h, "model.layers.%lld.self_attn.k_proj.weight", (long long)l);
+    EXPECT(2, kv, h, "model.layers.%lld.self_attn.v_proj.weight", (long long)l);
+    EXPECT(2, h, q, "model.layers.%lld.self_attn.o_proj.weight", (long long)l);
+    EXPECT(1, h, 0, "model.layers.%lld.post_attention_layernorm.weight",
+           (long long)l);
+    EXPECT(2, inter, h, "model.layers.%lld.mlp.gate_proj.weight", (long long)l);
+    EXPECT(2, inter, h, "model.layers.%lld.mlp.up_proj.weight", (long long)l);
+    EXPECT(2, h, inter, "model.layers.%lld.mlp.down_proj.weight", (long long)l);
+  }
+  EXPECT(1, h, 0, "model.norm.weight");
+  if (!cfg->tie_word_embeddings)
+    EXPECT(2, cfg->vocab, h, "lm_head.weight");
+#undef EXPECT
+  *count = n;
+  return list;
+}
+
+static bool is_float_dtype(AmkStDType d) {
+  return d == AMK_ST_F32 || d == AMK_ST_BF16 || d == AMK_ST_F16 ||
+         d == AMK_ST_F64;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Check the state dict against the config. Sets *ckpt_dtype to the
+ * embedding's dtype (the checkpoint's dtype). */
+static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
+                          const char *dir, AmkStDType *ckpt_dtype,
+                          AmkDiagEngine *diag) {
+  size_t n_tensors = amk_safetensors_count(st);
+  for (size_t i = 0; i < n_tensors; i++) {
+    const AmkStTensor *t = amk_safetensors_at(st, i);
+    if (ends_with(t->name, ".bias")) {
+      amk_error(diag, no_loc(), "%s: unsupported model: the checkpoint has a "
+                "bias tensor '%s' (projections with biases are not supported)",
+                t->file, t->name);
+      return false;
+    }
+  }
+  size_t n_expected = 0;
+  Expected *expected = expected_weights(cfg, &n_expected);
+  bool *used = amk_xcalloc(n_tensors ? n_tensors : 1, sizeof *used);
+  int problems = 0;
+  const int max_problems = 20;
+  for (size_t e = 0; e < n_expected && problems < max_problems; e++) {
+    char want[64], got[AMK_ST_MAX_RANK * 24 + 4];
+    format_shape(want, sizeof want, expected[e].rank, expected[e].shape);
+    const AmkStTensor *t = amk_safetensors_find(st, expected[e].key);
+    if (!t) {
+      amk_error(diag, no_loc(), "missing tensor '%s' in %s (expected shape %s)",
+                expected[e].key, dir, want);
+      problems++;
+      continue;
+    }
+    used[t - amk_safetensors_at(st, 0)] = true;
+    bool same = t->rank == expected[e].rank;
+    for (uint32_t d = 0; same && d < t->rank; d++)
+      same = t->shape[d] == expected[e].shape[d];
+    if (!same) {
+      format_shape(got, sizeof got, t->rank, t->shape);
+      amk_error(diag, no_loc(), "%s: tensor '%s' has shape %s but config.json "
+                "implies %s", t->file, t->name, got, want);
+      problems++;
+    } else if (!is_float_dtype(t->dtype)) {
+      amk_error(diag, no_loc(), "%s: tensor '%s' has dtype %s; only F32, BF16, "
+                "F16 and F64 weights can be imported", t->file, t->name,
+                amk_st_dtype_name(t->dtype));
+      problems++;
+    }
+  }
+  /* A tied checkpoint may still carry a copy of the head; it is unused. */
+  const AmkStTensor *head = amk_safetensors_find(st, "lm_head.weight");
+  if (cfg->tie_word_embeddings && head)
+    used[head - amk_safetensors_at(st, 0)] = true;
+  size_t unused = 0;
+  const char *first_unused = NULL;
+  for (size_t i = 0; i < n_tensors; i++) {
+    const char *name = amk_safetensors_at(st, i)->name;
+    if (!used[i] && !ends_with(name, "rotary_emb.inv_freq")) {
+      if (!unused++)
+        first_unused = name;
+    }
+  }
+  if (unused && problems == 0)
+    amk_warning(diag, no_loc(), "%s: %zu tensor%s in the checkpoint %s not "
+                "used by the model (first: '%s')", dir, unused,
+                unused == 1 ? "" : "s", unused == 1 ? "is" : "are",
+                first_unused);
+  const AmkStTensor *embed = amk_safetensors_find(st, expected[0].key);
+  if (embed)
+    *ckpt_dtype = embed->dtype;
+  free(used);
+  free(expected);
+  return problems == 0;
+}
+
+/* ---- options ------------------------------------------------------------------ */
+
+static bool parse_dtype_option(const char *text, AmkDType *out) {
+  static const struct {
+    const char *name;
+    AmkDType dtype;
+  } names[] = {{"f32", AMK_DTYPE_F32}, {"bf16", AMK_DTYPE_BF16},
+               {"f16", AMK_DTYPE_F16}};
+  for (size_t i = 0; i < 3; i++)
+    if (strcasecmp(text, names[i].name) == 0) {
+      *out = names[i].dtype;
+      return true;
+    }
+  return false;
+}
+
+static bool parse_max_seq(const char *text, int64_t *out) {
+  char *end = NULL;
+  if (!*text || *text == '-' || *text == '+')
+    return false;
+  long long v = strtoll(text, &end, 10);
+  if (*end || v < 1 || v > MAX_SEQ_LIMIT)
+    return false;
+  *out = v;
+  return true;
+}
+
+/* ---- the folder ---------------------------------------------------------------- */
+
+static char *join_path(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name);
+  char *p = amk_xmalloc(a + b + 2);
+  memcpy(p, dir, a);
+  size_t at = a;
+  if (a && dir[a - 1] != '/')
+    p[at++] = '/';
+  memcpy(p + at, name, b + 1);
+  return p;
+}
+
+/* A relative `model "DIR"` in an .amkir file is relative to that file's
+ * folder; a folder given on the command line is used as is. */
+static char *resolve_model_dir(const AmkModule *m) {
+  const char *dir = m->model_dir, *src = m->source_name;
+  if (dir[0] == '/' || !src || strcmp(src, dir) == 0 || src[0] == '<')
+    return amk_xstrdup(dir);
+  const char *slash = strrchr(src, '/');
+  if (!slash)
+    return amk_xstrdup(dir);
+  char *parent = amk_xmalloc((size_t)(slash - src) + 2);
+  memcpy(parent, src, (size_t)(slash - src) + 1);
+  parent[slash - src + 1] = '\0';
+  char *joined = join_path(parent, dir);
+  free(parent);
+  return joined;
+}
+
+/* The folder's last path component, for meta.model. */
+static void model_name(const char *dir, char *out, size_t size) {
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/')
+    len--;
+  size_t start = len;
+  while (start > 0 && dir[start - 1] != '/')
+    start--;
+  size_t n = len - start;
+  if (n == 0 || (n == 1 && dir[start] == '.')) {
+    snprintf(out, size, "model");
+    return;
+  }
+  snprintf(out, size, "%.*s", (int)n, dir + start);
+}
+
+static bool is_directory(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool file_exists(const char *dir, const char *name) {
+  char *path = join_path(dir, name);
+  struct stat sb;
+  bool exists = stat(path, &sb) == 0;
+  free(path);
+  return exists;
+}
+
+/* ---- the program ------------------------------------------------------------------ */
+
+static void build_program(Builder *b, const AmkModelConfig *cfg,
+                          int64_t max_seq) {
+  int64_t h = cfg->hidden, hd = cfg->head_dim, q_width = cfg->n_heads * hd,
+          kv_width = cfg->n_kv_heads * hd, inter = cfg->intermediate;
+  int64_t one[1] = {1};
+  Value token = {add_buffer(b, "token_id", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1,
+                            one, NULL), -1};
+  Value pos = {add_buffer(b, "pos", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, one,
+                          NULL), -1};
+
+  int32_t embed_w = weight(b, "embed.w", "model.embed_tokens.weight",
+                           cfg->vocab, h);
+  Value hidden;
+  int32_t embed_in[2] = {token.buffer, embed_w};
+  AmkTask *t = add_task(b, AMK_OP_EMBED, "embed", embed_in, 2,
+                        activation(b, "h0", h), NULL, 0,
+                        2 * h * b->elem_bytes + 4, 0, &hidden);
+  param_int(b, t, "hidden", h);
+
+  for (int64_t l = 0; l < cfg->n_layers; l++) {
+    long long L = (long long)l;
+#define KEY(suffix) fmt(b, "model.layers.%lld." suffix, L)
+#define NAME(suffix) fmt(b, "L%lld." suffix, L)
+    int32_t in_norm_w = weight(b, NAME("input_norm.w"),
+                               KEY("input_layernorm.weight"), h, 0);
+    Value an = rmsnorm(b, NAME("input_norm"), hidden, in_norm_w, cfg,
+                       NAME("an"));
+    int32_t q_w = weight(b, NAME("q_proj.w"), KEY("self_attn.q_proj.weight"),
+                         q_width, h);
+    int32_t k_w = weight(b, NAME("k_proj.w"), KEY("self_attn.k_proj.weight"),
+                         kv_width, h);
+    int32_t v_w = weight(b, NAME("v_proj.w"), KEY("self_attn.v_proj.weight"),
+                         kv_width, h);
+    Value q = gemv(b, NAME("q_proj"), an, q_w, h, q_width, NAME("q"));
+    Value k = gemv(b, NAME("k_proj"), an, k_w, h, kv_width, NAME("k"));
+    Value v = gemv(b, NAME("v_proj"), an, v_w, h, kv_width, NAME("v"));
+    Value qr = rope(b, NAME("rope_q"), q, pos, cfg->n_heads, cfg, NAME("qr"));
+    Value kr = rope(b, NAME("rope_k"), k, pos, cfg->n_kv_heads, cfg,
+                    NAME("kr"));
+    int64_t cache_dims[3] = {max_seq, cfg->n_kv_heads, hd};
+    int32_t kcache = add_buffer(b, NAME("kcache"), AMK_KIND_KV_CACHE, b->dtype,
+                                3, cache_dims, NULL);
+    int32_t vcache = add_buffer(b, NAME("vcache"), AMK_KIND_KV_CACHE, b->dtype,
+                                3, cache_dims, NULL);
+    Value kc = kv_append(b, NAME("k_append"), kr, kcache, cfg);
+    Value vc = kv_append(b, NAME("v_append"), v, vcache, cfg);
+
+    Value attn;
+    int32_t attn_in[3] = {qr.buffer, kc.buffer, vc.buffer};
+    int32_t attn_waits[3] = {qr.counter, kc.counter, vc.counter};
+    const int64_t kv_len = 1; /* pos + 1 at meta.pos = 0 */
+    t = add_task(b, AMK_OP_ATTENTION_TILE, NAME("attention"), attn_in, 3,
+                 activation(b, NAME("attn"), q_width), attn_waits, 3,
+                 (2 * kv_len * kv_width + 2 * q_width) * b->elem_bytes,
+                 4 * cfg->n_heads * hd * kv_len, &attn);
+    param_int(b, t, "head_dim", hd);
+    param_int(b, t, "kv_start", 0);
+    param_int(b, t, "kv_len", kv_len);
+    param_real(b, t, "scale", 1.0 / sqrt((double)hd));
+    param_int(b, t, "n_heads", cfg->n_heads);
+    param_int(b, t, "n_kv_heads", cfg->n_kv_heads);
+
+    int32_t o_w = weight(b, NAME("o_proj.w"), KEY("self_attn.o_proj.weight"),
+                         h, q_width);
+    Value o = gemv(b, NAME("o_proj"), attn, o_w, q_width, h, NAME("o"));
+    Value h_attn = binary(b, AMK_OP_ADD, NAME("attn_residual"), hidden, o, h,
+                          1, NAME("h_attn"));
+    int32_t post_norm_w = weight(b, NAME("post_norm.w"),
+                                 KEY("post_attention_layernorm.weight"), h, 0);
+    Value mn = rmsnorm(b, NAME("post_norm"), h_attn, post_norm_w, cfg,
+                       NAME("mn"));
+    int32_t gate_w = weight(b, NAME("gate_proj.w"), KEY("mlp.gate_proj.weight"),
+                            inter, h);
+    int32_t up_w = weight(b, NAME("up_proj.w"), KEY("mlp.up_proj.weight"),
+                          inter, h);
+    Value gate = gemv(b, NAME("gate_proj"), mn, gate_w, h, inter, NAME("gate"));
+    Value up = gemv(b, NAME("up_proj"), mn, up_w, h, inter, NAME("up"));
+    Value act = binary(b, AMK_OP_SILU_MUL, NAME("swiglu"), gate, up, inter, 4,
+                       NAME("act"));
+    int32_t down_w = weight(b, NAME("down_proj.w"), KEY("mlp.down_proj.weight"),
+                            h, inter);
+    Value down = gemv(b, NAME("down_proj"), act, down_w, inter, h, NAME("d"));
+    hidden = binary(b, AMK_OP_ADD, NAME("mlp_residual"), h_attn, down, h, 1,
+                    NAME("h_mlp"));
+#undef KEY
+#undef NAME
+  }
+  int32_t final_w = weight(b, "final_norm.w", "model.norm.weight", h, 0);
+  Value hf = rmsnorm(b, "final_norm", hidden, final_w, cfg, "hf");
+  int32_t head_w = weight(b, "lm_head.w",
+                          cfg->tie_word_embeddings ? "model.embed_tokens.weight"
+                                                   : "lm_head.weight",
+                          cfg->vocab, h);
+  int64_t logit_dims[2] = {1, cfg->vocab};
+  int32_t logits = add_buffer(b, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2,
+                              logit_dims, NULL);
+  Value out;
+  int32_t head_in[2] = {hf.buffer, head_w};
+  t = add_task(b, AMK_OP_GEMV_TILE, "lm_head", head_in, 2, logits,
+               &hf.counter, 1, (h * cfg->vocab + h + cfg->vocab) * b->elem_bytes,
+               2 * h * cfg->vocab, &out);
+  param_int(b, t, "K", h);
+  param_int(b, t, "N_tile", cfg->vocab);
+  param_int(b, t, "n_off", 0);
+}
+
+/* WEIGHT bytes with each source counted once (a tied head shares the
+ * embedding's bytes). */
+static int64_t distinct_weight_bytes(const AmkModule *m) {
+  int64_t total = 0;
+  for (uint32_t i = 0; i < m->n_buffers; i++) {
+    const AmkBuffer *b = &m->buffers[i];
+    if (b->kind != AMK_KIND_WEIGHT)
+      continue;
+    bool seen = false;
+    for (uint32_t j = 0; j < i && !seen; j++)
+      seen = m->buffers[j].kind == AMK_KIND_WEIGHT && m->buffers[j].source &&
+             b->source && strcmp(m->buffers[j].source, b->source) == 0;
+    int64_t n = 0;
+    if (!seen && amk_buffer_nbytes(b, &n))
+      total += n;
+  }
+  return total;
+}
+
+static void set_meta(AmkModule *m, const AmkModelConfig *cfg, const char *name,
+                     const char *gpu, AmkDType dtype, int64_t max_seq,
+                     bool has_weights) {
+  MetaList ml = {.n = 0};
+  meta_put(&ml, "model", str_value(m, name));
+  meta_put(&ml, "gpu", str_value(m, gpu));
+  meta_put(&ml, "regime", str_value(m, "decode"));
+  meta_put(&ml, "pos", amk_value_int(0));
+  meta_put(&ml, "kv_len", amk_value_int(1));
+  meta_put(&ml, "dtype", str_value(m, amk_dtype_json_name(dtype)));
+  meta_put(&ml, "n_layers", amk_value_int(cfg->n_layers));
+  meta_put(&ml, "weight_bytes", amk_value_int(distinct_weight_bytes(m)));
+  meta_put(&ml, "hidden", amk_value_int(cfg->hidden));
+  meta_put(&ml, "n_heads", amk_value_int(cfg->n_heads));
+  meta_put(&ml, "n_kv_heads", amk_value_int(cfg->n_kv_heads));
+  meta_put(&ml, "head_dim", amk_value_int(cfg->head_dim));
+  meta_put(&ml, "intermediate", amk_value_int(cfg->intermediate));
+  meta_put(&ml, "vocab", amk_value_int(cfg->vocab));
+  meta_put(&ml, "max_seq", amk_value_int(max_seq));
+  meta_put(&ml, "rope_type",
+           str_value(m, cfg->rope.kind == AMK_ROPE_LLAMA3 ? "llama3" : "default"));
+  meta_put(&ml, "tie_word_embeddings", bool_value(cfg->tie_word_embeddings));
+  meta_put(&ml, "weights", str_value(m, has_weights ? "safetensors" : "none"));
+  m->meta.kind = AMK_VALUE_OBJECT;
+  m->meta.count = ml.n;
+  m->meta.as.members = amk_arena_memdup(&m->arena, ml.items,
+                                        ml.n * sizeof ml.items[0]);
+}
+
+/* ---- the pass -------------------------------------------------------------------- */
+
+bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
+  AmkDiagEngine *diag = ctx->diag;
+  if (!m->model_dir) {
+    amk_error(diag, no_loc(), "import: no model folder: give a folder as the "
+              "input (amk-opt DIR -import) or a `model \"DIR\"` line");
+    return false;
+  }
+  if (m->n_buffers || m->n_counters || m->n_tasks) {
+    amk_error(diag, no_loc(), "import: the module already has %u buffers, %u "
+              "counters and %u tasks; import builds a program into an empty "
+              "module", m->n_buffers, m->n_counters, m->n_tasks);
+    return false;
+  }
+
+  /* Options first: a typo should not cost a checkpoint scan. */
+  const char *target_name = amk_pass_option(ctx, "target");
+  const AmkTarget *target = NULL;
+  if (target_name) {
+    target = amk_builtin_target(target_name);
+    if (!target) {
+      char known[256];
+      size_t at = 0;
+      for (size_t i = 0; i < amk_builtin_target_count() && at < sizeof known; i++)
+        at += (size_t)snprintf(known + at, sizeof known - at, "%s%s",
+                               i ? ", " : "", amk_builtin_target_at(i)->name);
+      amk_error(diag, no_loc(), "import: unknown --target '%s' (known: %s)",
+                target_name, known);
+      return false;
+    }
+  }
+  const char *dtype_text = amk_pass_option(ctx, "dtype");
+  AmkDType forced_dtype = AMK_DTYPE_F32;
+  if (dtype_text && !parse_dtype_option(dtype_text, &forced_dtype)) {
+    amk_error(diag, no_loc(), "import: --dtype must be f32, bf16 or f16, not "
+              "'%s'", dtype_text);
+    return false;
+  }
+  const char *max_seq_text = amk_pass_option(ctx, "max-seq");
+  int64_t max_seq = 0;
+  if (max_seq_text && !parse_max_seq(max_seq_text, &max_seq)) {
+    amk_error(diag, no_loc(), "import: --max-seq must be an integer in [1, "
+              "%d], not '%s'", MAX_SEQ_LIMIT, max_seq_text);
+    return false;
+  }
+
+  char *dir = resolve_model_dir(m);
+  bool ok = false;
+  AmkSafetensors *st = NULL;
+  if (!is_directory(dir)) {
+    amk_error(diag, no_loc(), "%s: not a model folder (no such directory)", dir);
+    goto done;
+  }
+  if (!file_exists(dir, "config.json")) {
+    amk_error(diag, no_loc(), "%s: no config.json in this folder (not a "
+              "HuggingFace model folder)", dir);
+    goto done;
+  }
+  char *config_path = join_path(dir, "config.json");
+  AmkModelConfig cfg;
+  bool config_ok = amk_model_config_read(config_path, &cfg, diag);
+  free(config_path);
+  if (!config_ok)
+    goto done;
+
+  bool has_weights = amk_safetensors_present(dir);
+  AmkStDType ckpt_dtype = AMK_ST_F32;
+  bool have_ckpt_dtype = false;
+  if (has_weights) {
+    st = amk_safetensors_open(dir, diag);
+    if (!st || !check_weights(st, &cfg, dir, &ckpt_dtype, diag))
+      goto done;
+    have_ckpt_dtype = true;
+  } else if (file_exists(dir, "pytorch_model.bin") ||
+             file_exists(dir, "pytorch_model.bin.index.json")) {
+    amk_error(diag, no_loc(), "%s: only safetensors checkpoints can be "
+              "imported (found pytorch_model.bin; convert it to "
+              "model.safetensors)", dir);
+    goto done;
+  } else {
+    amk_diag(diag, AMK_SEVERITY_REMARK, no_loc(),
+             "no safetensors weights in %s; importing from config.json alone "
+             "(weight buffers name their sources but have no data)", dir);
+  }
+
+  /* Program dtype: --dtype, else the checkpoint's, else config.json's. */
+  AmkDType dtype = AMK_DTYPE_F32;
+  if (dtype_text)
+    dtype = forced_dtype;
+  else if (have_ckpt_dtype)
+    dtype = ckpt_dtype == AMK_ST_BF16 ? AMK_DTYPE_BF16
+            : ckpt_dtype == AMK_ST_F16 ? AMK_DTYPE_F16
+                                       : AMK_DTYPE_F32;
+  else if (cfg.has_dtype)
+    dtype = cfg.dtype;
+
+  if (!max_seq_text) {
+    max_seq = cfg.max_position_embeddings < DEFAULT_MAX_SEQ_CAP
+                  ? cfg.max_position_embeddings
+                  : DEFAULT_MAX_SEQ_CAP;
+  } else if (max_seq > cfg.max_position_embeddings) {
+    amk_warning(diag, no_loc(), "import: --max-seq=%lld exceeds the model's "
+                "max_position_embeddings (%lld)", (long long)max_seq,
+                (long long)cfg.max_position_embeddings);
+  }
+
+  if (!target)
+    target = m->target ? m->target : amk_builtin_target("h200");
+  AMK_ASSERT(target != NULL);
+  AmkTarget *target_copy = amk_arena_memdup(&m->arena, target, sizeof *target);
+  m->target = target_copy;
+  if (!m->config)
+    m->config = default_config(m);
+
+  Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1)};
+  build_program(&b, &cfg, max_seq);
+  char name[128];
+  model_name(dir, name, sizeof name);
+  set_meta(m, &cfg, name, target_copy->name, dtype, max_seq, has_weights);
+
+  amk_stat_str(ctx->stats, "import", "model", name);
+  amk_stat_int(ctx->stats, "import", "layers", cfg.n_layers);
+  amk_stat_int(ctx->stats, "import", "tasks", m->n_tasks);
+  amk_stat_int(ctx->stats, "import", "buffers", m->n_buffers);
+  amk_stat_int(ctx->stats, "import", "weight bytes", distinct_weight_bytes(m));
+  ok = true;
+done:
+  amk_safetensors_close(st);
+  free(dir);
+  return ok;
+}

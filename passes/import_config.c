@@ -1,0 +1,364 @@
+/* config.json reader for `import`: the Llama family in both the hub form and
+ * the transformers-5 form, with every unsupported feature refused by name. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/io.h"
+#include "amk/model.h"
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+static const cJSON *member(const cJSON *obj, const char *key) {
+  return cJSON_IsObject(obj) ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+}
+
+/* Present and not JSON null. */
+static bool is_set(const cJSON *item) { return item && !cJSON_IsNull(item); }
+
+/* Reads an integer key in [min, max]; absent (or null) keys take `fallback`
+ * when `required` is false. */
+static bool read_int(const char *path, const cJSON *root, const char *key,
+                     bool required, int64_t fallback, int64_t min, int64_t max,
+                     int64_t *out, AmkDiagEngine *diag) {
+  const cJSON *item = member(root, key);
+  if (!is_set(item)) {
+    if (required) {
+      amk_error(diag, no_loc(), "%s: missing required key '%s'", path, key);
+      return false;
+    }
+    *out = fallback;
+    return true;
+  }
+  double v = cJSON_IsNumber(item) ? item->valuedouble : NAN;
+  if (!(v >= (double)min && v <= (double)max) || floor(v) != v) {
+    amk_error(diag, no_loc(), "%s: '%s' must be an integer in [%lld, %lld]",
+              path, key, (long long)min, (long long)max);
+    return false;
+  }
+  *out = (int64_t)v;
+  return true;
+}
+
+static bool read_real(const char *path, const cJSON *obj, const char *key,
+                      double fallback, double *out, AmkDiagEngine *diag) {
+  const cJSON *item = member(obj, key);
+  if (!is_set(item)) {
+    *out = fallback;
+    return true;
+  }
+  if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)) {
+    amk_error(diag, no_loc(), "%s: '%s' must be a number", path, key);
+    return false;
+  }
+  *out = item->valuedouble;
+  return true;
+}
+
+static bool unsupported(const char *path, AmkDiagEngine *diag,
+                        const char *reason) {
+  amk_error(diag, no_loc(), "%s: unsupported model: %s", path, reason);
+  return false;
+}
+
+/* True when a key is present with a value that turns the feature on: a true
+ * bool, a non-zero number, a non-empty string, list or object. */
+static bool feature_on(const cJSON *item) {
+  if (!is_set(item) || cJSON_IsFalse(item))
+    return false;
+  if (cJSON_IsNumber(item))
+    return item->valuedouble != 0.0;
+  if (cJSON_IsString(item))
+    return item->valuestring[0] != '\0';
+  if (cJSON_IsArray(item) || cJSON_IsObject(item))
+    return item->child != NULL;
+  return true;
+}
+
+static bool check_family(const char *path, const cJSON *root,
+                         AmkDiagEngine *diag) {
+  char reason[512];
+  const cJSON *model_type = member(root, "model_type");
+  if (!cJSON_IsString(model_type))
+    return unsupported(path, diag, "no 'model_type' (only 'llama' is supported)");
+  if (strcmp(model_type->valuestring, "llama") != 0) {
+    snprintf(reason, sizeof reason,
+             "model_type '%.200s' (only 'llama' is supported)",
+             model_type->valuestring);
+    return unsupported(path, diag, reason);
+  }
+  const cJSON *archs = member(root, "architectures");
+  if (cJSON_IsArray(archs)) {
+    for (const cJSON *a = archs->child; a; a = a->next)
+      if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM") != 0) {
+        snprintf(reason, sizeof reason,
+                 "architecture '%.200s' (only 'LlamaForCausalLM' is supported)",
+                 cJSON_IsString(a) ? a->valuestring : "?");
+        return unsupported(path, diag, reason);
+      }
+  }
+  static const char *const bias_keys[] = {"attention_bias", "mlp_bias"};
+  for (size_t i = 0; i < 2; i++)
+    if (feature_on(member(root, bias_keys[i]))) {
+      snprintf(reason, sizeof reason,
+               "'%s' is true (projections with biases are not supported)",
+               bias_keys[i]);
+      return unsupported(path, diag, reason);
+    }
+  const cJSON *act = member(root, "hidden_act");
+  if (is_set(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
+    snprintf(reason, sizeof reason,
+             "hidden_act '%.200s' (only 'silu' is supported)",
+             cJSON_IsString(act) ? act->valuestring : "?");
+    return unsupported(path, diag, reason);
+  }
+  if (is_set(member(root, "sliding_window")))
+    return unsupported(path, diag,
+                       "'sliding_window' is set (sliding-window attention is "
+                       "not supported)");
+  if (feature_on(member(root, "use_sliding_window")))
+    return unsupported(path, diag,
+                       "'use_sliding_window' is true (sliding-window attention "
+                       "is not supported)");
+  static const char *const moe_keys[] = {
+      "num_local_experts", "num_experts", "n_routed_experts",
+      "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size"};
+  for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++)
+    if (feature_on(member(root, moe_keys[i]))) {
+      snprintf(reason, sizeof reason,
+               "'%s' is set (mixture-of-experts models are not supported)",
+               moe_keys[i]);
+      return unsupported(path, diag, reason);
+    }
+  static const char *const mla_keys[] = {"kv_lora_rank", "q_lora_rank"};
+  for (size_t i = 0; i < 2; i++)
+    if (feature_on(member(root, mla_keys[i]))) {
+      snprintf(reason, sizeof reason,
+               "'%s' is set (multi-head latent attention is not supported)",
+               mla_keys[i]);
+      return unsupported(path, diag, reason);
+    }
+  if (feature_on(member(root, "rope_interleaved")))
+    return unsupported(path, diag,
+                       "'rope_interleaved' is true (only the rotate-half rotary "
+                       "layout is supported)");
+  if (is_set(member(root, "quantization_config")))
+    return unsupported(path, diag,
+                       "'quantization_config' is set (pre-quantized "
+                       "checkpoints are not supported)");
+  return true;
+}
+
+static bool partial_rotary_ok(const char *path, const cJSON *obj,
+                              AmkDiagEngine *diag) {
+  double factor;
+  if (!read_real(path, obj, "partial_rotary_factor", 1.0, &factor, diag))
+    return false;
+  if (factor != 1.0) {
+    char reason[160];
+    snprintf(reason, sizeof reason,
+             "partial_rotary_factor %g (only full rotary embeddings, 1.0, are "
+             "supported)", factor);
+    return unsupported(path, diag, reason);
+  }
+  return true;
+}
+
+/* rope_parameters (transformers 5) wins over rope_scaling (hub form); theta
+ * comes from rope_parameters.rope_theta, else the top-level rope_theta. */
+static bool read_rope(const char *path, const cJSON *root, AmkRopeSpec *rope,
+                      AmkDiagEngine *diag) {
+  const cJSON *params = member(root, "rope_parameters");
+  const cJSON *scaling = member(root, "rope_scaling");
+  if (is_set(params) && !cJSON_IsObject(params)) {
+    amk_error(diag, no_loc(), "%s: 'rope_parameters' must be an object", path);
+    return false;
+  }
+  if (is_set(scaling) && !cJSON_IsObject(scaling)) {
+    amk_error(diag, no_loc(), "%s: 'rope_scaling' must be an object or null",
+              path);
+    return false;
+  }
+  const cJSON *source = is_set(params) ? params : is_set(scaling) ? scaling : NULL;
+  const char *source_key = is_set(params) ? "rope_parameters" : "rope_scaling";
+  if (!partial_rotary_ok(path, root, diag) ||
+      (source && !partial_rotary_ok(path, source, diag)))
+    return false;
+
+  double top_theta;
+  if (!read_real(path, root, "rope_theta", 10000.0, &top_theta, diag))
+    return false;
+  rope->theta = top_theta;
+  if (is_set(params) && !read_real(path, params, "rope_theta", top_theta,
+                                   &rope->theta, diag))
+    return false;
+  if (!(rope->theta > 1.0)) {
+    amk_error(diag, no_loc(), "%s: rope_theta must be greater than 1", path);
+    return false;
+  }
+
+  const char *type = "default";
+  if (source) {
+    const cJSON *t = member(source, "rope_type");
+    if (!is_set(t))
+      t = member(source, "type");
+    if (is_set(t) && !cJSON_IsString(t)) {
+      amk_error(diag, no_loc(), "%s: %s.rope_type must be a string", path,
+                source_key);
+      return false;
+    }
+    if (cJSON_IsString(t)) {
+      type = t->valuestring;
+    } else {
+      /* Per-layer-type parameters ({"full_attention": {...}, ...}) belong to
+       * hybrid-attention models. */
+      for (const cJSON *c = source->child; c; c = c->next)
+        if (cJSON_IsObject(c))
+          return unsupported(path, diag,
+                             "per-layer-type rope_parameters are not supported");
+    }
+  }
+  char reason[256];
+  if (strcmp(type, "default") == 0) {
+    rope->kind = AMK_ROPE_DEFAULT;
+    return true;
+  }
+  if (strcmp(type, "llama3") != 0) {
+    snprintf(reason, sizeof reason,
+             "rope type '%.100s' (only 'default' and 'llama3' are supported)",
+             type);
+    return unsupported(path, diag, reason);
+  }
+  rope->kind = AMK_ROPE_LLAMA3;
+  static const char *const keys[] = {"factor", "low_freq_factor",
+                                     "high_freq_factor",
+                                     "original_max_position_embeddings"};
+  double *fields[] = {&rope->factor, &rope->low_freq_factor,
+                      &rope->high_freq_factor, &rope->original_max_pos};
+  for (int i = 0; i < 4; i++) {
+    const cJSON *item = member(source, keys[i]);
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)) {
+      amk_error(diag, no_loc(), "%s: llama3 rope scaling needs a number "
+                "'%s.%s'", path, source_key, keys[i]);
+      return false;
+    }
+    *fields[i] = item->valuedouble;
+  }
+  if (!(rope->factor > 0) || !(rope->low_freq_factor > 0) ||
+      !(rope->high_freq_factor > rope->low_freq_factor) ||
+      !(rope->original_max_pos > 0)) {
+    amk_error(diag, no_loc(), "%s: llama3 rope scaling needs factor > 0, 0 < "
+              "low_freq_factor < high_freq_factor and "
+              "original_max_position_embeddings > 0", path);
+    return false;
+  }
+  return true;
+}
+
+static void read_dtype(const cJSON *root, AmkModelConfig *out) {
+  const cJSON *d = member(root, "dtype");
+  if (!cJSON_IsString(d))
+    d = member(root, "torch_dtype");
+  out->has_dtype = false;
+  if (!cJSON_IsString(d))
+    return;
+  static const struct {
+    const char *name;
+    AmkDType dtype;
+  } names[] = {{"float32", AMK_DTYPE_F32},
+               {"bfloat16", AMK_DTYPE_BF16},
+               {"float16", AMK_DTYPE_F16}};
+  for (size_t i = 0; i < 3; i++)
+    if (strcmp(d->valuestring, names[i].name) == 0) {
+      out->has_dtype = true;
+      out->dtype = names[i].dtype;
+    }
+}
+
+bool amk_model_config_parse(const char *path, const char *text, size_t len,
+                            AmkModelConfig *out, AmkDiagEngine *diag) {
+  memset(out, 0, sizeof *out);
+  const char *parse_end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &parse_end, false);
+  if (!root) {
+    amk_error(diag, no_loc(), "%s: not valid JSON (near byte %zu)", path,
+              parse_end ? (size_t)(parse_end - text) : (size_t)0);
+    return false;
+  }
+  bool ok = cJSON_IsObject(root);
+  if (!ok)
+    amk_error(diag, no_loc(), "%s: the top level must be a JSON object", path);
+  ok = ok && check_family(path, root, diag);
+  ok = ok && read_int(path, root, "hidden_size", true, 0, 1, 1 << 20,
+                      &out->hidden, diag);
+  ok = ok && read_int(path, root, "num_hidden_layers", true, 0, 1, 4096,
+                      &out->n_layers, diag);
+  ok = ok && read_int(path, root, "num_attention_heads", true, 0, 1, 4096,
+                      &out->n_heads, diag);
+  ok = ok && read_int(path, root, "num_key_value_heads", false, out->n_heads,
+                      1, 4096, &out->n_kv_heads, diag);
+  ok = ok && read_int(path, root, "intermediate_size", true, 0, 1, 1 << 22,
+                      &out->intermediate, diag);
+  ok = ok && read_int(path, root, "vocab_size", true, 0, 1, 1 << 24,
+                      &out->vocab, diag);
+  ok = ok && read_int(path, root, "max_position_embeddings", false, 2048, 1,
+                      1 << 30, &out->max_position_embeddings, diag);
+  if (ok && !is_set(member(root, "head_dim")) && out->hidden % out->n_heads) {
+    amk_error(diag, no_loc(), "%s: hidden_size %lld is not a multiple of "
+              "num_attention_heads %lld and no head_dim is given", path,
+              (long long)out->hidden, (long long)out->n_heads);
+    ok = false;
+  }
+  ok = ok && read_int(path, root, "head_dim", false,
+                      out->hidden / (out->n_heads ? out->n_heads : 1), 2, 4096,
+                      &out->head_dim, diag);
+  if (ok && out->head_dim % 2) {
+    amk_error(diag, no_loc(), "%s: head_dim %lld is odd (rotary embeddings "
+              "need an even head_dim)", path, (long long)out->head_dim);
+    ok = false;
+  }
+  if (ok && out->n_heads % out->n_kv_heads) {
+    amk_error(diag, no_loc(), "%s: num_attention_heads %lld is not a multiple "
+              "of num_key_value_heads %lld", path, (long long)out->n_heads,
+              (long long)out->n_kv_heads);
+    ok = false;
+  }
+  if (ok && out->n_heads * out->head_dim > (1 << 22)) {
+    amk_error(diag, no_loc(), "%s: num_attention_heads x head_dim is too large",
+              path);
+    ok = false;
+  }
+  ok = ok && read_real(path, root, "rms_norm_eps", 1e-6, &out->rms_norm_eps,
+                       diag);
+  if (ok && !(out->rms_norm_eps > 0.0)) {
+    amk_error(diag, no_loc(), "%s: 'rms_norm_eps' must be positive", path);
+    ok = false;
+  }
+  if (ok) {
+    const cJSON *tie = member(root, "tie_word_embeddings");
+    if (is_set(tie) && !cJSON_IsBool(tie)) {
+      amk_error(diag, no_loc(), "%s: 'tie_word_embeddings' must be true or "
+                "false", path);
+      ok = false;
+    }
+    out->tie_word_embeddings = cJSON_IsTrue(tie);
+  }
+  ok = ok && read_rope(path, root, &out->rope, diag);
+  out->rope.head_dim = (int)out->head_dim;
+  if (ok)
+    read_dtype(root, out);
+  cJSON_Delete(root);
+  return ok;
+}
+
+bool amk_model_config_read(const char *path, AmkModelConfig *out,
+                           AmkDiagEngine *diag) {
+  size_t len = 0;
+  char *text = amk_read_file(path, &len, diag);
+  if (!text)
+    return false;
+  bool ok = amk_model_config_parse(path, text, len, out, diag);
+  free(text);
+  return ok;
+}

@@ -1,0 +1,296 @@
+/* The safetensors reader: a valid file, a sharded index, conversions, and
+ * one test per kind of corruption (each must fail with its own message). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "amk/numerics.h"
+#include "amk/safetensors.h"
+#include "unit.h"
+
+typedef struct {
+  char dir[64];
+  char path[128];
+} Scratch;
+
+/* Writes an 8-byte length (`declared`, or the header's length when
+ * UINT64_MAX), the header text and `data`. */
+static void write_raw(const char *path, const char *header, uint64_t declared,
+                      const void *data, size_t data_len) {
+  FILE *f = fopen(path, "wb");
+  if (!f)
+    return;
+  uint64_t n = declared == UINT64_MAX ? strlen(header) : declared;
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++)
+    len[i] = (unsigned char)(n >> (8 * i));
+  fwrite(len, 1, 8, f);
+  fwrite(header, 1, strlen(header), f);
+  if (data_len)
+    fwrite(data, 1, data_len, f);
+  fclose(f);
+}
+
+/* Opens `path` expecting failure with an error that names `file` and
+ * contains `want`. */
+static void expect_error_naming(UnitCounts *c, const char *path,
+                                const char *file, const char *want) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  AmkSafetensors *st = amk_safetensors_open(path, d);
+  CHECK(c, st == NULL);
+  bool found = false;
+  for (size_t i = 0; i < amk_diag_captured_count(d); i++) {
+    const AmkDiagnostic *g = amk_diag_captured(d, i);
+    if (g->severity == AMK_SEVERITY_ERROR && strstr(g->message, want) &&
+        strstr(g->message, file))
+      found = true;
+  }
+  if (!found) {
+    fprintf(stderr, "expected an error naming %s with \"%s\"; got:\n", file,
+            want);
+    for (size_t i = 0; i < amk_diag_captured_count(d); i++)
+      fprintf(stderr, "  %s\n", amk_diag_captured(d, i)->message);
+  }
+  CHECK(c, found);
+  amk_safetensors_close(st);
+  amk_diag_free(d);
+}
+
+static void expect_error(UnitCounts *c, const char *path, const char *want) {
+  expect_error_naming(c, path, path, want);
+}
+
+static const float six[6] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 65536.0f};
+
+static void test_valid(UnitCounts *c, const Scratch *s) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/ok.safetensors", s->dir);
+  /* Declared out of order; "b" is bf16 [2], "e" empty, "a" f32 [2, 3]. */
+  unsigned char data[24 + 4];
+  memcpy(data, six, 24);
+  uint16_t b[2] = {0x3f80, 0xc000}; /* 1.0, -2.0 */
+  memcpy(data + 24, b, 4);
+  write_raw(path,
+            "{\"__metadata__\":{\"format\":\"pt\"},"
+            "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[24,28]},"
+            "\"e\":{\"dtype\":\"F16\",\"shape\":[0,4],\"data_offsets\":[24,24]},"
+            "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, data, sizeof data);
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkSafetensors *st = amk_safetensors_open(path, d);
+  CHECK(c, st != NULL);
+  if (!st) {
+    amk_diag_free(d);
+    return;
+  }
+  CHECK(c, amk_safetensors_count(st) == 3);
+  CHECK(c, amk_safetensors_file_count(st) == 1);
+  CHECK_STR(c, amk_safetensors_at(st, 0)->name, "a");
+  CHECK_STR(c, amk_safetensors_at(st, 2)->name, "e");
+  const AmkStTensor *a = amk_safetensors_find(st, "a");
+  CHECK(c, a && a->dtype == AMK_ST_F32 && a->rank == 2 && a->shape[0] == 2 &&
+               a->shape[1] == 3 && a->numel == 6 && a->nbytes == 24);
+  CHECK(c, a && memcmp(a->data, six, 24) == 0);
+  CHECK_STR(c, a ? a->file : NULL, path);
+  CHECK(c, amk_safetensors_find(st, "missing") == NULL);
+  CHECK(c, amk_safetensors_find(st, "__metadata__") == NULL);
+  const AmkStTensor *e = amk_safetensors_find(st, "e");
+  CHECK(c, e && e->numel == 0 && e->nbytes == 0);
+
+  /* f32 -> bf16 / f16 / f32, bf16 -> f32. */
+  uint16_t half[6];
+  float back[6];
+  CHECK(c, amk_safetensors_convert(a, AMK_DTYPE_BF16, half, sizeof half, d));
+  CHECK(c, half[0] == 0x3f80 && half[1] == 0xc000 && half[5] == 0x4780);
+  CHECK(c, amk_safetensors_convert(a, AMK_DTYPE_F16, half, sizeof half, d));
+  CHECK(c, half[0] == 0x3c00 && half[2] == 0x3800 && half[5] == 0x7c00);
+  CHECK(c, amk_safetensors_convert(a, AMK_DTYPE_F32, back, sizeof back, d));
+  CHECK(c, memcmp(back, six, 24) == 0);
+  const AmkStTensor *bt = amk_safetensors_find(st, "b");
+  CHECK(c, bt && amk_safetensors_convert(bt, AMK_DTYPE_F32, back, 8, d));
+  CHECK(c, back[0] == 1.0f && back[1] == -2.0f);
+  CHECK(c, amk_diag_error_count(d) == 0);
+
+  /* Refused conversions. */
+  amk_diag_set_capture(d, 1);
+  CHECK(c, !amk_safetensors_convert(a, AMK_DTYPE_F32, back, 8, d));
+  CHECK(c, !amk_safetensors_convert(a, AMK_DTYPE_I8, back, sizeof back, d));
+  CHECK(c, amk_diag_error_count(d) == 2);
+  amk_safetensors_close(st);
+  amk_diag_free(d);
+
+  /* A folder with model.safetensors opens the same file. */
+  char folder_file[160];
+  snprintf(folder_file, sizeof folder_file, "%s/model.safetensors", s->dir);
+  CHECK(c, rename(path, folder_file) == 0);
+  d = amk_diag_new(stderr);
+  st = amk_safetensors_open(s->dir, d);
+  CHECK(c, st && amk_safetensors_count(st) == 3);
+  CHECK(c, amk_safetensors_present(s->dir));
+  amk_safetensors_close(st);
+  amk_diag_free(d);
+  remove(folder_file);
+  CHECK(c, !amk_safetensors_present(s->dir));
+}
+
+static void test_index(UnitCounts *c, const Scratch *s) {
+  char p1[160], p2[160], index[160];
+  snprintf(p1, sizeof p1, "%s/s1.safetensors", s->dir);
+  snprintf(p2, sizeof p2, "%s/s2.safetensors", s->dir);
+  snprintf(index, sizeof index, "%s/idx.json", s->dir);
+  write_raw(p1, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+            UINT64_MAX, six, 8);
+  write_raw(p2, "{\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+            UINT64_MAX, six + 2, 4);
+  FILE *f = fopen(index, "w");
+  if (f) {
+    fputs("{\"metadata\":{},\"weight_map\":{\"x\":\"s1.safetensors\","
+          "\"y\":\"s2.safetensors\"}}", f);
+    fclose(f);
+  }
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkSafetensors *st = amk_safetensors_open(index, d);
+  CHECK(c, st && amk_safetensors_count(st) == 2 &&
+               amk_safetensors_file_count(st) == 2);
+  const AmkStTensor *y = st ? amk_safetensors_find(st, "y") : NULL;
+  float y0 = 0.0f;
+  if (y)
+    memcpy(&y0, y->data, sizeof y0); /* tensor data need not be aligned */
+  CHECK(c, y0 == 0.5f);
+  CHECK_STR(c, y ? y->file : NULL, p2);
+  amk_safetensors_close(st);
+  amk_diag_free(d);
+
+  /* The index promises a tensor the shard lacks. */
+  f = fopen(index, "w");
+  if (f) {
+    fputs("{\"weight_map\":{\"x\":\"s1.safetensors\",\"z\":\"s2.safetensors\"}}", f);
+    fclose(f);
+  }
+  expect_error(c, index, "tensor 'z' is listed in the index but missing from");
+  /* The same tensor in two shards. */
+  write_raw(p2, "{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+            UINT64_MAX, six, 4);
+  f = fopen(index, "w");
+  if (f) {
+    fputs("{\"weight_map\":{\"x\":\"s1.safetensors\",\"w\":\"s2.safetensors\"}}", f);
+    fclose(f);
+  }
+  expect_error_naming(c, index, p2, "tensor 'x' appears twice (also in");
+  f = fopen(index, "w");
+  if (f) {
+    fputs("{\"weight_map\":[]}", f);
+    fclose(f);
+  }
+  expect_error(c, index, "missing or non-object 'weight_map'");
+  f = fopen(index, "w");
+  if (f) {
+    fputs("{\"weight_map\":{\"x\":\"/etc/passwd\"}}", f);
+    fclose(f);
+  }
+  expect_error(c, index, "must name a file inside the checkpoint's folder");
+  remove(p1);
+  remove(p2);
+  remove(index);
+}
+
+static void test_corruptions(UnitCounts *c, const Scratch *s) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/bad.safetensors", s->dir);
+  const char *ok_entry =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
+
+  FILE *f = fopen(path, "wb");
+  if (f) {
+    fwrite("\x05\x00\x00", 1, 3, f);
+    fclose(f);
+  }
+  expect_error(c, path, "truncated file: 3 bytes, too short for the 8-byte "
+                        "header length");
+  write_raw(path, ok_entry, strlen(ok_entry) + 25, six, 24);
+  expect_error(c, path, "points past the end of the file");
+  write_raw(path, ok_entry, (uint64_t)1 << 40, six, 24);
+  expect_error(c, path, "exceeds the 104857600-byte limit");
+  write_raw(path, "{\"w\": {\"dtype\": ", UINT64_MAX, six, 24);
+  expect_error(c, path, "header is not valid JSON");
+  write_raw(path, "[1, 2]", UINT64_MAX, six, 24);
+  expect_error(c, path, "header is not a JSON object");
+  write_raw(path, "{\"w\":[]}", UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': header entry is not an object");
+  write_raw(path, "{\"w\":{\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': missing or non-string 'dtype'");
+  write_raw(path, "{\"w\":{\"dtype\":\"F33\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': unknown dtype 'F33'");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': shape[1] is not a non-negative integer");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': shape[0] is not a non-negative integer");
+  write_raw(path, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                  "\"data_offsets\":[0,1]}}", UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': rank 9 exceeds the limit of 8");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': 'data_offsets' must be a list of two integers");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': data_offsets [24, 0] end before they begin");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,48]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': data_offsets [0, 48] point past the end of "
+                        "the data (24 bytes)");
+  write_raw(path, ok_entry, UINT64_MAX, six, 10); /* data cut short */
+  expect_error(c, path, "the file is truncated or corrupt");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': shape [2, 2] of F32 needs 16 bytes but "
+                        "data_offsets [0, 24] span 24");
+  write_raw(path, "{\"w\":{\"dtype\":\"I64\",\"shape\":[4294967296,4294967296],"
+                  "\"data_offsets\":[0,24]}}", UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w': shape [4294967296, 4294967296] is too large");
+  write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensors 'a' [0, 16) and 'b' [8, 24) overlap");
+  /* A later tensor nested inside an earlier, longer one. */
+  write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},"
+                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]},"
+                  "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensors 'a' [0, 24) and 'b' [12, 16) overlap");
+  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                  "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+            UINT64_MAX, six, 24);
+  expect_error(c, path, "tensor 'w' appears twice");
+  remove(path);
+  snprintf(path, sizeof path, "%s/absent.safetensors", s->dir);
+  expect_error(c, path, "cannot open");
+  expect_error(c, s->dir, "no model.safetensors or model.safetensors.index.json");
+}
+
+int main(void) {
+  UnitCounts c = {0, 0};
+  Scratch s;
+  const char *tmp = getenv("TMPDIR");
+  snprintf(s.dir, sizeof s.dir, "%s/amk-st-XXXXXX",
+           tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+  if (!mkdtemp(s.dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  CHECK(&c, amk_st_dtype_from_name("BF16") == AMK_ST_BF16);
+  CHECK(&c, amk_st_dtype_from_name("bf16") == -1);
+  CHECK(&c, amk_st_dtype_size(AMK_ST_F64) == 8);
+  CHECK(&c, amk_st_dtype_to_ir(AMK_ST_F16) == AMK_DTYPE_F16);
+  CHECK(&c, amk_st_dtype_to_ir(AMK_ST_I64) == -1);
+  test_valid(&c, &s);
+  test_index(&c, &s);
+  test_corruptions(&c, &s);
+  rmdir(s.dir);
+  return unit_finish("test_safetensors", &c);
+}
