@@ -1,0 +1,22 @@
+/* ALLREDUCE_SHARD on one host: the sum of the shards. */
+#include "inst_internal.h"
+
+/* out = in[0] + in[1] + ... in input order, in fp32. */
+int amk_kernel_ALLREDUCE_SHARD(const AmkInstCall *call) {
+  AmkTensorView *out = &call->out[0];
+  int rc;
+  if ((rc = inst_require_numeric(call, out, "output")))
+    return rc;
+  for (uint32_t s = 0; s < call->n_in; s++)
+    if ((rc = inst_require_numeric(call, &call->in[s], "shard")) ||
+        (rc = inst_require_same_numel(call, &call->in[s], "a shard", out,
+                                      "the output")))
+      return rc;
+  for (int64_t i = 0; i < out->numel; i++) {
+    float acc = inst_load(&call->in[0], i);
+    for (uint32_t s = 1; s < call->n_in; s++)
+      acc += inst_load(&call->in[s], i);
+    inst_store(out, i, acc);
+  }
+  return AMK_INST_OK;
+}

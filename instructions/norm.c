@@ -1,0 +1,89 @@
+/* RMSNORM and LAYERNORM, per row of `hidden` elements. */
+#include <inttypes.h>
+#include <math.h>
+
+#include "inst_internal.h"
+
+/* The common checks: hidden > 0 divides x, each per-channel vector has
+ * `hidden` elements, the output matches x. */
+static int check_norm(const AmkInstCall *call, int64_t *hidden_out) {
+  int rc;
+  if ((rc = inst_require(call, AMK_PARAM_hidden)) ||
+      (rc = inst_require(call, AMK_PARAM_eps)))
+    return rc;
+  int64_t hidden = call->p->hidden.i;
+  const AmkTensorView *x = &call->in[0];
+  if (hidden <= 0 || x->numel % hidden != 0)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "hidden %" PRId64 " does not divide the input's %" PRId64
+                     " elements",
+                     hidden, x->numel);
+  for (uint32_t i = 0; i < call->n_in; i++) {
+    if ((rc = inst_require_numeric(call, &call->in[i], "input")))
+      return rc;
+    if (i > 0 && call->in[i].numel != hidden)
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "input %u has %" PRId64 " elements, want hidden = %" PRId64,
+                       i, call->in[i].numel, hidden);
+  }
+  if ((rc = inst_require_numeric(call, &call->out[0], "output")) ||
+      (rc = inst_require_same_numel(call, x, "input", &call->out[0], "output")))
+    return rc;
+  *hidden_out = hidden;
+  return AMK_INST_OK;
+}
+
+/* out = x * rsqrt(mean(x^2) + eps) * w */
+int amk_kernel_RMSNORM(const AmkInstCall *call) {
+  int64_t hidden;
+  int rc = check_norm(call, &hidden);
+  if (rc)
+    return rc;
+  const AmkTensorView *x = &call->in[0], *w = &call->in[1];
+  AmkTensorView *out = &call->out[0];
+  float eps = call->p->eps.f;
+  for (int64_t row = 0; row < x->numel / hidden; row++) {
+    int64_t base = row * hidden;
+    float sum_sq = 0.0f;
+    for (int64_t j = 0; j < hidden; j++) {
+      float v = inst_load(x, base + j);
+      sum_sq += v * v;
+    }
+    float inv_rms = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
+    for (int64_t j = 0; j < hidden; j++)
+      inst_store(out, base + j, inst_load(x, base + j) * inv_rms * inst_load(w, j));
+  }
+  return AMK_INST_OK;
+}
+
+/* out = (x - mean) * rsqrt(var + eps) * w (+ b), with the biased variance. */
+int amk_kernel_LAYERNORM(const AmkInstCall *call) {
+  int64_t hidden;
+  int rc = check_norm(call, &hidden);
+  if (rc)
+    return rc;
+  const AmkTensorView *x = &call->in[0], *w = &call->in[1];
+  const AmkTensorView *bias = call->n_in > 2 ? &call->in[2] : NULL;
+  AmkTensorView *out = &call->out[0];
+  float eps = call->p->eps.f;
+  for (int64_t row = 0; row < x->numel / hidden; row++) {
+    int64_t base = row * hidden;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < hidden; j++)
+      sum += inst_load(x, base + j);
+    float mean = sum / (float)hidden;
+    float sum_sq = 0.0f;
+    for (int64_t j = 0; j < hidden; j++) {
+      float d = inst_load(x, base + j) - mean;
+      sum_sq += d * d;
+    }
+    float inv_std = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
+    for (int64_t j = 0; j < hidden; j++) {
+      float y = (inst_load(x, base + j) - mean) * inv_std * inst_load(w, j);
+      if (bias)
+        y += inst_load(bias, j);
+      inst_store(out, base + j, y);
+    }
+  }
+  return AMK_INST_OK;
+}
