@@ -1,0 +1,63 @@
+/* The safety proof (`validate`), the structural verifier and the dynamic
+ * cross-checks (`simulate-counters`, `simulate-adversarial`).
+ *
+ * docs/Validator.md lists every check, its message and every deliberate
+ * difference from the Python reference.
+ */
+#ifndef AMK_VALIDATE_H
+#define AMK_VALIDATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "amk/diag.h"
+#include "amk/ir.h"
+
+/* The reference's report statistics (plus the error/warning counts). */
+typedef struct {
+  bool ok;
+  int64_t tasks, buffers, counters, edges;
+  bool acyclic;
+  double weight_mb; /* WEIGHT bytes / 1e6, rounded to 2 decimals */
+  bool sm_assigned;
+  int64_t errors, warnings;
+} AmkValidateResult;
+
+typedef struct {
+  /* Also check shapes and params against each other (K against the input
+   * width, pos against the cache length, ...). On by default. */
+  bool semantic_bounds;
+  /* Stop after this many errors (the verdict is settled by the first);
+   * 0 means the default (200). */
+  int max_errors;
+} AmkValidateOptions;
+
+/* The default options (every check on). */
+AmkValidateOptions amk_validate_default_options(void);
+
+/* Run every check; errors and warnings go to `diag` (which may be in
+ * capture mode). Never crashes or hangs on any module the loaders produce.
+ * Returns result.ok. `out` may be NULL; `opts` NULL means the defaults. */
+bool amk_validate_module(const AmkModule *m, AmkDiagEngine *diag,
+                         const AmkValidateOptions *opts,
+                         AmkValidateResult *out);
+
+/* `[VALID] {'tasks': 66, ...}` as the reference prints it (stats only). */
+void amk_validate_format_summary(const AmkValidateResult *r, char *buf,
+                                 size_t size);
+
+/* Counter-driven firing in repeated list-order sweeps (the reference's
+ * simulate_counters). Writes the firing order (task indices) into `order`
+ * when non-NULL (room for m->n_tasks) and reports every stuck task through
+ * `diag` (as errors). Returns the number of stuck tasks. */
+size_t amk_simulate_counters(const AmkModule *m, AmkDiagEngine *diag,
+                             uint32_t *order);
+
+/* `seeds` seeded random interleavings of counter-driven firing; reports each
+ * read of a transient buffer that happens before every other writer of it
+ * fired (a KV cache the reader itself appends to is prior-step state, not a
+ * race). Returns the number of distinct violations. */
+size_t amk_simulate_adversarial(const AmkModule *m, AmkDiagEngine *diag,
+                                uint32_t seeds);
+
+#endif

@@ -1,0 +1,993 @@
+/* The `validate` pass: a static proof that a schedule cannot deadlock or race.
+ *
+ * The checks run in the reference's order with its messages, so the first
+ * error (the one conformance compares) matches; then the checks the
+ * reference lacks (duplicate ids, pages naming missing buffers, shapes and
+ * the semantic bounds of validate_bounds.c). There is no task-count cap:
+ * every happens-before question is answered on the bipartite task/counter
+ * graph, first by a direct-wait test and else by an ancestor search bounded
+ * by topological position (validate_graph.c). docs/Validator.md has the rest.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/pass.h"
+#include "amk/validate.h"
+#include "validate_internal.h"
+
+/* Diagnostics about the module as a whole carry no position. */
+static const AmkLoc no_loc = {0, 0};
+
+AmkValidateOptions amk_validate_default_options(void) {
+  AmkValidateOptions o = {.semantic_bounds = true, .max_errors = 200};
+  return o;
+}
+
+void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
+                          const char *fmt, ...) {
+  if (v->stopped)
+    return;
+  if (sev == AMK_SEVERITY_ERROR && v->errors >= v->opts.max_errors) {
+    v->stopped = true;
+    amk_note(v->diag, no_loc,
+             "too many errors (%d); validation stopped", v->opts.max_errors);
+    return;
+  }
+  if (sev == AMK_SEVERITY_WARNING && v->warnings >= v->opts.max_errors)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  amk_diag_v(v->diag, sev, loc, fmt, ap);
+  va_end(ap);
+  if (sev == AMK_SEVERITY_ERROR)
+    v->errors++;
+  else if (sev == AMK_SEVERITY_WARNING)
+    v->warnings++;
+}
+
+const char *amk_validator_label(const AmkTask *t) {
+  return t->label ? t->label : "";
+}
+
+static const char *op_name(AmkOp op) {
+  return (unsigned)op < AMK_OP_COUNT ? amk_op_info(op)->json_name : "?";
+}
+
+/* Python's int(...) view of a threshold: INT or BOOL. */
+static bool python_int(const AmkValue *v, int64_t *out) {
+  if (v->kind == AMK_VALUE_INT) {
+    *out = v->as.i;
+    return true;
+  }
+  if (v->kind == AMK_VALUE_BOOL) {
+    *out = v->as.b ? 1 : 0;
+    return true;
+  }
+  return false;
+}
+
+/* Python's str() of a threshold (same as repr for ints, bools and floats). */
+static void value_str(const AmkValue *v, char *buf, size_t size) {
+  amk_value_repr(v, buf, size);
+}
+
+/* "[13, 14]" */
+static void format_id_list(const AmkModule *m, const uint32_t *tasks,
+                           size_t n, char *buf, size_t size) {
+  size_t len = 0;
+  buf[len++] = '[';
+  for (size_t i = 0; i < n; i++) {
+    char item[24];
+    int k = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "",
+                     m->tasks[tasks[i]].id);
+    if (len + (size_t)k + 6 >= size) {
+      memcpy(buf + len, ", ...", 5);
+      len += 5;
+      break;
+    }
+    memcpy(buf + len, item, (size_t)k);
+    len += (size_t)k;
+  }
+  buf[len++] = ']';
+  buf[len] = '\0';
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static void build_buffer_uses(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  uint32_t nb = m->n_buffers;
+  v->wr_off = amk_xcalloc((size_t)nb + 2, sizeof(uint32_t));
+  v->use_off = amk_xcalloc((size_t)nb + 2, sizeof(uint32_t));
+  v->write_order = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  v->n_write_order = 0;
+  size_t n_writes = 0, n_uses = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_outputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->outputs[i]);
+      if (b == AMK_NO_INDEX)
+        continue;
+      if (v->wr_off[b + 1]++ == 0)
+        v->write_order[v->n_write_order++] = b;
+      v->use_off[b + 1]++;
+      n_writes++;
+      n_uses++;
+    }
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->inputs[i]);
+      if (b != AMK_NO_INDEX) {
+        v->use_off[b + 1]++;
+        n_uses++;
+      }
+    }
+  }
+  for (uint32_t b = 0; b < nb; b++) {
+    v->wr_off[b + 1] += v->wr_off[b];
+    v->use_off[b + 1] += v->use_off[b];
+  }
+  v->wr = amk_xmalloc(sizeof(uint32_t) * (n_writes + 1));
+  /* Room for any one buffer's writer list (a task may list an output twice). */
+  v->scratch = amk_xmalloc(sizeof(uint32_t) * (n_writes + 1));
+  v->use = amk_xmalloc(sizeof(uint32_t) * (n_uses + 1));
+  uint32_t *wfill = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  uint32_t *ufill = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  memcpy(wfill, v->wr_off, sizeof(uint32_t) * nb);
+  memcpy(ufill, v->use_off, sizeof(uint32_t) * nb);
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_outputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->outputs[i]);
+      if (b == AMK_NO_INDEX)
+        continue;
+      v->wr[wfill[b]++] = t;
+      v->use[ufill[b]++] = t;
+    }
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->inputs[i]);
+      if (b != AMK_NO_INDEX)
+        v->use[ufill[b]++] = t;
+    }
+  }
+  free(wfill);
+  free(ufill);
+  /* The one out_counter slot all writers of a buffer share, if any. */
+  v->writer_slot = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  for (uint32_t b = 0; b < nb; b++) {
+    uint32_t slot = AMK_NO_INDEX;
+    for (uint32_t i = v->wr_off[b]; i < v->wr_off[b + 1]; i++) {
+      uint32_t s = v->g.task_slot[v->wr[i]];
+      if (i == v->wr_off[b])
+        slot = s;
+      else if (s != slot) {
+        slot = AMK_NO_INDEX;
+        break;
+      }
+    }
+    v->writer_slot[b] = slot;
+  }
+}
+
+static void validator_free(AmkValidator *v) {
+  amk_id_index_free(&v->bufs);
+  amk_id_index_free(&v->ctrs);
+  amk_id_index_free(&v->tasks);
+  amk_graph_free(&v->g);
+  free(v->wr_off);
+  free(v->wr);
+  free(v->use_off);
+  free(v->use);
+  free(v->write_order);
+  free(v->writer_slot);
+  free(v->scratch);
+}
+
+/* ---- 0. duplicate ids (the reference has no such check) ------------------ */
+
+static void check_duplicate_ids(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  if (v->tasks.n_duplicates)
+    for (uint32_t t = 0; t < m->n_tasks; t++) {
+      uint32_t first = amk_id_index_get(&v->tasks, m->tasks[t].id);
+      if (first != t)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, m->tasks[t].loc,
+                             "duplicate task id %" PRId32
+                             " (tasks[%u] and tasks[%u])",
+                             m->tasks[t].id, first, t);
+    }
+  if (v->bufs.n_duplicates)
+    for (uint32_t b = 0; b < m->n_buffers; b++) {
+      uint32_t first = amk_id_index_get(&v->bufs, m->buffers[b].id);
+      if (first != b)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
+                             "duplicate buffer id %" PRId32
+                             " (buffers[%u] and buffers[%u])",
+                             m->buffers[b].id, first, b);
+    }
+  if (v->ctrs.n_duplicates)
+    for (uint32_t c = 0; c < m->n_counters; c++) {
+      uint32_t first = amk_id_index_get(&v->ctrs, m->counters[c].id);
+      if (first != c)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, m->counters[c].loc,
+                             "duplicate counter id %" PRId32
+                             " (counters[%u] and counters[%u])",
+                             m->counters[c].id, first, c);
+    }
+}
+
+/* ---- 1. per-task structure ---------------------------------------------- */
+
+static void check_params(AmkValidator *v, const AmkTask *t) {
+  char repr[160];
+  for (uint32_t i = 0; i < t->n_params; i++) {
+    const AmkParam *p = &t->params[i];
+    const char *key = p->key ? p->key : "";
+    int field = amk_param_from_name(key);
+    if (field < 0) {
+      amk_validator_report(v, AMK_SEVERITY_WARNING, t->loc,
+                           "task %" PRId32 " (%s) param '%s' is not a known "
+                           "amk_params_t field (will not marshal to the device)",
+                           t->id, op_name(t->op), key);
+      continue;
+    }
+    if (amk_param_type((AmkParamField)field) == 'i') {
+      int64_t x;
+      if (!amk_value_as_int(&p->value, &x) || x < INT32_MIN || x > INT32_MAX) {
+        amk_value_repr(&p->value, repr, sizeof repr);
+        amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                             "task %" PRId32 " param '%s'=%s must be an int32",
+                             t->id, key, repr);
+      }
+    } else {
+      double x;
+      if (!amk_value_as_real(&p->value, &x)) {
+        amk_value_repr(&p->value, repr, sizeof repr);
+        amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                             "task %" PRId32
+                             " param '%s'=%s must be a real number",
+                             t->id, key, repr);
+      }
+    }
+  }
+}
+
+/* Missing required params are reported in the order the reference's op
+ * registry lists them (one order consistent with every op), so the first
+ * error matches; the rest follow in table order. */
+static const AmkParamField required_param_order[AMK_PARAM_COUNT] = {
+    AMK_PARAM_M_tile,  AMK_PARAM_K,        AMK_PARAM_N_tile,
+    AMK_PARAM_n_off,   AMK_PARAM_head_dim, AMK_PARAM_kv_start,
+    AMK_PARAM_kv_len,  AMK_PARAM_scale,    AMK_PARAM_n_heads,
+    AMK_PARAM_n_kv_heads, AMK_PARAM_eps,   AMK_PARAM_hidden,
+    AMK_PARAM_theta,   AMK_PARAM_pos,      AMK_PARAM_qdtype,
+    AMK_PARAM_group,   AMK_PARAM_N,        AMK_PARAM_M,
+    AMK_PARAM_m_off,   AMK_PARAM_vocab,    AMK_PARAM_flags,
+    AMK_PARAM_dim,
+};
+_Static_assert(AMK_PARAM_COUNT == 22,
+               "list a new param in required_param_order");
+
+static void check_task_structure(AmkValidator *v, const AmkTask *t) {
+  const AmkModule *m = v->m;
+  const char *label = amk_validator_label(t);
+  char repr[160];
+  for (uint32_t i = 0; i < t->n_inputs; i++)
+    if (amk_id_index_get(&v->bufs, t->inputs[i]) == AMK_NO_INDEX)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) reads missing buffer %" PRId32,
+                           t->id, label, t->inputs[i]);
+  for (uint32_t i = 0; i < t->n_outputs; i++)
+    if (amk_id_index_get(&v->bufs, t->outputs[i]) == AMK_NO_INDEX)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) writes missing buffer %" PRId32,
+                           t->id, label, t->outputs[i]);
+  if (amk_id_index_get(&v->ctrs, t->out_counter) == AMK_NO_INDEX)
+    amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                         "task %" PRId32 " (%s) increments missing counter %" PRId32,
+                         t->id, label, t->out_counter);
+  if (t->n_inputs > AMK_MAX_INPUTS)
+    amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                         "task %" PRId32 " has %u inputs > ABI_MAX_INPUTS=%d",
+                         t->id, t->n_inputs, AMK_MAX_INPUTS);
+  if (t->n_outputs > AMK_MAX_OUTPUTS)
+    amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                         "task %" PRId32 " has %u outputs > ABI_MAX_OUTPUTS=%d",
+                         t->id, t->n_outputs, AMK_MAX_OUTPUTS);
+  if (t->n_waits > AMK_MAX_WAITS)
+    amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                         "task %" PRId32 " has %u waits > ABI_MAX_WAITS=%d",
+                         t->id, t->n_waits, AMK_MAX_WAITS);
+  for (uint32_t i = 0; i < t->n_inputs + t->n_outputs; i++) {
+    int32_t id = i < t->n_inputs ? t->inputs[i] : t->outputs[i - t->n_inputs];
+    uint32_t b = amk_id_index_get(&v->bufs, id);
+    if (b != AMK_NO_INDEX && m->buffers[b].rank > AMK_MAX_RANK)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " buffer %" PRId32
+                           " rank %u > ABI_MAX_RANK=%d",
+                           t->id, id, m->buffers[b].rank, AMK_MAX_RANK);
+  }
+  for (uint32_t i = 0; i < t->n_waits; i++) {
+    const AmkWait *w = &t->waits[i];
+    if (amk_id_index_get(&v->ctrs, w->counter) == AMK_NO_INDEX)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) waits on missing counter %" PRId32,
+                           t->id, label, w->counter);
+    int64_t thr;
+    if (!amk_value_as_int(&w->threshold, &thr) || thr < 1) {
+      value_str(&w->threshold, repr, sizeof repr);
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) threshold %s on counter %" PRId32
+                           " is not a positive static int",
+                           t->id, label, repr, w->counter);
+    }
+  }
+  for (uint32_t i = 0; i < t->n_waits; i++)
+    if (t->waits[i].counter == t->out_counter)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) waits on its OWN out_counter "
+                           "%" PRId32 ", self-deadlock",
+                           t->id, label, t->out_counter);
+  if ((unsigned)t->op >= AMK_OP_COUNT) {
+    amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                         "task %" PRId32 " uses unregistered opcode %d", t->id,
+                         (int)t->op);
+  } else {
+    const AmkOpInfo *info = amk_op_info(t->op);
+    if ((int64_t)t->n_inputs < info->min_inputs ||
+        (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs))
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) arity: %u inputs, expected "
+                           "[%d,%d]",
+                           t->id, info->json_name, t->n_inputs,
+                           info->min_inputs, info->max_inputs);
+    if (info->n_outputs != -1 && (int64_t)t->n_outputs != info->n_outputs)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) expected %d outputs, got %u",
+                           t->id, info->json_name, info->n_outputs,
+                           t->n_outputs);
+    for (int k = 0; k < AMK_PARAM_COUNT; k++) {
+      AmkParamField f = required_param_order[k];
+      if ((info->required_params & (1u << f)) &&
+          !amk_task_param(t, amk_param_name(f)))
+        amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                             "task %" PRId32 " (%s) missing required param '%s'",
+                             t->id, info->json_name, amk_param_name(f));
+    }
+    if ((info->required_params & AMK_REQ_RECIPE) &&
+        !amk_task_param(t, "recipe"))
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) missing required param "
+                           "'recipe'",
+                           t->id, info->json_name);
+  }
+  check_params(v, t);
+}
+
+/* ---- 2. wait satisfiability and the all-join rule ------------------------ */
+
+static void check_wait_satisfiability(AmkValidator *v, const AmkTask *t) {
+  const char *label = amk_validator_label(t);
+  char repr[64];
+  for (uint32_t i = 0; i < t->n_waits; i++) {
+    const AmkWait *w = &t->waits[i];
+    uint32_t np = amk_graph_producer_count(
+        &v->g, amk_graph_counter_slot(&v->g, w->counter));
+    int64_t thr;
+    if (np == 0) {
+      amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                           "task %" PRId32 " (%s) waits on counter %" PRId32
+                           " with NO producer, unsatisfiable (deadlock)",
+                           t->id, label, w->counter);
+    } else if (python_int(&w->threshold, &thr)) {
+      value_str(&w->threshold, repr, sizeof repr);
+      if (thr > (int64_t)np)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                             "task %" PRId32 " (%s) threshold %s > %u "
+                             "producers of counter %" PRId32
+                             ", unsatisfiable (deadlock)",
+                             t->id, label, repr, np, w->counter);
+      else if (np > 1 && thr != (int64_t)np)
+        amk_validator_report(
+            v, AMK_SEVERITY_ERROR, t->loc,
+            "task %" PRId32 " (%s) partial wait threshold %s on shared counter "
+            "%" PRId32 " (%u producers), ambiguous which-producer RACE; a "
+            "shared counter must be an all-join (threshold == %u)",
+            t->id, label, repr, w->counter, np, np);
+    }
+  }
+}
+
+/* ---- 4. read provenance ------------------------------------------------- */
+
+/* Ancestors of `t` are marked down to topological position `min_pos`; a
+ * later query needing a lower bound re-marks. */
+typedef struct {
+  uint32_t task, min_pos;
+  uint32_t generation;
+} AncestorMarks;
+
+static bool writer_is_ancestor(AmkValidator *v, AncestorMarks *marks,
+                               uint32_t t, uint32_t w) {
+  AmkTaskGraph *g = &v->g;
+  if (g->topo_pos[w] >= g->topo_pos[t])
+    return false;
+  if (amk_graph_waits_on_slot(g, t, g->task_slot[w]))
+    return true;
+  if (marks->task != t || marks->generation != g->generation ||
+      g->topo_pos[w] < marks->min_pos) {
+    amk_graph_mark_ancestors(g, t, g->topo_pos[w]);
+    marks->task = t;
+    marks->min_pos = g->topo_pos[w];
+    marks->generation = g->generation;
+  }
+  return amk_graph_is_marked(g, w);
+}
+
+static void check_provenance(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  AmkTaskGraph *g = &v->g;
+  AncestorMarks marks = {AMK_NO_INDEX, 0, 0};
+  char list[512];
+  for (uint32_t k = 0; k < g->n_tasks && !v->stopped; k++) {
+    uint32_t t = g->topo[k];
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->inputs[i]);
+      if (b == AMK_NO_INDEX)
+        continue;
+      const AmkBuffer *buf = &m->buffers[b];
+      if ((unsigned)buf->kind < AMK_KIND_COUNT &&
+          amk_kind_is_read_only(buf->kind))
+        continue;
+      uint32_t n_writers = v->wr_off[b + 1] - v->wr_off[b];
+      bool kv = buf->kind == AMK_KIND_KV_CACHE;
+      if (kv && n_writers == 0)
+        continue; /* prior-step state */
+      if (n_writers == 0) {
+        amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
+                             "task %" PRId32 " (%s) reads buffer #%" PRId32
+                             " ('%s') that is never produced",
+                             task->id, amk_validator_label(task), buf->id,
+                             buf->name ? buf->name : "");
+        continue;
+      }
+      /* Fast path: every writer signals one counter that t waits on. */
+      if (v->writer_slot[b] != AMK_NO_INDEX &&
+          v->writer_slot[b] != g->task_slot[t] &&
+          amk_graph_waits_on_slot(g, t, v->writer_slot[b]))
+        continue;
+      size_t n_missing = 0, n_others = 0;
+      bool self_writes = false;
+      for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++) {
+        uint32_t w = v->wr[j];
+        if (w == t) {
+          self_writes = true;
+          continue;
+        }
+        n_others++;
+        if (!writer_is_ancestor(v, &marks, t, w))
+          v->scratch[n_missing++] = w;
+      }
+      if (n_missing) {
+        format_id_list(m, v->scratch, n_missing, list, sizeof list);
+        amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
+                             "task %" PRId32 " (%s) reads %s #%" PRId32
+                             " ('%s') but writer task(s) %s are NOT ordered "
+                             "before it, data RACE",
+                             task->id, amk_validator_label(task),
+                             kv ? "KV cache" : "buffer", buf->id,
+                             buf->name ? buf->name : "", list);
+      } else if (n_others == 0 && self_writes && !kv) {
+        amk_validator_report(v, AMK_SEVERITY_WARNING, task->loc,
+                             "task %" PRId32 " (%s) reads buffer #%" PRId32
+                             " ('%s') in place with no external producer "
+                             "(reads its own uninitialized output?)",
+                             task->id, amk_validator_label(task), buf->id,
+                             buf->name ? buf->name : "");
+      }
+    }
+  }
+}
+
+/* ---- 4a. multi-writer write-after-write ---------------------------------- */
+
+typedef struct {
+  bool whole; /* writes the whole buffer */
+  bool all_rows;
+  int64_t row_lo, row_hi, col_lo, col_hi;
+} Region;
+
+static bool nonneg_int_param(const AmkTask *t, const char *key, bool positive,
+                             int64_t *out) {
+  const AmkValue *p = amk_task_param(t, key);
+  int64_t x;
+  if (!p || !amk_value_as_int(p, &x) || x < 0 || (positive && x == 0))
+    return false;
+  *out = x;
+  return true;
+}
+
+static int64_t saturating_add(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b; /* a, b >= 0 here */
+}
+
+static Region write_region(const AmkTask *t) {
+  Region r = {.whole = true};
+  if (t->op != AMK_OP_GEMV_TILE && t->op != AMK_OP_GEMM_TILE)
+    return r;
+  int64_t n_off, n_tile;
+  if (!nonneg_int_param(t, "n_off", false, &n_off) ||
+      !nonneg_int_param(t, "N_tile", true, &n_tile))
+    return r;
+  r.whole = false;
+  r.col_lo = n_off;
+  r.col_hi = saturating_add(n_off, n_tile);
+  r.all_rows = true;
+  int64_t m_off, m_tile;
+  if (t->op == AMK_OP_GEMM_TILE && nonneg_int_param(t, "m_off", false, &m_off) &&
+      nonneg_int_param(t, "M_tile", true, &m_tile)) {
+    r.all_rows = false;
+    r.row_lo = m_off;
+    r.row_hi = saturating_add(m_off, m_tile);
+  }
+  return r;
+}
+
+static bool regions_disjoint(const Region *a, const Region *b) {
+  if (a->whole || b->whole)
+    return false;
+  bool rows_overlap = a->all_rows || b->all_rows ||
+                      (a->row_lo < b->row_hi && b->row_lo < a->row_hi);
+  bool cols_overlap = a->col_lo < b->col_hi && b->col_lo < a->col_hi;
+  return !rows_overlap || !cols_overlap;
+}
+
+static int compare_region_cols(const void *pa, const void *pb) {
+  const Region *a = pa, *b = pb;
+  return (a->col_lo > b->col_lo) - (a->col_lo < b->col_lo);
+}
+
+/* Pairwise disjointness of k footprints: sort-and-sweep when every writer
+ * spans all rows (GEMV), exact pairwise up to a bound for GEMM rectangles,
+ * conservatively "not disjoint" beyond it. */
+enum { PAIRWISE_LIMIT = 4096 };
+static bool all_regions_disjoint(Region *r, size_t k) {
+  bool all_rows = true;
+  for (size_t i = 0; i < k; i++) {
+    if (r[i].whole)
+      return false;
+    all_rows = all_rows && r[i].all_rows;
+  }
+  if (all_rows) {
+    qsort(r, k, sizeof *r, compare_region_cols);
+    for (size_t i = 0; i + 1 < k; i++)
+      if (r[i].col_hi > r[i + 1].col_lo)
+        return false;
+    return true;
+  }
+  if (k > PAIRWISE_LIMIT)
+    return false;
+  for (size_t i = 0; i < k; i++)
+    for (size_t j = i + 1; j < k; j++)
+      if (!regions_disjoint(&r[i], &r[j]))
+        return false;
+  return true;
+}
+
+static int compare_by_topo(const void *pa, const void *pb, const uint32_t *pos) {
+  uint32_t a = pos[*(const uint32_t *)pa], b = pos[*(const uint32_t *)pb];
+  return (a > b) - (a < b);
+}
+
+/* qsort has no context argument: a small insertion-free merge sort. */
+static void sort_by_topo(uint32_t *a, uint32_t *tmp, size_t n,
+                         const uint32_t *pos) {
+  if (n < 2)
+    return;
+  size_t h = n / 2;
+  sort_by_topo(a, tmp, h, pos);
+  sort_by_topo(a + h, tmp, n - h, pos);
+  size_t i = 0, j = h, k = 0;
+  while (i < h && j < n)
+    tmp[k++] = compare_by_topo(&a[j], &a[i], pos) < 0 ? a[j++] : a[i++];
+  while (i < h)
+    tmp[k++] = a[i++];
+  while (j < n)
+    tmp[k++] = a[j++];
+  memcpy(a, tmp, n * sizeof *a);
+}
+
+enum { CULPRIT_QUERY_LIMIT = 1 << 16 };
+static void check_write_after_write(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  AmkTaskGraph *g = &v->g;
+  for (uint32_t o = 0; o < v->n_write_order && !v->stopped; o++) {
+    uint32_t b = v->write_order[o];
+    const uint32_t *ws = &v->wr[v->wr_off[b]];
+    size_t k = v->wr_off[b + 1] - v->wr_off[b];
+    const AmkBuffer *buf = &m->buffers[b];
+    if (k < 2 || ((unsigned)buf->kind < AMK_KIND_COUNT &&
+                  amk_kind_is_read_only(buf->kind)))
+      continue;
+    bool one_counter = v->writer_slot[b] != AMK_NO_INDEX;
+    if (one_counter) {
+      Region *regions = amk_xmalloc(sizeof *regions * k);
+      for (size_t i = 0; i < k; i++)
+        regions[i] = write_region(&m->tasks[ws[i]]);
+      bool disjoint = all_regions_disjoint(regions, k);
+      free(regions);
+      if (disjoint)
+        continue;
+    }
+    /* A total happens-before order of the writers: sorted by topological
+     * position, each must precede the next (a repeated writer never does). */
+    uint32_t *sorted = amk_xmalloc(sizeof *sorted * k * 2);
+    memcpy(sorted, ws, sizeof *sorted * k);
+    sort_by_topo(sorted, sorted + k, k, g->topo_pos);
+    bool total = true;
+    for (size_t i = 0; i + 1 < k && total; i++)
+      total = amk_graph_before(g, sorted[i], sorted[i + 1]);
+    free(sorted);
+    if (total)
+      continue;
+    uint32_t c0 = ws[0], c1 = ws[1];
+    size_t queries = 0;
+    bool found = false;
+    for (size_t i = 0; i < k && !found && queries < CULPRIT_QUERY_LIMIT; i++) {
+      Region ri = write_region(&m->tasks[ws[i]]);
+      for (size_t j = i + 1; j < k && queries < CULPRIT_QUERY_LIMIT; j++) {
+        Region rj = write_region(&m->tasks[ws[j]]);
+        queries++;
+        if (!regions_disjoint(&ri, &rj) && !amk_graph_before(g, ws[i], ws[j]) &&
+            !amk_graph_before(g, ws[j], ws[i])) {
+          c0 = ws[i];
+          c1 = ws[j];
+          found = true;
+          break;
+        }
+      }
+    }
+    const AmkTask *ti = &m->tasks[c0], *tj = &m->tasks[c1];
+    amk_validator_report(
+        v, AMK_SEVERITY_ERROR, tj->loc,
+        "multi-writer WAW race on buffer #%" PRId32 " ('%s'): writers %" PRId32
+        " ('%s') and %" PRId32 " ('%s') %sneither is ordered happens-before "
+        "the other, write-after-write RACE",
+        buf->id, buf->name ? buf->name : "", ti->id, amk_validator_label(ti),
+        tj->id, amk_validator_label(tj),
+        one_counter ? "share a counter but their tiles OVERLAP; "
+                    : "share no counter; ");
+  }
+}
+
+/* ---- 5. on-chip buffers stay on one SM ----------------------------------- */
+
+static int compare_i32(const void *pa, const void *pb) {
+  int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+  return (a > b) - (a < b);
+}
+
+static void check_on_chip(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  for (uint32_t b = 0; b < m->n_buffers && !v->stopped; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if ((unsigned)buf->space >= AMK_SPACE_COUNT ||
+        !amk_space_is_on_chip(buf->space))
+      continue;
+    if (amk_id_index_get(&v->bufs, buf->id) != b)
+      continue; /* a duplicate id, reported already */
+    uint32_t n_uses = v->use_off[b + 1] - v->use_off[b];
+    if (n_uses == 0)
+      continue;
+    int32_t *sms = amk_xmalloc(sizeof *sms * n_uses);
+    size_t n_sms = 0;
+    for (uint32_t i = v->use_off[b]; i < v->use_off[b + 1]; i++) {
+      const AmkTask *t = &m->tasks[v->use[i]];
+      if (t->has_sm)
+        sms[n_sms++] = t->sm;
+    }
+    qsort(sms, n_sms, sizeof *sms, compare_i32);
+    size_t distinct = 0;
+    for (size_t i = 0; i < n_sms; i++)
+      if (i == 0 || sms[i] != sms[distinct - 1])
+        sms[distinct++] = sms[i];
+    if (distinct > 1) {
+      char list[256];
+      size_t len = 0;
+      list[len++] = '[';
+      for (size_t i = 0; i < distinct; i++) {
+        char item[24];
+        int n = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "", sms[i]);
+        if (len + (size_t)n + 6 >= sizeof list) {
+          memcpy(list + len, ", ...", 5);
+          len += 5;
+          break;
+        }
+        memcpy(list + len, item, (size_t)n);
+        len += (size_t)n;
+      }
+      list[len++] = ']';
+      list[len] = '\0';
+      amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                           "on-chip buffer '%s'(#%" PRId32 ", %s) is used "
+                           "across SMs %s, counters give ordering, not cross-SM "
+                           "data; promote to GLOBAL_SCRATCH/HBM or co-locate on "
+                           "one SM",
+                           buf->name ? buf->name : "", buf->id,
+                           amk_space_json_name(buf->space), list);
+    } else if (distinct == 0) {
+      amk_validator_report(v, AMK_SEVERITY_WARNING, buf->loc,
+                           "on-chip buffer '%s'(#%" PRId32 ") requires same-SM "
+                           "placement (unverified until sm_assignment runs)",
+                           buf->name ? buf->name : "", buf->id);
+    }
+    free(sms);
+  }
+}
+
+/* ---- 6. per-SM queue order and SM range ---------------------------------- */
+
+static void check_sm_queues(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  const AmkTaskGraph *g = &v->g;
+  bool any = false;
+  for (uint32_t t = 0; t < m->n_tasks && !any; t++)
+    any = m->tasks[t].has_sm;
+  if (!any)
+    return;
+  /* Edges a->b in (a, b) order; waiters are ascending, so the violating
+   * ones (b at or before a in the list) form a prefix. */
+  for (uint32_t a = 0; a < m->n_tasks && !v->stopped; a++) {
+    const AmkTask *ta = &m->tasks[a];
+    if (!ta->has_sm)
+      continue;
+    uint32_t s = g->task_slot[a];
+    for (uint32_t i = g->wait_off[s]; i < g->wait_off[s + 1]; i++) {
+      uint32_t b = g->waiter[i];
+      if (b > a)
+        break;
+      const AmkTask *tb = &m->tasks[b];
+      if (tb->has_sm && tb->sm == ta->sm)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, tb->loc,
+                             "SM %" PRId32 " queue order violates dependency "
+                             "%" PRId32 "->%" PRId32 " (producer must precede "
+                             "consumer in the same SM's serial queue)",
+                             ta->sm, ta->id, tb->id);
+    }
+  }
+  if (!m->target)
+    return;
+  for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++) {
+    const AmkTask *task = &m->tasks[t];
+    if (task->has_sm && (task->sm < 0 || task->sm >= m->target->num_sms))
+      amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
+                           "task %" PRId32 " assigned to SM %" PRId32
+                           " out of range [0,%" PRId64 ")",
+                           task->id, task->sm, m->target->num_sms);
+  }
+}
+
+/* ---- 7. page aliasing ----------------------------------------------------- */
+
+/* Every use of buffer `a` happens-before every writer of buffer `b`. */
+static bool uses_all_before_writers(AmkValidator *v, uint32_t a, uint32_t b) {
+  AmkTaskGraph *g = &v->g;
+  uint32_t min_pos = UINT32_MAX;
+  for (uint32_t i = v->use_off[a]; i < v->use_off[a + 1]; i++)
+    if (g->topo_pos[v->use[i]] < min_pos)
+      min_pos = g->topo_pos[v->use[i]];
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++) {
+    uint32_t w = v->wr[j];
+    if (v->use_off[a] == v->use_off[a + 1])
+      break;
+    amk_graph_mark_ancestors(g, w, min_pos);
+    for (uint32_t i = v->use_off[a]; i < v->use_off[a + 1]; i++)
+      if (!amk_graph_is_marked(g, v->use[i]))
+        return false;
+  }
+  return true;
+}
+
+static void check_pages(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  const AmkPageAllocation *pa = m->pages;
+  uint32_t n = pa->n_bindings;
+  if (n == 0)
+    return;
+  /* Group bindings by page in first-appearance order (a stable sort). */
+  AmkIdMap page_group;
+  amk_idmap_init(&page_group, n);
+  uint32_t *group_of = amk_xmalloc(sizeof(uint32_t) * n);
+  for (uint32_t i = 0; i < n; i++)
+    group_of[i] = amk_idmap_put(&page_group, pa->bindings[i].page, page_group.count);
+  uint32_t n_groups = page_group.count;
+  uint32_t *off = amk_xcalloc((size_t)n_groups + 1, sizeof(uint32_t));
+  uint32_t *members = amk_xmalloc(sizeof(uint32_t) * n);
+  for (uint32_t i = 0; i < n; i++)
+    off[group_of[i] + 1]++;
+  for (uint32_t k = 0; k < n_groups; k++)
+    off[k + 1] += off[k];
+  uint32_t *fill = amk_xmalloc(sizeof(uint32_t) * (n_groups + 1));
+  memcpy(fill, off, sizeof(uint32_t) * n_groups);
+  for (uint32_t i = 0; i < n; i++)
+    members[fill[group_of[i]]++] = i;
+  for (uint32_t k = 0; k < n_groups && !v->stopped; k++)
+    for (uint32_t i = off[k]; i < off[k + 1] && !v->stopped; i++)
+      for (uint32_t j = i + 1; j < off[k + 1] && !v->stopped; j++) {
+        const AmkPageBinding *x = &pa->bindings[members[i]];
+        const AmkPageBinding *y = &pa->bindings[members[j]];
+        uint32_t a = amk_id_index_get(&v->bufs, x->buffer);
+        uint32_t b = amk_id_index_get(&v->bufs, y->buffer);
+        if (a == AMK_NO_INDEX || b == AMK_NO_INDEX)
+          continue; /* reported with the bounds checks */
+        if (uses_all_before_writers(v, a, b) || uses_all_before_writers(v, b, a))
+          continue;
+        amk_validator_report(
+            v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
+            "page %" PRId32 " reused by buffers #%" PRId32 " ('%s') and #%" PRId32
+            " ('%s') whose live ranges are NOT ordered, clobber RACE (page reuse "
+            "needs separated ranges)",
+            x->page, x->buffer, m->buffers[a].name ? m->buffers[a].name : "",
+            y->buffer, m->buffers[b].name ? m->buffers[b].name : "");
+      }
+  amk_idmap_free(&page_group);
+  free(group_of);
+  free(off);
+  free(members);
+  free(fill);
+}
+
+/* ---- 8. outputs and labelling --------------------------------------------- */
+
+static bool python_truthy(const AmkValue *v) {
+  switch (v->kind) {
+  case AMK_VALUE_NULL:
+    return false;
+  case AMK_VALUE_BOOL:
+    return v->as.b;
+  case AMK_VALUE_INT:
+    return v->as.i != 0;
+  case AMK_VALUE_FLOAT:
+    return v->as.f != 0.0;
+  case AMK_VALUE_STRING:
+    return v->as.s && v->as.s[0];
+  case AMK_VALUE_LIST:
+  case AMK_VALUE_OBJECT:
+    return v->count != 0;
+  }
+  return false;
+}
+
+static void check_outputs_and_gpu(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  for (uint32_t b = 0; b < m->n_buffers && !v->stopped; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (buf->kind == AMK_KIND_IO_OUTPUT && v->wr_off[b] == v->wr_off[b + 1] &&
+        amk_id_index_get(&v->bufs, buf->id) == b)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                           "IO_OUTPUT buffer '%s'(#%" PRId32 ") is never produced",
+                           buf->name ? buf->name : "", buf->id);
+  }
+  if (!m->target || m->meta.kind != AMK_VALUE_OBJECT)
+    return;
+  const AmkValue *gpu = amk_object_get(&m->meta, "gpu");
+  if (!gpu || !python_truthy(gpu))
+    return;
+  const char *name = m->target->name ? m->target->name : "";
+  if (gpu->kind == AMK_VALUE_STRING && strcmp(gpu->as.s, name) == 0)
+    return;
+  char have[128], want[128];
+  amk_value_repr(gpu, have, sizeof have);
+  AmkValue target_name = {.kind = AMK_VALUE_STRING};
+  target_name.as.s = name;
+  amk_value_repr(&target_name, want, sizeof want);
+  amk_validator_report(v, AMK_SEVERITY_WARNING, no_loc,
+                       "meta['gpu']=%s != target.name=%s - flywheel rows derive "
+                       "GPU from target.name",
+                       have, want);
+}
+
+/* ---- driver --------------------------------------------------------------- */
+
+bool amk_validate_module(const AmkModule *m, AmkDiagEngine *diag,
+                         const AmkValidateOptions *opts,
+                         AmkValidateResult *out) {
+  AmkValidator v;
+  memset(&v, 0, sizeof v);
+  v.m = m;
+  v.diag = diag;
+  v.opts = opts ? *opts : amk_validate_default_options();
+  if (v.opts.max_errors <= 0)
+    v.opts.max_errors = 200;
+  amk_id_index_build(&v.bufs, m->buffers, sizeof *m->buffers, m->n_buffers);
+  amk_id_index_build(&v.ctrs, m->counters, sizeof *m->counters, m->n_counters);
+  amk_id_index_build(&v.tasks, m->tasks, sizeof *m->tasks, m->n_tasks);
+  amk_graph_build(&v.g, m);
+  build_buffer_uses(&v);
+
+  check_duplicate_ids(&v);
+  for (uint32_t t = 0; t < m->n_tasks && !v.stopped; t++)
+    check_task_structure(&v, &m->tasks[t]);
+  for (uint32_t t = 0; t < m->n_tasks && !v.stopped; t++)
+    check_wait_satisfiability(&v, &m->tasks[t]);
+  if (!v.g.acyclic && !v.stopped) {
+    char witness[2048];
+    uint32_t start = amk_graph_describe_cycle(&v.g, m, witness, sizeof witness);
+    amk_validator_report(&v, AMK_SEVERITY_ERROR,
+                         start == AMK_NO_INDEX ? no_loc : m->tasks[start].loc,
+                         "producer\u2192consumer graph has a CYCLE, structural "
+                         "deadlock. %s",
+                         witness);
+  }
+  if (v.g.acyclic && !v.stopped) {
+    check_provenance(&v);
+    check_write_after_write(&v);
+  }
+  if (!v.stopped)
+    check_on_chip(&v);
+  if (!v.stopped)
+    check_sm_queues(&v);
+  if (m->pages && v.g.acyclic && m->n_tasks > 0 && !v.stopped)
+    check_pages(&v);
+  if (!v.stopped)
+    check_outputs_and_gpu(&v);
+  if (!v.stopped)
+    amk_validate_check_bounds(&v);
+
+  AmkValidateResult r;
+  memset(&r, 0, sizeof r);
+  r.ok = v.errors == 0;
+  r.tasks = m->n_tasks;
+  r.buffers = m->n_buffers;
+  r.counters = m->n_counters;
+  r.edges = v.g.n_edges;
+  r.acyclic = v.g.acyclic;
+  r.weight_mb = round((double)amk_module_weight_bytes(m) / 1e6 * 100.0) / 100.0;
+  for (uint32_t t = 0; t < m->n_tasks && !r.sm_assigned; t++)
+    r.sm_assigned = m->tasks[t].has_sm;
+  r.errors = v.errors;
+  r.warnings = v.warnings;
+  validator_free(&v);
+  if (out)
+    *out = r;
+  return r.ok;
+}
+
+void amk_validate_format_summary(const AmkValidateResult *r, char *buf,
+                                 size_t size) {
+  char mb[32];
+  amk_format_float_repr(r->weight_mb, mb);
+  snprintf(buf, size,
+           "[%s] {'tasks': %" PRId64 ", 'buffers': %" PRId64
+           ", 'counters': %" PRId64 ", 'edges': %" PRId64
+           ", 'acyclic': %s, 'weight_MB': %s, 'sm_assigned': %s}",
+           r->ok ? "VALID" : "REJECTED", r->tasks, r->buffers, r->counters,
+           r->edges, r->acyclic ? "True" : "False", mb,
+           r->sm_assigned ? "True" : "False");
+}
+
+bool amk_pass_validate(AmkModule *m, AmkPassContext *ctx) {
+  AmkValidateResult r;
+  AmkValidateOptions opts = amk_validate_default_options();
+  amk_validate_module(m, ctx->diag, &opts, &r);
+  char summary[256];
+  amk_validate_format_summary(&r, summary, sizeof summary);
+  amk_note(ctx->diag, no_loc, "validate: %s", summary);
+  if (ctx->stats) {
+    amk_stat_int(ctx->stats, "validate", "tasks", r.tasks);
+    amk_stat_int(ctx->stats, "validate", "buffers", r.buffers);
+    amk_stat_int(ctx->stats, "validate", "counters", r.counters);
+    amk_stat_int(ctx->stats, "validate", "edges", r.edges);
+    amk_stat_str(ctx->stats, "validate", "acyclic", r.acyclic ? "true" : "false");
+    amk_stat_real(ctx->stats, "validate", "weight_MB", r.weight_mb);
+    amk_stat_str(ctx->stats, "validate", "sm_assigned",
+                 r.sm_assigned ? "true" : "false");
+    amk_stat_int(ctx->stats, "validate", "errors", r.errors);
+    amk_stat_int(ctx->stats, "validate", "warnings", r.warnings);
+  }
+  return r.ok;
+}

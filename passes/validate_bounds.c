@@ -1,0 +1,330 @@
+/* Checks the reference lacks: page bindings that name missing buffers or
+ * pages, shapes that are not positive integers, and the semantic bounds that
+ * tie each op's params to the shapes of its buffers (as the reference's
+ * lowering builds them: q is [1, n_heads*head_dim], caches are
+ * [max_seq, n_kv_heads, head_dim], a GEMV tile writes columns
+ * [n_off, n_off+N_tile) of an output whose width is N, ...). A program the
+ * reference lowers is never rejected here; docs/Validator.md lists them.
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "validate_internal.h"
+
+/* Diagnostics about the module as a whole carry no position. */
+static const AmkLoc no_loc = {0, 0};
+
+typedef struct {
+  bool ok; /* exists, rank 1..4, every dim a positive INT, numel fits */
+  int32_t id;
+  const char *name;
+  uint32_t rank;
+  int64_t dim[AMK_MAX_RANK];
+  int64_t numel;
+} Shape;
+
+static Shape shape_of(const AmkValidator *v, int32_t id) {
+  Shape s;
+  memset(&s, 0, sizeof s);
+  s.id = id;
+  uint32_t b = amk_id_index_get(&v->bufs, id);
+  if (b == AMK_NO_INDEX)
+    return s;
+  const AmkBuffer *buf = &v->m->buffers[b];
+  s.name = buf->name ? buf->name : "";
+  if (buf->rank == 0 || buf->rank > AMK_MAX_RANK)
+    return s;
+  s.rank = buf->rank;
+  s.numel = 1;
+  for (uint32_t i = 0; i < buf->rank; i++) {
+    int64_t d;
+    if (!amk_value_as_int(&buf->shape[i], &d) || d < 1 ||
+        s.numel > INT64_MAX / d)
+      return s;
+    s.dim[i] = d;
+    s.numel *= d;
+  }
+  s.ok = true;
+  return s;
+}
+
+static int64_t last_dim(const Shape *s) { return s->dim[s->rank - 1]; }
+
+static void bound_error(AmkValidator *v, const AmkTask *t, const char *fmt,
+                        ...) AMK_PRINTF(3, 4);
+static void bound_error(AmkValidator *v, const AmkTask *t, const char *fmt,
+                        ...) {
+  char detail[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof detail, fmt, ap);
+  va_end(ap);
+  amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                       "task %" PRId32 " (%s) %s: %s", t->id,
+                       amk_validator_label(t), amk_op_info(t->op)->json_name,
+                       detail);
+}
+
+/* An int param that must be >= `min`; false (after reporting) otherwise or
+ * when absent/mistyped (those were reported by the structural checks). */
+static bool param_at_least(AmkValidator *v, const AmkTask *t, const char *key,
+                           int64_t min, int64_t *out) {
+  /* Values outside int32 were reported as such; keeping to int32 here also
+   * keeps every sum and product below int64 overflow. */
+  if (!amk_task_param_int(t, key, out) || *out > INT32_MAX || *out < INT32_MIN)
+    return false;
+  if (*out < min) {
+    bound_error(v, t, "%s=%" PRId64 " must be >= %" PRId64, key, *out, min);
+    return false;
+  }
+  return true;
+}
+
+static void require_width(AmkValidator *v, const AmkTask *t, const char *what,
+                          const char *key, int64_t value, const Shape *s) {
+  if (s->ok && last_dim(s) != value)
+    bound_error(v, t,
+                "%s=%" PRId64 " does not match the width %" PRId64
+                " of %s buffer #%" PRId32 " ('%s')",
+                key, value, last_dim(s), what, s->id, s->name);
+}
+
+static void require_numel(AmkValidator *v, const AmkTask *t, const char *what,
+                          int64_t expected, const char *why, const Shape *s) {
+  if (s->ok && s->numel != expected)
+    bound_error(v, t,
+                "%s buffer #%" PRId32 " ('%s') has %" PRId64
+                " elements, expected %" PRId64 " (%s)",
+                what, s->id, s->name, s->numel, expected, why);
+}
+
+static void check_tile(AmkValidator *v, const AmkTask *t) {
+  int64_t k, n_tile, n_off;
+  bool have_k = param_at_least(v, t, "K", 1, &k);
+  bool have_tile = param_at_least(v, t, "N_tile", 1, &n_tile);
+  bool have_off = param_at_least(v, t, "n_off", 0, &n_off);
+  Shape x = shape_of(v, t->inputs[0]);
+  Shape w = shape_of(v, t->inputs[1]);
+  Shape out = t->n_outputs ? shape_of(v, t->outputs[0]) : (Shape){0};
+  if (have_k) {
+    require_width(v, t, "input", "K", k, &x);
+    if (t->n_inputs == 2) /* quantized weights are packed: no K check */
+      require_width(v, t, "weight", "K", k, &w);
+  }
+  if (have_tile && have_off) {
+    int64_t end = n_off + n_tile; /* both int32: no overflow */
+    if (out.ok && end > last_dim(&out))
+      bound_error(v, t,
+                  "n_off+N_tile=%" PRId64 " exceeds the width %" PRId64
+                  " of output buffer #%" PRId32 " ('%s')",
+                  end, last_dim(&out), out.id, out.name);
+    if (w.ok && w.rank >= 2 && end > w.dim[0])
+      bound_error(v, t,
+                  "n_off+N_tile=%" PRId64 " exceeds the %" PRId64
+                  " rows of weight buffer #%" PRId32 " ('%s')",
+                  end, w.dim[0], w.id, w.name);
+  }
+  if (t->op == AMK_OP_GEMM_TILE) {
+    int64_t m_tile, m_off = 0;
+    bool have_m = param_at_least(v, t, "M_tile", 1, &m_tile);
+    bool have_moff = !amk_task_param(t, "m_off") ||
+                     param_at_least(v, t, "m_off", 0, &m_off);
+    int64_t rows = out.ok && out.rank >= 2 ? out.dim[out.rank - 2] : 1;
+    if (have_m && have_moff && out.ok && m_off + m_tile > rows)
+      bound_error(v, t,
+                  "m_off+M_tile=%" PRId64 " exceeds the %" PRId64
+                  " rows of output buffer #%" PRId32 " ('%s')",
+                  m_off + m_tile, rows, out.id, out.name);
+  }
+}
+
+static void check_attention(AmkValidator *v, const AmkTask *t) {
+  int64_t head_dim, kv_start, kv_len, n_heads, n_kv_heads, flags = 0;
+  bool ok = param_at_least(v, t, "head_dim", 1, &head_dim);
+  ok = param_at_least(v, t, "kv_len", 1, &kv_len) && ok;
+  ok = param_at_least(v, t, "kv_start", 0, &kv_start) && ok;
+  ok = param_at_least(v, t, "n_heads", 1, &n_heads) && ok;
+  ok = param_at_least(v, t, "n_kv_heads", 1, &n_kv_heads) && ok;
+  if (!ok)
+    return;
+  amk_task_param_int(t, "flags", &flags);
+  if (n_heads % n_kv_heads != 0) {
+    bound_error(v, t,
+                "n_heads=%" PRId64 " is not divisible by n_kv_heads=%" PRId64,
+                n_heads, n_kv_heads);
+    return;
+  }
+  for (int i = 1; i <= 2; i++) {
+    Shape c = shape_of(v, t->inputs[i]);
+    if (!c.ok)
+      continue;
+    const char *what = i == 1 ? "key cache" : "value cache";
+    require_width(v, t, what, "head_dim", head_dim, &c);
+    if (c.rank >= 3 && c.dim[c.rank - 2] != n_kv_heads)
+      bound_error(v, t,
+                  "n_kv_heads=%" PRId64 " does not match dim %" PRId64
+                  " of %s buffer #%" PRId32 " ('%s')",
+                  n_kv_heads, c.dim[c.rank - 2], what, c.id, c.name);
+    if (kv_start + kv_len > c.dim[0])
+      bound_error(v, t,
+                  "kv_start+kv_len=%" PRId64 " exceeds the length %" PRId64
+                  " of %s buffer #%" PRId32 " ('%s')",
+                  kv_start + kv_len, c.dim[0], what, c.id, c.name);
+  }
+  Shape q = shape_of(v, t->inputs[0]);
+  require_numel(v, t, "query", n_heads * head_dim, "n_heads*head_dim", &q);
+  if (t->n_outputs) {
+    Shape out = shape_of(v, t->outputs[0]);
+    if (flags & 2)
+      require_numel(v, t, "output", n_heads * (head_dim + 2),
+                    "n_heads*(head_dim+2), a partial write", &out);
+    else
+      require_numel(v, t, "output", n_heads * head_dim, "n_heads*head_dim",
+                    &out);
+  }
+}
+
+static void check_task_bounds(AmkValidator *v, const AmkTask *t) {
+  const AmkOpInfo *info = amk_op_info(t->op);
+  /* Arity was checked by the structural pass; only judge well-formed tasks. */
+  if ((int64_t)t->n_inputs < info->min_inputs ||
+      (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs) ||
+      (int64_t)t->n_outputs != info->n_outputs)
+    return;
+  int64_t x;
+  switch (t->op) {
+  case AMK_OP_GEMV_TILE:
+  case AMK_OP_GEMM_TILE:
+    check_tile(v, t);
+    break;
+  case AMK_OP_EMBED:
+    if (param_at_least(v, t, "hidden", 1, &x)) {
+      Shape out = shape_of(v, t->outputs[0]);
+      Shape table = shape_of(v, t->inputs[1]);
+      require_width(v, t, "output", "hidden", x, &out);
+      if (table.ok && table.numel % x != 0)
+        bound_error(v, t,
+                    "hidden=%" PRId64 " does not divide the %" PRId64
+                    " elements of table buffer #%" PRId32 " ('%s')",
+                    x, table.numel, table.id, table.name);
+    }
+    break;
+  case AMK_OP_RMSNORM:
+  case AMK_OP_LAYERNORM:
+    if (param_at_least(v, t, "hidden", 1, &x)) {
+      Shape in = shape_of(v, t->inputs[0]);
+      Shape weight = shape_of(v, t->inputs[1]);
+      Shape out = shape_of(v, t->outputs[0]);
+      require_width(v, t, "input", "hidden", x, &in);
+      require_numel(v, t, "weight", x, "hidden", &weight);
+      require_width(v, t, "output", "hidden", x, &out);
+    }
+    break;
+  case AMK_OP_ROPE:
+    if (param_at_least(v, t, "head_dim", 1, &x)) {
+      if (x % 2)
+        bound_error(v, t, "head_dim=%" PRId64 " must be even", x);
+      Shape in = shape_of(v, t->inputs[0]);
+      Shape out = shape_of(v, t->outputs[0]);
+      require_width(v, t, "input", "head_dim", x, &in);
+      require_width(v, t, "output", "head_dim", x, &out);
+    }
+    break;
+  case AMK_OP_KV_APPEND:
+    if (param_at_least(v, t, "pos", 0, &x)) {
+      Shape cache = shape_of(v, t->outputs[0]);
+      Shape row = shape_of(v, t->inputs[0]);
+      if (cache.ok && x >= cache.dim[0])
+        bound_error(v, t,
+                    "pos=%" PRId64 " is outside the %" PRId64
+                    " rows of KV cache buffer #%" PRId32 " ('%s')",
+                    x, cache.dim[0], cache.id, cache.name);
+      if (cache.ok && row.ok)
+        require_numel(v, t, "appended", cache.numel / cache.dim[0],
+                      "one cache row", &row);
+    }
+    break;
+  case AMK_OP_ATTENTION_TILE:
+    check_attention(v, t);
+    break;
+  case AMK_OP_ADD:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_MUL:
+  case AMK_OP_GELU:
+  case AMK_OP_SOFTMAX:
+  case AMK_OP_COPY: {
+    Shape out = shape_of(v, t->outputs[0]);
+    if (!out.ok)
+      break;
+    for (uint32_t i = 0; i < t->n_inputs; i++) {
+      Shape in = shape_of(v, t->inputs[i]);
+      require_numel(v, t, "input", out.numel, "the output's size", &in);
+    }
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+void amk_validate_check_bounds(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  char repr[96];
+  if (m->pages) {
+    const AmkPageAllocation *pa = m->pages;
+    AmkIdIndex pages;
+    amk_id_index_build(&pages, pa->pages, sizeof *pa->pages, pa->n_pages);
+    for (uint32_t i = 0; i < pa->n_bindings && !v->stopped; i++) {
+      const AmkPageBinding *pb = &pa->bindings[i];
+      if (amk_id_index_get(&v->bufs, pb->buffer) == AMK_NO_INDEX)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, no_loc,
+                             "pages.buffer_to_page binds missing buffer %" PRId32
+                             " to page %" PRId32,
+                             pb->buffer, pb->page);
+      if (amk_id_index_get(&pages, pb->page) == AMK_NO_INDEX)
+        amk_validator_report(v, AMK_SEVERITY_ERROR, no_loc,
+                             "pages.buffer_to_page binds buffer %" PRId32
+                             " to missing page %" PRId32,
+                             pb->buffer, pb->page);
+    }
+    amk_id_index_free(&pages);
+  }
+  for (uint32_t b = 0; b < m->n_buffers && !v->stopped; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    for (uint32_t i = 0; i < buf->rank; i++) {
+      int64_t d;
+      if (amk_value_as_int(&buf->shape[i], &d) && d >= 1)
+        continue;
+      amk_value_repr(&buf->shape[i], repr, sizeof repr);
+      amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                           "buffer #%" PRId32 " ('%s') shape[%u] is %s, not a "
+                           "positive int",
+                           buf->id, buf->name ? buf->name : "", i, repr);
+    }
+  }
+  /* A task writing a WEIGHT, CONST or IO_INPUT buffer: the reference exempts
+   * these kinds from provenance and WAW checks, so such writes would go
+   * unchecked (unordered overwrites, readers racing the write). */
+  for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++) {
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_outputs; i++) {
+      uint32_t b = amk_id_index_get(&v->bufs, task->outputs[i]);
+      if (b == AMK_NO_INDEX || (unsigned)m->buffers[b].kind >= AMK_KIND_COUNT ||
+          !amk_kind_is_read_only(m->buffers[b].kind))
+        continue;
+      amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
+                           "task %" PRId32 " (%s) writes read-only %s buffer #%" PRId32
+                           " ('%s')",
+                           task->id, amk_validator_label(task),
+                           amk_kind_json_name(m->buffers[b].kind),
+                           m->buffers[b].id, m->buffers[b].name ? m->buffers[b].name : "");
+    }
+  }
+  if (!v->opts.semantic_bounds)
+    return;
+  for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++)
+    if ((unsigned)m->tasks[t].op < AMK_OP_COUNT)
+      check_task_bounds(v, &m->tasks[t]);
+}

@@ -1,0 +1,316 @@
+/* fuzz_validate: random programs against verify, validate and the simulators.
+ *
+ *   fuzz_validate [--seconds S] [--seed N]
+ *
+ * Two generators: small random programs built in memory (dangling references,
+ * cycles, huge and duplicate ids, odd threshold and param types, pages, SMs),
+ * and random mutations of the real toy lowering (dropped or retargeted waits,
+ * changed thresholds and outputs). Every program runs through all four
+ * checkers (meant for an ASan/UBSan build: nothing may crash or hang), and
+ * whenever it is structurally clean an independent oracle decides safety by
+ * brute force: the explicit happens-before closure (Floyd-Warshall on the
+ * task-by-task edge matrix), then every wait, every read and every writer
+ * pair checked against it. The validator must reject whatever the oracle
+ * rejects. Exit 1 on the first disagreement, printing the seed.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amk/diag.h"
+#include "amk/pass.h"
+#include "amk/synth.h"
+#include "amk/validate.h"
+
+typedef struct {
+  uint64_t s;
+} Rng;
+
+static uint64_t next(Rng *r) {
+  uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static int pick(Rng *r, int n) { return (int)(next(r) % (uint64_t)n); }
+static bool chance(Rng *r, int percent) { return pick(r, 100) < percent; }
+
+static int32_t random_id(Rng *r, int n) {
+  if (chance(r, 3))
+    return chance(r, 50) ? INT32_MAX - pick(r, 3) : -1 - pick(r, 3);
+  if (chance(r, 4))
+    return n + pick(r, 3); /* dangling */
+  return n ? pick(r, n) : 0;
+}
+
+static AmkValue random_threshold(Rng *r, int producers) {
+  AmkValue v = amk_value_int(producers > 0 ? producers : 1);
+  switch (pick(r, 14)) {
+  case 0: v = amk_value_int(0); break;
+  case 1: v = amk_value_int(-1 - pick(r, 5)); break;
+  case 2: v.kind = AMK_VALUE_BOOL; v.as.b = true; break;
+  case 3: v = amk_value_float(1.0); break;
+  case 4: v.kind = AMK_VALUE_STRING; v.as.s = "1"; break;
+  case 5: v = amk_value_int(1); break;
+  case 6: v = amk_value_int(INT64_MAX); break;
+  default: break;
+  }
+  return v;
+}
+
+static const AmkOp ops[] = {AMK_OP_COPY, AMK_OP_ADD, AMK_OP_NOP, AMK_OP_GEMV_TILE,
+                            AMK_OP_KV_APPEND, AMK_OP_RMSNORM, AMK_OP_FUSED};
+
+static AmkModule *random_program(Rng *r) {
+  AmkModule *m = amk_module_new();
+  int nb = 1 + pick(r, 8), nc = 1 + pick(r, 8), nt = 1 + pick(r, 12);
+  for (int i = 0; i < nb; i++) {
+    AmkBuffer *b = amk_module_add_buffer(m);
+    b->id = chance(r, 5) ? random_id(r, nb) : i;
+    char name[16];
+    snprintf(name, sizeof name, "b%d", chance(r, 5) ? 0 : i);
+    b->name = amk_arena_strdup(&m->arena, name);
+    b->kind = (AmkBufferKind)pick(r, AMK_KIND_COUNT);
+    b->dtype = AMK_DTYPE_F32;
+    b->space = chance(r, 15) ? AMK_SPACE_SMEM : AMK_SPACE_HBM;
+    b->rank = (uint32_t)(chance(r, 5) ? 5 : 1 + pick(r, 2));
+    b->shape = amk_arena_alloc(&m->arena, sizeof(AmkValue) * b->rank);
+    for (uint32_t d = 0; d < b->rank; d++)
+      b->shape[d] = chance(r, 5) ? amk_value_float(2.5) : amk_value_int(pick(r, 3) + (chance(r, 90) ? 1 : 0));
+  }
+  for (int i = 0; i < nc; i++) {
+    AmkCounter *c = amk_module_add_counter(m);
+    c->id = chance(r, 5) ? random_id(r, nc) : i;
+  }
+  for (int i = 0; i < nt; i++) {
+    AmkTask *t = amk_module_add_task(m);
+    t->id = chance(r, 5) ? random_id(r, nt) : i;
+    t->op = ops[pick(r, (int)(sizeof ops / sizeof ops[0]))];
+    t->n_inputs = (uint32_t)pick(r, chance(r, 3) ? 10 : 3);
+    t->n_outputs = (uint32_t)(chance(r, 3) ? 5 : pick(r, 3) > 0);
+    t->inputs = amk_arena_alloc(&m->arena, sizeof(int32_t) * (t->n_inputs + 1));
+    t->outputs = amk_arena_alloc(&m->arena, sizeof(int32_t) * (t->n_outputs + 1));
+    for (uint32_t k = 0; k < t->n_inputs; k++)
+      t->inputs[k] = random_id(r, nb);
+    for (uint32_t k = 0; k < t->n_outputs; k++)
+      t->outputs[k] = random_id(r, nb);
+    t->out_counter = random_id(r, nc);
+    t->n_waits = (uint32_t)pick(r, chance(r, 3) ? 10 : 3);
+    t->waits = amk_arena_alloc(&m->arena, sizeof(AmkWait) * (t->n_waits + 1));
+    for (uint32_t k = 0; k < t->n_waits; k++) {
+      t->waits[k].counter = random_id(r, nc);
+      t->waits[k].threshold = random_threshold(r, 1 + pick(r, 2));
+    }
+    t->n_params = (uint32_t)pick(r, 3);
+    t->params = amk_arena_alloc(&m->arena, sizeof(AmkParam) * (t->n_params + 1));
+    static const char *const keys[] = {"K", "N_tile", "n_off", "hidden", "eps",
+                                       "pos", "recipe", "zzz"};
+    for (uint32_t k = 0; k < t->n_params; k++) {
+      t->params[k].key = keys[pick(r, 8)];
+      t->params[k].value = chance(r, 20) ? amk_value_float(0.5)
+                                         : amk_value_int(pick(r, 70) - 2);
+    }
+    t->has_sm = chance(r, 30);
+    t->sm = pick(r, 4) - (chance(r, 5) ? 10 : 0);
+    t->label = "";
+  }
+  if (chance(r, 15)) {
+    m->pages = amk_arena_alloc(&m->arena, sizeof *m->pages);
+    m->pages->n_pages = 1;
+    m->pages->pages = amk_arena_alloc(&m->arena, sizeof(AmkPage));
+    m->pages->n_bindings = 2;
+    m->pages->bindings = amk_arena_alloc(&m->arena, 2 * sizeof(AmkPageBinding));
+    m->pages->bindings[0].buffer = random_id(r, nb);
+    m->pages->bindings[1].buffer = random_id(r, nb);
+  }
+  if (chance(r, 50))
+    m->target = amk_arena_memdup(&m->arena, amk_builtin_target("h100"),
+                                 sizeof(AmkTarget));
+  return m;
+}
+
+/* Random damage to a copy of the real lowering. */
+static AmkModule *mutated_toy(Rng *r) {
+  AmkSynthSpec spec = amk_synth_toy_spec();
+  AmkModule *m = amk_synth_llama(&spec);
+  int edits = 1 + pick(r, 3);
+  for (int e = 0; e < edits; e++) {
+    AmkTask *t = &m->tasks[pick(r, (int)m->n_tasks)];
+    switch (pick(r, 6)) {
+    case 0:
+      if (t->n_waits)
+        t->n_waits--; /* drop the last wait */
+      break;
+    case 1:
+      if (t->n_waits)
+        t->waits[pick(r, (int)t->n_waits)].counter = pick(r, (int)m->n_counters);
+      break;
+    case 2:
+      if (t->n_waits)
+        t->waits[pick(r, (int)t->n_waits)].threshold = amk_value_int(1 + pick(r, 4));
+      break;
+    case 3:
+      t->outputs[0] = pick(r, (int)m->n_buffers);
+      break;
+    case 4:
+      t->out_counter = pick(r, (int)m->n_counters);
+      break;
+    default:
+      t->inputs[pick(r, (int)t->n_inputs)] = pick(r, (int)m->n_buffers);
+      break;
+    }
+  }
+  return m;
+}
+
+/* ---- the oracle --------------------------------------------------------- */
+
+/* Structurally clean: ids are positions, every reference resolves, every
+ * threshold is an INT >= 1. Only then is the oracle's verdict meaningful. */
+static bool clean(const AmkModule *m) {
+  for (uint32_t i = 0; i < m->n_buffers; i++)
+    if (m->buffers[i].id != (int32_t)i)
+      return false;
+  for (uint32_t i = 0; i < m->n_counters; i++)
+    if (m->counters[i].id != (int32_t)i)
+      return false;
+  for (uint32_t i = 0; i < m->n_tasks; i++) {
+    const AmkTask *t = &m->tasks[i];
+    if (t->id != (int32_t)i || t->out_counter < 0 ||
+        (uint32_t)t->out_counter >= m->n_counters)
+      return false;
+    for (uint32_t k = 0; k < t->n_inputs; k++)
+      if (t->inputs[k] < 0 || (uint32_t)t->inputs[k] >= m->n_buffers)
+        return false;
+    for (uint32_t k = 0; k < t->n_outputs; k++)
+      if (t->outputs[k] < 0 || (uint32_t)t->outputs[k] >= m->n_buffers)
+        return false;
+    for (uint32_t k = 0; k < t->n_waits; k++)
+      if (t->waits[k].counter < 0 || (uint32_t)t->waits[k].counter >= m->n_counters ||
+          t->waits[k].threshold.kind != AMK_VALUE_INT || t->waits[k].threshold.as.i < 1)
+        return false;
+  }
+  return true;
+}
+
+static bool writes(const AmkTask *t, int32_t b) {
+  for (uint32_t k = 0; k < t->n_outputs; k++)
+    if (t->outputs[k] == b)
+      return true;
+  return false;
+}
+
+/* Why the program is unsafe, or NULL. */
+static const char *oracle(const AmkModule *m) {
+  uint32_t n = m->n_tasks;
+  unsigned char *hb = calloc((size_t)n * n + 1, 1); /* hb[a*n+b]: a before b */
+  for (uint32_t b = 0; b < n; b++)
+    for (uint32_t k = 0; k < m->tasks[b].n_waits; k++)
+      for (uint32_t a = 0; a < n; a++)
+        if (m->tasks[a].out_counter == m->tasks[b].waits[k].counter)
+          hb[a * n + b] = 1;
+  for (uint32_t k = 0; k < n; k++)
+    for (uint32_t i = 0; i < n; i++)
+      if (hb[i * n + k])
+        for (uint32_t j = 0; j < n; j++)
+          if (hb[k * n + j])
+            hb[i * n + j] = 1;
+  const char *why = NULL;
+  for (uint32_t i = 0; i < n && !why; i++)
+    if (hb[i * n + i])
+      why = "cycle";
+  for (uint32_t t = 0; t < n && !why; t++)
+    for (uint32_t k = 0; k < m->tasks[t].n_waits && !why; k++) {
+      int64_t producers = 0;
+      for (uint32_t a = 0; a < n; a++)
+        producers += m->tasks[a].out_counter == m->tasks[t].waits[k].counter;
+      int64_t thr = m->tasks[t].waits[k].threshold.as.i;
+      if (producers == 0 || thr > producers)
+        why = "unsatisfiable wait";
+      else if (producers > 1 && thr != producers)
+        why = "partial wait on a shared counter";
+    }
+  for (uint32_t t = 0; t < n && !why; t++) {
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t k = 0; k < task->n_inputs && !why; k++) {
+      int32_t b = task->inputs[k];
+      AmkBufferKind kind = m->buffers[b].kind;
+      if (kind == AMK_KIND_WEIGHT || kind == AMK_KIND_CONST || kind == AMK_KIND_IO_INPUT)
+        continue;
+      int writers = 0;
+      for (uint32_t w = 0; w < n; w++) {
+        if (!writes(&m->tasks[w], b))
+          continue;
+        writers++;
+        if (w != t && !hb[w * n + t])
+          why = "read not ordered after a writer";
+      }
+      if (!writers && kind != AMK_KIND_KV_CACHE)
+        why = "read of a buffer nothing writes";
+    }
+  }
+  /* Unordered writers of one buffer with overlapping (whole) footprints. */
+  for (uint32_t a = 0; a < n && !why; a++)
+    for (uint32_t b = a + 1; b < n && !why; b++)
+      for (uint32_t k = 0; k < m->tasks[a].n_outputs && !why; k++)
+        if (writes(&m->tasks[b], m->tasks[a].outputs[k]) && !hb[a * n + b] &&
+            !hb[b * n + a] && m->tasks[a].op != AMK_OP_GEMV_TILE &&
+            m->tasks[b].op != AMK_OP_GEMV_TILE)
+          why = "unordered whole-buffer writers";
+  free(hb);
+  return why;
+}
+
+int main(int argc, char **argv) {
+  double seconds = 10;
+  uint64_t seed = (uint64_t)time(NULL);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--seconds") == 0)
+      seconds = atof(argv[i + 1]);
+    else if (strcmp(argv[i], "--seed") == 0)
+      seed = strtoull(argv[i + 1], NULL, 10);
+  }
+  FILE *sink = fopen("/dev/null", "w");
+  AmkDiagEngine *d = amk_diag_new(sink ? sink : stderr);
+  long programs = 0, judged = 0, unsafe = 0, rejected = 0;
+  clock_t start = clock();
+  for (uint64_t iter = 0;; iter++) {
+    if ((iter & 63) == 0 &&
+        (double)(clock() - start) / CLOCKS_PER_SEC >= seconds)
+      break;
+    Rng r = {seed * 1000003u + iter};
+    AmkModule *m = chance(&r, 70) ? random_program(&r) : mutated_toy(&r);
+    amk_verify_module(m, d);
+    bool ok = amk_validate_module(m, d, NULL, NULL);
+    amk_simulate_counters(m, d, NULL);
+    amk_simulate_adversarial(m, d, 3);
+    programs++;
+    rejected += !ok;
+    if (clean(m)) {
+      judged++;
+      const char *why = oracle(m);
+      if (why) {
+        unsafe++;
+        if (ok) {
+          fprintf(stderr,
+                  "FALSE ACCEPT: seed %llu iteration %llu: oracle says %s\n",
+                  (unsigned long long)seed, (unsigned long long)iter, why);
+          amk_module_free(m);
+          amk_diag_free(d);
+          if (sink)
+            fclose(sink);
+          return 1;
+        }
+      }
+    }
+    amk_module_free(m);
+  }
+  printf("fuzz_validate: seed %llu: %ld programs (%ld rejected), %ld judged "
+         "by the oracle (%ld unsafe), 0 false accepts\n",
+         (unsigned long long)seed, programs, rejected, judged, unsafe);
+  amk_diag_free(d);
+  if (sink)
+    fclose(sink);
+  return 0;
+}
