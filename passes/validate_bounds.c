@@ -223,13 +223,20 @@ static void check_task_bounds(AmkValidator *v, const AmkTask *t) {
     }
     break;
   case AMK_OP_ROPE:
+    /* Rows of whole heads: [n, head_dim] as the reference reshapes them, or
+     * the projection's [1, n_heads*head_dim] read directly. */
     if (param_at_least(v, t, "head_dim", 1, &x)) {
       if (x % 2)
         bound_error(v, t, "head_dim=%" PRId64 " must be even", x);
       Shape in = shape_of(v, t->inputs[0]);
       Shape out = shape_of(v, t->outputs[0]);
-      require_width(v, t, "input", "head_dim", x, &in);
-      require_width(v, t, "output", "head_dim", x, &out);
+      if (in.ok && last_dim(&in) % x != 0)
+        bound_error(v, t,
+                    "head_dim=%" PRId64 " does not divide the width %" PRId64
+                    " of input buffer #%" PRId32 " ('%s')",
+                    x, last_dim(&in), in.id, in.name);
+      if (in.ok)
+        require_numel(v, t, "output", in.numel, "the input's size", &out);
     }
     break;
   case AMK_OP_KV_APPEND:

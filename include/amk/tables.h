@@ -191,14 +191,14 @@
     "out[cols] = (silu(gu[:K]) * gu[K:2K]) @ W[cols]^T")                       \
   X(SILU_RESIDUAL, 4, "silu_residual", "gu, W, r",                            \
     "out[cols] = r[cols] + (silu(gu[:K]) * gu[K:2K]) @ W[cols]^T")             \
-  X(ROPE_KV, 5, "rope_kv", "qkv, inv_freq",                                   \
-    "rotate k of one KV head at the step position and append k, v to row "    \
-    "pos of the [max_seq, 2, n_kv, head_dim] cache")                           \
+  X(ROPE_KV, 5, "rope_kv", "qkv, inv_freq, pos",                            \
+    "rotate k of KV head n_off at the step position and append k, v to row "  \
+    "pos of the [max_seq, 2, n_kv * head_dim] cache")                          \
   X(ATTENTION, 6, "attention", "q, k_cache, v_cache",                         \
-    "attention for the query heads of columns [n_off, n_off + N_tile) (one "  \
-    "KV head's GQA group) over [max_seq, n_kv, head_dim] caches")              \
-  X(ATTENTION_ROPE, 7, "attention_rope", "qkv, kv_cache, inv_freq",           \
+    "attention for query heads [n_off, n_off + N_tile) (one KV head's GQA "   \
+    "group) over [max_seq, n_kv, head_dim] caches")                            \
+  X(ATTENTION_ROPE, 7, "attention_rope", "qkv, inv_freq, kv_cache",           \
     "rotate the group's q heads, then attend over the combined "              \
-    "[max_seq, 2, n_kv, head_dim] cache")
+    "[max_seq, 2, n_kv * head_dim] cache")
 
 #endif

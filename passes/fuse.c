@@ -1,0 +1,1129 @@
+/* fuse: merge dependent steps into GEMV tiles (docs/Fusion.md).
+ *
+ * Which fusions run: --fusion=all|none|GROUP,GROUP... (GROUP is ops joined by
+ * '+', e.g. rmsnorm+gemv), else config.fusion_grouping (a list of groups; an
+ * empty list means all of them). The groups:
+ *
+ *   rmsnorm+gemv     a norm folds into every GEMV tile reading it (norm)
+ *   gemv+add         a residual add folds into the tiles of the GEMV feeding
+ *                    it (residual, silu_residual)
+ *   gate+up          gate and up become one stacked projection -> gu [2, I]
+ *   silu_mul+gemv    SiLU(gate)*up folds into the tiles reading it (silu);
+ *                    needs gate+up
+ *   qkv              q, k and v become one projection -> qkv
+ *   rope+kv_append   RoPE of k and both appends: one task per KV head
+ *                    (rope_kv) into a combined cache; needs qkv
+ *   rope+attention   RoPE of q folds into the per-KV-head attention tiles
+ *                    (attention_rope); needs qkv and rope+kv_append
+ *
+ * Every rewrite is checked against the dataflow before it is made (the
+ * intermediate buffer has exactly the expected writers and readers, its
+ * counter no other waiters, the wait lists stay within the ABI's cap), so
+ * anything fuse does not recognise is left as it was. Thresholds follow the
+ * all-join rule; tiles that share a buffer share one counter with disjoint
+ * [n_off, n_off + N_tile), as the reference's write-after-write check needs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/rope.h"
+#include "schedule_rewrite.h"
+
+static const AmkLoc no_loc = {0, 0};
+
+/* ---- fusion groups ------------------------------------------------------------ */
+
+#define FUSION_GROUPS(X)                                                       \
+  X(NORM, "rmsnorm+gemv")                                                      \
+  X(RESIDUAL, "gemv+add")                                                      \
+  X(GATE_UP, "gate+up")                                                        \
+  X(SILU, "silu_mul+gemv")                                                     \
+  X(QKV, "qkv")                                                                \
+  X(ROPE_KV, "rope+kv_append")                                                 \
+  X(ATTENTION_ROPE, "rope+attention")
+
+typedef enum {
+#define X(name, text) FUSION_##name,
+  FUSION_GROUPS(X)
+#undef X
+      FUSION_COUNT
+} FusionGroup;
+
+static const char *const group_names[] = {
+#define X(name, text) text,
+    FUSION_GROUPS(X)
+#undef X
+};
+
+/* Op spellings accepted in a group, mapped to the names above. */
+static const char *canonical_op(const char *op) {
+  if (strcmp(op, "gemv_tile") == 0)
+    return "gemv";
+  if (strcmp(op, "attention_tile") == 0)
+    return "attention";
+  return op;
+}
+
+/* Sorted '+'-joined spelling of a group, for an order-free comparison. */
+static void group_key(const char *const *ops, size_t n, char *out, size_t size) {
+  const char *sorted[8];
+  size_t k = n < 8 ? n : 8;
+  for (size_t i = 0; i < k; i++)
+    sorted[i] = canonical_op(ops[i]);
+  for (size_t i = 1; i < k; i++)
+    for (size_t j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
+      const char *tmp = sorted[j];
+      sorted[j] = sorted[j - 1];
+      sorted[j - 1] = tmp;
+    }
+  size_t at = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < k && at < size; i++)
+    at += (size_t)snprintf(out + at, size - at, "%s%s", i ? "+" : "", sorted[i]);
+}
+
+/* The group named by `ops`, or -1. "q+k+v" is another spelling of qkv. */
+static int lookup_group(const char *const *ops, size_t n) {
+  char want[256], have[256];
+  if (n == 0 || n > 8)
+    return -1;
+  group_key(ops, n, want, sizeof want);
+  if (strcmp(want, "k+q+v") == 0)
+    return FUSION_QKV;
+  for (int g = 0; g < FUSION_COUNT; g++) {
+    char copy[64];
+    const char *parts[8];
+    size_t np = 0;
+    snprintf(copy, sizeof copy, "%s", group_names[g]);
+    for (char *tok = strtok(copy, "+"); tok && np < 8; tok = strtok(NULL, "+"))
+      parts[np++] = tok;
+    group_key(parts, np, have, sizeof have);
+    if (strcmp(want, have) == 0)
+      return g;
+  }
+  return -1;
+}
+
+static void known_groups(char *out, size_t size) {
+  size_t at = 0;
+  for (int g = 0; g < FUSION_COUNT && at < size; g++)
+    at += (size_t)snprintf(out + at, size - at, "%s%s", g ? ", " : "", group_names[g]);
+}
+
+static bool parse_fusion_option(const char *text, bool *on, AmkPassContext *ctx) {
+  char known[256];
+  known_groups(known, sizeof known);
+  if (strcmp(text, "all") == 0) {
+    for (int g = 0; g < FUSION_COUNT; g++)
+      on[g] = true;
+    return true;
+  }
+  if (strcmp(text, "none") == 0)
+    return true;
+  size_t len = strlen(text);
+  char *copy = amk_xstrdup(text);
+  bool ok = len > 0;
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item && ok;
+       item = strtok_r(NULL, ",", &save)) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", item);
+    const char *ops[8];
+    size_t n = 0;
+    char *save2 = NULL;
+    for (char *op = strtok_r(buf, "+", &save2); op && n < 8; op = strtok_r(NULL, "+", &save2))
+      ops[n++] = op;
+    int g = lookup_group(ops, n);
+    if (g < 0) {
+      amk_error(ctx->diag, no_loc,
+                "fuse: unknown fusion group '%s' in --fusion (known: %s; or all, none)",
+                item, known);
+      ok = false;
+    } else {
+      on[g] = true;
+    }
+  }
+  if (len == 0)
+    amk_error(ctx->diag, no_loc, "fuse: --fusion is empty (give all, none or groups: %s)",
+              known);
+  free(copy);
+  return ok;
+}
+
+static bool parse_fusion_config(const AmkValue *grouping, bool *on, AmkPassContext *ctx) {
+  char known[256], repr[128];
+  known_groups(known, sizeof known);
+  if (grouping->kind != AMK_VALUE_LIST) {
+    amk_value_repr(grouping, repr, sizeof repr);
+    amk_error(ctx->diag, no_loc,
+              "fuse: config.fusion_grouping must be a list of lists of op names, not %s",
+              repr);
+    return false;
+  }
+  if (grouping->count == 0) { /* an empty grouping asks for every fusion */
+    for (int g = 0; g < FUSION_COUNT; g++)
+      on[g] = true;
+    return true;
+  }
+  for (uint32_t i = 0; i < grouping->count; i++) {
+    const AmkValue *item = &grouping->as.items[i];
+    const char *ops[8];
+    size_t n = 0;
+    bool strings = item->kind == AMK_VALUE_LIST && item->count <= 8;
+    for (uint32_t j = 0; strings && j < item->count; j++) {
+      strings = item->as.items[j].kind == AMK_VALUE_STRING;
+      if (strings)
+        ops[n++] = item->as.items[j].as.s;
+    }
+    int g = strings ? lookup_group(ops, n) : -1;
+    if (g < 0) {
+      amk_value_repr(item, repr, sizeof repr);
+      amk_error(ctx->diag, no_loc,
+                "fuse: unknown fusion group %s in config.fusion_grouping (known: %s)",
+                repr, known);
+      return false;
+    }
+    on[g] = true;
+  }
+  return true;
+}
+
+/* ---- the dataflow index ------------------------------------------------------- */
+
+typedef struct {
+  uint32_t *off, *list;
+} Csr;
+
+typedef struct {
+  AmkIdIndex bufs, cnts;
+  Csr writers, readers;    /* per buffer position: live tasks */
+  Csr producers, waiters;  /* per counter position: live tasks */
+} Index;
+
+static void csr_free(Csr *c) {
+  free(c->off);
+  free(c->list);
+}
+
+/* Builds a CSR of (key, task) pairs produced by `emit` in two sweeps. */
+typedef uint32_t (*EmitFn)(const AmkModule *m, const Index *ix, uint32_t t,
+                           uint32_t *keys);
+
+static Csr build_csr(const AmkModule *m, const Index *ix, const AmkRwEdit *e,
+                     uint32_t n_keys, EmitFn emit) {
+  Csr c;
+  c.off = amk_xcalloc((size_t)n_keys + 2, sizeof *c.off);
+  uint32_t keys[AMK_MAX_INPUTS + AMK_MAX_OUTPUTS + AMK_MAX_WAITS + 8];
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    if (amk_rw_task_dead(e, t))
+      continue;
+    uint32_t n = emit(m, ix, t, keys);
+    for (uint32_t i = 0; i < n; i++)
+      c.off[keys[i] + 1]++;
+  }
+  for (uint32_t k = 0; k < n_keys; k++)
+    c.off[k + 1] += c.off[k];
+  c.list = amk_xmalloc(((size_t)c.off[n_keys] + 1) * sizeof *c.list);
+  uint32_t *fill = amk_xmalloc(((size_t)n_keys + 1) * sizeof *fill);
+  memcpy(fill, c.off, ((size_t)n_keys + 1) * sizeof *fill);
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    if (amk_rw_task_dead(e, t))
+      continue;
+    uint32_t n = emit(m, ix, t, keys);
+    for (uint32_t i = 0; i < n; i++)
+      c.list[fill[keys[i]]++] = t;
+  }
+  free(fill);
+  return c;
+}
+
+/* Distinct keys of a task, capped by the ABI arrays (larger tasks only
+ * contribute their first entries; fuse never rewrites them). */
+static uint32_t add_key(uint32_t *keys, uint32_t n, uint32_t key) {
+  if (key == AMK_NO_INDEX)
+    return n;
+  for (uint32_t i = 0; i < n; i++)
+    if (keys[i] == key)
+      return n;
+  keys[n] = key;
+  return n + 1;
+}
+
+static uint32_t emit_writes(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
+  const AmkTask *task = &m->tasks[t];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < task->n_outputs && i < AMK_MAX_OUTPUTS; i++)
+    n = add_key(keys, n, amk_id_index_get(&ix->bufs, task->outputs[i]));
+  return n;
+}
+
+static uint32_t emit_reads(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
+  const AmkTask *task = &m->tasks[t];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < task->n_inputs && i < AMK_MAX_INPUTS; i++)
+    n = add_key(keys, n, amk_id_index_get(&ix->bufs, task->inputs[i]));
+  return n;
+}
+
+static uint32_t emit_signal(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
+  return add_key(keys, 0, amk_id_index_get(&ix->cnts, m->tasks[t].out_counter));
+}
+
+static uint32_t emit_waits(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
+  const AmkTask *task = &m->tasks[t];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < task->n_waits && i < AMK_MAX_WAITS; i++)
+    n = add_key(keys, n, amk_id_index_get(&ix->cnts, task->waits[i].counter));
+  return n;
+}
+
+static void index_build(Index *ix, const AmkModule *m, const AmkRwEdit *e) {
+  amk_id_index_build(&ix->bufs, m->buffers, sizeof *m->buffers, m->n_buffers);
+  amk_id_index_build(&ix->cnts, m->counters, sizeof *m->counters, m->n_counters);
+  ix->writers = build_csr(m, ix, e, m->n_buffers, emit_writes);
+  ix->readers = build_csr(m, ix, e, m->n_buffers, emit_reads);
+  ix->producers = build_csr(m, ix, e, m->n_counters, emit_signal);
+  ix->waiters = build_csr(m, ix, e, m->n_counters, emit_waits);
+}
+
+static void index_free(Index *ix) {
+  amk_id_index_free(&ix->bufs);
+  amk_id_index_free(&ix->cnts);
+  csr_free(&ix->writers);
+  csr_free(&ix->readers);
+  csr_free(&ix->producers);
+  csr_free(&ix->waiters);
+}
+
+typedef struct {
+  const uint32_t *at;
+  uint32_t n;
+} Span;
+
+static Span span(const Csr *c, uint32_t key) {
+  if (key == AMK_NO_INDEX)
+    return (Span){NULL, 0};
+  return (Span){c->list + c->off[key], c->off[key + 1] - c->off[key]};
+}
+
+static bool span_is_one(Span s, uint32_t task) { return s.n == 1 && s.at[0] == task; }
+
+/* Every task of `inner` is in `outer` (both ascending task positions). */
+static bool span_within(Span inner, Span outer) {
+  uint32_t j = 0;
+  for (uint32_t i = 0; i < inner.n; i++) {
+    while (j < outer.n && outer.at[j] < inner.at[i])
+      j++;
+    if (j == outer.n || outer.at[j] != inner.at[i])
+      return false;
+  }
+  return true;
+}
+
+static bool span_equal(Span a, Span b) { return a.n == b.n && span_within(a, b); }
+
+/* ---- rewriting helpers ------------------------------------------------------------ */
+
+typedef struct {
+  AmkModule *m;
+  AmkPassContext *ctx;
+  AmkRwEdit edit;
+  Index ix;
+  int64_t done[FUSION_COUNT];
+} Fuser;
+
+static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
+static uint32_t cntpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.cnts, id); }
+
+static int64_t dim(const AmkBuffer *b, uint32_t i) {
+  int64_t d = 0;
+  if (!b || i >= b->rank || !amk_value_as_int(&b->shape[i], &d))
+    return -1;
+  return d;
+}
+
+static int64_t width_of(const Fuser *f, int32_t buffer) {
+  uint32_t p = bufpos(f, buffer);
+  if (p == AMK_NO_INDEX)
+    return -1;
+  const AmkBuffer *b = &f->m->buffers[p];
+  return b->rank ? dim(b, b->rank - 1) : -1;
+}
+
+static void set_pattern(AmkModule *m, AmkTask *t, int64_t pattern) {
+  amk_task_set_param(m, t, "flags",
+                     amk_value_int(pattern << AMK_PATTERN_SHIFT | amk_rw_low_flags(t)));
+}
+
+typedef struct {
+  AmkWait w[AMK_MAX_WAITS];
+  uint32_t n;
+} WaitSet;
+
+/* t's waits without those on counters in `drop`, plus `add` (a counter
+ * already waited on keeps its wait). False when over the ABI cap. */
+static bool merged_waits(const AmkTask *t, const int32_t *drop, uint32_t n_drop,
+                         const AmkWait *add, uint32_t n_add, WaitSet *out) {
+  out->n = 0;
+  for (uint32_t pass = 0; pass < 2; pass++) {
+    const AmkWait *src = pass ? add : t->waits;
+    uint32_t n = pass ? n_add : t->n_waits;
+    for (uint32_t i = 0; i < n; i++) {
+      bool skip = false;
+      for (uint32_t d = 0; d < n_drop && !skip; d++)
+        skip = src[i].counter == drop[d];
+      for (uint32_t k = 0; k < out->n && !skip; k++)
+        skip = out->w[k].counter == src[i].counter;
+      if (skip)
+        continue;
+      if (out->n == AMK_MAX_WAITS)
+        return false;
+      out->w[out->n++] = src[i];
+    }
+  }
+  return true;
+}
+
+static void set_waits(AmkModule *m, AmkTask *t, const WaitSet *s) {
+  t->n_waits = s->n;
+  t->waits = amk_arena_memdup(&m->arena, s->w, (s->n ? s->n : 1) * sizeof *s->w);
+}
+
+static void set_inputs(AmkModule *m, AmkTask *t, const int32_t *in, uint32_t n) {
+  t->n_inputs = n;
+  t->inputs = amk_arena_memdup(&m->arena, in, n * sizeof *in);
+}
+
+static int32_t add_buffer(Fuser *f, const char *base, AmkBufferKind kind, AmkDType dtype,
+                          uint32_t rank, const int64_t *dims, const char *source) {
+  const char *name = amk_rw_unique_buffer_name(f->m, base);
+  AmkBuffer *b = amk_module_add_buffer(f->m);
+  b->name = name;
+  b->kind = kind;
+  b->dtype = dtype;
+  b->rank = rank;
+  b->shape = amk_arena_alloc(&f->m->arena, rank * sizeof *b->shape);
+  for (uint32_t i = 0; i < rank; i++)
+    b->shape[i] = amk_value_int(dims[i]);
+  b->space = AMK_SPACE_HBM;
+  b->source = source ? amk_arena_strdup(&f->m->arena, source) : NULL;
+  return b->id;
+}
+
+static int32_t add_counter(Fuser *f, const char *base, const char *note) {
+  const char *name = amk_rw_unique_counter_name(f->m, base);
+  AmkCounter *c = amk_module_add_counter(f->m);
+  c->name = name;
+  c->note = amk_arena_strdup(&f->m->arena, note);
+  return c->id;
+}
+
+/* `name` with `from` replaced by `to`, else with `suffix` appended. */
+static void rename_part(const char *name, const char *from, const char *to,
+                        const char *suffix, char *out, size_t size) {
+  const char *hit = name ? strstr(name, from) : NULL;
+  if (hit)
+    snprintf(out, size, "%.*s%s%s", (int)(hit - name), name, to, hit + strlen(from));
+  else
+    snprintf(out, size, "%s%s", name ? name : "", suffix);
+}
+
+/* The label's prefix through its last '.', e.g. "L3." of "L3.k_append". */
+static void label_prefix(const char *label, char *out, size_t size) {
+  const char *dot = label ? strrchr(label, '.') : NULL;
+  snprintf(out, size, "%.*s", dot ? (int)(dot - label + 1) : 0, dot ? label : "");
+}
+
+/* Tiles writing one buffer: all GEMV_TILE with an allowed pattern, one
+ * signalled counter whose producers are exactly them. */
+typedef struct {
+  Span tiles;
+  uint32_t counter; /* position */
+  int64_t pattern;
+} TileSet;
+
+static bool tile_set(const Fuser *f, uint32_t buffer, uint64_t allowed_patterns,
+                     TileSet *out) {
+  Span w = span(&f->ix.writers, buffer);
+  if (w.n == 0)
+    return false;
+  const AmkTask *first = &f->m->tasks[w.at[0]];
+  out->tiles = w;
+  out->counter = cntpos(f, first->out_counter);
+  out->pattern = amk_rw_pattern(first);
+  if (out->counter == AMK_NO_INDEX || !span_equal(span(&f->ix.producers, out->counter), w))
+    return false;
+  for (uint32_t i = 0; i < w.n; i++) {
+    const AmkTask *t = &f->m->tasks[w.at[i]];
+    int64_t p = amk_rw_pattern(t);
+    if (t->op != AMK_OP_GEMV_TILE || t->n_outputs != 1 || p != out->pattern ||
+        !((allowed_patterns >> p) & 1) || t->n_inputs < 2 ||
+        t->out_counter != first->out_counter)
+      return false;
+  }
+  return true;
+}
+
+#define PATTERN_BIT(name) (1ull << AMK_PATTERN_##name)
+
+/* The tiles of several projections agree on what they reduce: the same
+ * input vector, pattern, norm weight and eps, and K. */
+static bool same_reduction(const Fuser *f, const TileSet *sets, size_t n) {
+  const AmkTask *ref = &f->m->tasks[sets[0].tiles.at[0]];
+  int64_t k_ref;
+  if (!amk_task_param_int(ref, "K", &k_ref))
+    return false;
+  for (size_t s = 0; s < n; s++)
+    for (uint32_t i = 0; i < sets[s].tiles.n; i++) {
+      const AmkTask *t = &f->m->tasks[sets[s].tiles.at[i]];
+      int64_t k;
+      if (t->n_inputs != ref->n_inputs || t->inputs[0] != ref->inputs[0] ||
+          amk_rw_pattern(t) != amk_rw_pattern(ref) ||
+          !amk_task_param_int(t, "K", &k) || k != k_ref)
+        return false;
+      if (t->n_inputs == 3) {
+        const AmkValue *a = amk_task_param(t, "eps"), *b = amk_task_param(ref, "eps");
+        if (t->inputs[2] != ref->inputs[2] || !a || !b || !amk_value_equal(a, b))
+          return false;
+      }
+    }
+  return true;
+}
+
+/* Every tile of a set reads the same weight (input 1); its position. */
+static uint32_t tile_weight(const Fuser *f, const TileSet *s) {
+  int32_t w = f->m->tasks[s->tiles.at[0]].inputs[1];
+  for (uint32_t i = 1; i < s->tiles.n; i++)
+    if (f->m->tasks[s->tiles.at[i]].inputs[1] != w)
+      return AMK_NO_INDEX;
+  uint32_t p = bufpos(f, w);
+  return p != AMK_NO_INDEX && f->m->buffers[p].kind == AMK_KIND_WEIGHT &&
+                 f->m->buffers[p].rank == 2 && f->m->buffers[p].source
+             ? p
+             : AMK_NO_INDEX;
+}
+
+/* ---- rmsnorm + gemv ---------------------------------------------------------------- */
+
+static void fuse_norms(Fuser *f) {
+  AmkModule *m = f->m;
+  uint32_t n = m->n_tasks;
+  for (uint32_t pos = 0; pos < n; pos++) {
+    if (amk_rw_task_dead(&f->edit, pos))
+      continue;
+    const AmkTask *norm = &m->tasks[pos];
+    const AmkValue *eps = amk_task_param(norm, "eps");
+    int64_t hidden;
+    if (norm->op != AMK_OP_RMSNORM || norm->n_inputs != 2 || norm->n_outputs != 1 ||
+        !eps || !amk_task_param_int(norm, "hidden", &hidden))
+      continue;
+    uint32_t y = bufpos(f, norm->outputs[0]), c = cntpos(f, norm->out_counter);
+    if (y == AMK_NO_INDEX || c == AMK_NO_INDEX ||
+        m->buffers[y].kind != AMK_KIND_ACTIVATION ||
+        !span_is_one(span(&f->ix.writers, y), pos) ||
+        !span_is_one(span(&f->ix.producers, c), pos))
+      continue;
+    Span readers = span(&f->ix.readers, y);
+    if (readers.n == 0 || !span_equal(span(&f->ix.waiters, c), readers))
+      continue;
+    bool ok = true;
+    WaitSet *sets = amk_xmalloc(readers.n * sizeof *sets);
+    int32_t drop = norm->out_counter;
+    for (uint32_t i = 0; i < readers.n && ok; i++) {
+      const AmkTask *t = &m->tasks[readers.at[i]];
+      ok = t->op == AMK_OP_GEMV_TILE && amk_rw_pattern(t) == AMK_PATTERN_PLAIN &&
+           t->n_inputs == 2 && t->n_outputs == 1 && t->inputs[0] == norm->outputs[0] &&
+           t->inputs[1] != norm->outputs[0] &&
+           merged_waits(t, &drop, 1, norm->waits, norm->n_waits, &sets[i]);
+    }
+    if (ok) {
+      int32_t in[3] = {norm->inputs[0], 0, norm->inputs[1]};
+      int64_t elem = amk_dtype_nbytes(m->buffers[y].dtype, 1);
+      AmkValue eps_value = *eps;
+      for (uint32_t i = 0; i < readers.n; i++) {
+        AmkTask *t = &m->tasks[readers.at[i]];
+        in[1] = t->inputs[1];
+        set_inputs(m, t, in, 3);
+        set_waits(m, t, &sets[i]);
+        set_pattern(m, t, AMK_PATTERN_NORM);
+        amk_task_set_param(m, t, "eps", eps_value);
+        t->est_bytes += 2 * hidden * elem; /* each tile reads x and g */
+        t->est_flops += 4 * hidden;
+      }
+      amk_rw_kill_task(&f->edit, pos);
+      amk_rw_kill_buffer(&f->edit, y);
+      amk_rw_kill_counter(&f->edit, c);
+      f->done[FUSION_NORM]++;
+    }
+    free(sets);
+  }
+}
+
+/* ---- gemv + add -------------------------------------------------------------------- */
+
+static bool fuse_one_residual(Fuser *f, uint32_t pos, int which) {
+  AmkModule *m = f->m;
+  const AmkTask *add = &m->tasks[pos];
+  int32_t y_id = add->inputs[which], r_id = add->inputs[1 - which];
+  uint32_t y = bufpos(f, y_id), z = bufpos(f, add->outputs[0]);
+  uint32_t cz = cntpos(f, add->out_counter);
+  TileSet ts;
+  if (y == AMK_NO_INDEX || z == AMK_NO_INDEX || cz == AMK_NO_INDEX || y_id == r_id ||
+      !tile_set(f, y, PATTERN_BIT(PLAIN) | PATTERN_BIT(SILU), &ts) ||
+      !span_is_one(span(&f->ix.readers, y), pos) ||
+      !span_is_one(span(&f->ix.waiters, ts.counter), pos) ||
+      !span_is_one(span(&f->ix.writers, z), pos) ||
+      !span_is_one(span(&f->ix.producers, cz), pos) ||
+      width_of(f, y_id) != width_of(f, add->outputs[0]) || width_of(f, y_id) <= 0)
+    return false;
+  WaitSet *sets = amk_xmalloc(ts.tiles.n * sizeof *sets);
+  int32_t drop = m->counters[ts.counter].id;
+  bool ok = true;
+  for (uint32_t i = 0; i < ts.tiles.n && ok; i++) {
+    const AmkTask *t = &m->tasks[ts.tiles.at[i]];
+    ok = t->n_inputs == 2 && t->inputs[0] != y_id && t->inputs[1] != y_id &&
+         merged_waits(t, &drop, 1, add->waits, add->n_waits, &sets[i]);
+  }
+  if (ok) {
+    int64_t elem = amk_dtype_nbytes(m->buffers[z].dtype, 1);
+    int32_t out = add->outputs[0], counter = add->out_counter;
+    int64_t pattern = ts.pattern == AMK_PATTERN_SILU ? AMK_PATTERN_SILU_RESIDUAL
+                                                          : AMK_PATTERN_RESIDUAL;
+    for (uint32_t i = 0; i < ts.tiles.n; i++) {
+      AmkTask *t = &m->tasks[ts.tiles.at[i]];
+      int32_t in[3] = {t->inputs[0], t->inputs[1], r_id};
+      int64_t n_tile = 0;
+      amk_task_param_int(t, "N_tile", &n_tile);
+      set_inputs(m, t, in, 3);
+      set_waits(m, t, &sets[i]);
+      set_pattern(m, t, pattern);
+      t->outputs = amk_arena_memdup(&m->arena, &out, sizeof out);
+      t->out_counter = counter;
+      t->est_bytes += n_tile * elem; /* the residual slice */
+      t->est_flops += n_tile;
+    }
+    amk_rw_kill_task(&f->edit, pos);
+    amk_rw_kill_buffer(&f->edit, y);
+    amk_rw_kill_counter(&f->edit, ts.counter);
+    f->done[FUSION_RESIDUAL]++;
+  }
+  free(sets);
+  return ok;
+}
+
+static void fuse_residuals(Fuser *f) {
+  for (uint32_t pos = 0; pos < f->m->n_tasks; pos++) {
+    const AmkTask *t = &f->m->tasks[pos];
+    if (amk_rw_task_dead(&f->edit, pos) || t->op != AMK_OP_ADD || t->n_inputs != 2 ||
+        t->n_outputs != 1)
+      continue;
+    /* A residual add reads (stream, projection): try the second first. */
+    if (!fuse_one_residual(f, pos, 1))
+      fuse_one_residual(f, pos, 0);
+  }
+}
+
+/* ---- gate + up, silu_mul + gemv ----------------------------------------------------- */
+
+/* The tiles cover [0, width) exactly once. */
+static bool tiles_cover(const AmkModule *m, Span tiles, int64_t width) {
+  uint8_t *seen = amk_xcalloc((size_t)width, 1);
+  bool ok = true;
+  int64_t total = 0;
+  for (uint32_t i = 0; i < tiles.n && ok; i++) {
+    int64_t off, n;
+    const AmkTask *t = &m->tasks[tiles.at[i]];
+    ok = amk_task_param_int(t, "n_off", &off) && amk_task_param_int(t, "N_tile", &n) &&
+         off >= 0 && n > 0 && off + n <= width;
+    for (int64_t c = off; ok && c < off + n; c++)
+      ok = !seen[c]++;
+    total += ok ? n : 0;
+  }
+  free(seen);
+  return ok && total == width;
+}
+
+static void fuse_mlp(Fuser *f) {
+  AmkModule *m = f->m;
+  uint32_t n = m->n_tasks;
+  for (uint32_t pos = 0; pos < n; pos++) {
+    if (amk_rw_task_dead(&f->edit, pos))
+      continue;
+    const AmkTask *s = &m->tasks[pos];
+    if (s->op != AMK_OP_SILU_MUL || s->n_inputs != 2 || s->n_outputs != 1)
+      continue;
+    uint32_t gate = bufpos(f, s->inputs[0]), up = bufpos(f, s->inputs[1]);
+    uint32_t act = bufpos(f, s->outputs[0]), c_act = cntpos(f, s->out_counter);
+    TileSet sets[2];
+    if (gate == AMK_NO_INDEX || up == AMK_NO_INDEX || act == AMK_NO_INDEX ||
+        c_act == AMK_NO_INDEX || gate == up ||
+        !tile_set(f, gate, PATTERN_BIT(PLAIN) | PATTERN_BIT(NORM), &sets[0]) ||
+        !tile_set(f, up, PATTERN_BIT(PLAIN) | PATTERN_BIT(NORM), &sets[1]) ||
+        !same_reduction(f, sets, 2) || !span_is_one(span(&f->ix.readers, gate), pos) ||
+        !span_is_one(span(&f->ix.readers, up), pos) ||
+        !span_is_one(span(&f->ix.waiters, sets[0].counter), pos) ||
+        !span_is_one(span(&f->ix.waiters, sets[1].counter), pos) ||
+        !span_is_one(span(&f->ix.writers, act), pos) ||
+        !span_is_one(span(&f->ix.producers, c_act), pos))
+      continue;
+    uint32_t wg = tile_weight(f, &sets[0]), wu = tile_weight(f, &sets[1]);
+    int64_t inter = width_of(f, s->inputs[0]);
+    if (wg == AMK_NO_INDEX || wu == AMK_NO_INDEX || wg == wu || inter <= 0 ||
+        width_of(f, s->inputs[1]) != inter || width_of(f, s->outputs[0]) != inter ||
+        dim(&m->buffers[wg], 0) != inter || dim(&m->buffers[wu], 0) != inter ||
+        dim(&m->buffers[wg], 1) != dim(&m->buffers[wu], 1) ||
+        m->buffers[wg].dtype != m->buffers[wu].dtype ||
+        !span_equal(span(&f->ix.readers, wg), sets[0].tiles) ||
+        !span_equal(span(&f->ix.readers, wu), sets[1].tiles) ||
+        !tiles_cover(m, sets[0].tiles, inter))
+      continue;
+    /* The consumers: GEMV tiles reducing over act. */
+    Span down = span(&f->ix.readers, act);
+    if (down.n == 0 || !span_equal(span(&f->ix.waiters, c_act), down))
+      continue;
+    bool ok = true;
+    for (uint32_t i = 0; i < down.n && ok; i++) {
+      const AmkTask *t = &m->tasks[down.at[i]];
+      int64_t p = amk_rw_pattern(t);
+      ok = t->op == AMK_OP_GEMV_TILE && t->n_outputs == 1 && t->inputs[0] == s->outputs[0] &&
+           (p == AMK_PATTERN_PLAIN || p == AMK_PATTERN_RESIDUAL) &&
+           (t->n_inputs == 2) == (p == AMK_PATTERN_PLAIN);
+      for (uint32_t k = 1; k < t->n_inputs && ok; k++)
+        ok = t->inputs[k] != s->outputs[0];
+    }
+    if (!ok)
+      continue;
+
+    char name[256], src[1024];
+    rename_part(m->buffers[wg].name, "gate_proj", "gate_up_proj", ".gate_up", name, sizeof name);
+    snprintf(src, sizeof src, "%s+%s", m->buffers[wg].source, m->buffers[wu].source);
+    int64_t w_dims[2] = {2 * inter, dim(&m->buffers[wg], 1)};
+    AmkDType w_dtype = m->buffers[wg].dtype, a_dtype = m->buffers[gate].dtype;
+    int32_t w_gu = add_buffer(f, name, AMK_KIND_WEIGHT, w_dtype, 2, w_dims, src);
+    rename_part(m->buffers[gate].name, "gate", "gu", ".gu", name, sizeof name);
+    int64_t gu_dims[2] = {2, inter};
+    int32_t gu = add_buffer(f, name, AMK_KIND_ACTIVATION, a_dtype, 2, gu_dims, NULL);
+    char note[320];
+    snprintf(note, sizeof note, "%s (%u stacked gate|up tiles)",
+             m->buffers[gu].name, sets[0].tiles.n);
+    int32_t c_gu = add_counter(f, m->buffers[gu].name, note);
+    for (uint32_t i = 0; i < sets[0].tiles.n; i++) {
+      AmkTask *t = &m->tasks[sets[0].tiles.at[i]];
+      int32_t in[3] = {t->inputs[0], w_gu, t->n_inputs == 3 ? t->inputs[2] : 0};
+      set_inputs(m, t, in, t->n_inputs);
+      t->outputs = amk_arena_memdup(&m->arena, &gu, sizeof gu);
+      t->out_counter = c_gu;
+      t->est_bytes *= 2;
+      t->est_flops *= 2;
+      rename_part(t->label, "gate_proj", "gate_up_proj", "", name, sizeof name);
+      t->label = amk_arena_strdup(&m->arena, name);
+    }
+    int32_t drop = s->out_counter;
+    AmkWait wait_gu = {c_gu, amk_value_int(AMK_RW_FULL_JOIN)};
+    for (uint32_t i = 0; i < down.n; i++) {
+      AmkTask *t = &m->tasks[down.at[i]];
+      WaitSet ws;
+      /* Dropping one wait and adding one never exceeds the cap. */
+      merged_waits(t, &drop, 1, &wait_gu, 1, &ws);
+      set_waits(m, t, &ws);
+      int32_t in[3] = {gu, t->inputs[1], t->n_inputs == 3 ? t->inputs[2] : 0};
+      set_inputs(m, t, in, t->n_inputs);
+      set_pattern(m, t, amk_rw_pattern(t) == AMK_PATTERN_RESIDUAL
+                            ? AMK_PATTERN_SILU_RESIDUAL
+                            : AMK_PATTERN_SILU);
+      t->est_bytes += width_of(f, gu) * amk_dtype_nbytes(a_dtype, 1);
+      t->est_flops += 4 * inter;
+    }
+    for (uint32_t i = 0; i < sets[1].tiles.n; i++)
+      amk_rw_kill_task(&f->edit, sets[1].tiles.at[i]);
+    amk_rw_kill_task(&f->edit, pos);
+    amk_rw_kill_buffer(&f->edit, gate);
+    amk_rw_kill_buffer(&f->edit, up);
+    amk_rw_kill_buffer(&f->edit, act);
+    amk_rw_kill_buffer(&f->edit, wg);
+    amk_rw_kill_buffer(&f->edit, wu);
+    amk_rw_kill_counter(&f->edit, sets[0].counter);
+    amk_rw_kill_counter(&f->edit, sets[1].counter);
+    amk_rw_kill_counter(&f->edit, c_act);
+    f->done[FUSION_GATE_UP]++;
+    f->done[FUSION_SILU]++;
+  }
+}
+
+/* ---- qkv, rope + kv_append, rope + attention ---------------------------------------- */
+
+static bool same_params(const AmkTask *a, const AmkTask *b) {
+  if (a->n_params != b->n_params)
+    return false;
+  for (uint32_t i = 0; i < a->n_params; i++) {
+    const AmkValue *v = amk_task_param(b, a->params[i].key);
+    if (!v || !amk_value_equal(v, &a->params[i].value))
+      return false;
+  }
+  return true;
+}
+
+/* The CONST inverse-frequency table of a rope spec, made once per spec. Its
+ * source names the spec; the runtime computes the values (docs/Fusion.md). */
+static int32_t inv_freq_buffer(Fuser *f, const AmkRopeSpec *spec) {
+  char source[512];
+  char theta[32], factor[32], low[32], high[32], original[32];
+  amk_format_float_repr(spec->theta, theta);
+  int at = snprintf(source, sizeof source, "amk.rope_inv_freq:head_dim=%d,theta=%s",
+                    spec->head_dim, theta);
+  if (spec->kind == AMK_ROPE_LLAMA3) {
+    amk_format_float_repr(spec->factor, factor);
+    amk_format_float_repr(spec->low_freq_factor, low);
+    amk_format_float_repr(spec->high_freq_factor, high);
+    amk_format_float_repr(spec->original_max_pos, original);
+    snprintf(source + at, sizeof source - (size_t)at,
+             ",rope_type=llama3,factor=%s,low_freq_factor=%s,high_freq_factor=%s,"
+             "original_max_position_embeddings=%s",
+             factor, low, high, original);
+  }
+  for (uint32_t i = 0; i < f->m->n_buffers; i++) {
+    const AmkBuffer *b = &f->m->buffers[i];
+    if (b->kind == AMK_KIND_CONST && b->source && strcmp(b->source, source) == 0 &&
+        !amk_rw_buffer_dead(&f->edit, i))
+      return b->id;
+  }
+  int64_t half = spec->head_dim / 2;
+  return add_buffer(f, "rope.inv_freq", AMK_KIND_CONST, AMK_DTYPE_F32, 1, &half, source);
+}
+
+typedef struct {
+  uint32_t rope_q, rope_k, append_k, append_v;   /* task positions */
+  uint32_t q_raw, k_raw, v_raw, q, k_rot, kc, vc; /* buffer positions */
+  TileSet proj[3];                                /* q, k, v */
+  uint32_t weight[3];
+  Span attention;
+  int64_t head_dim, n_heads, n_kv, max_seq;
+} AttentionBlock;
+
+static bool is_attention_task(const AmkTask *t) {
+  return (t->op == AMK_OP_GEMV_TILE && amk_rw_pattern(t) == AMK_PATTERN_ATTENTION &&
+          t->n_inputs == 3) ||
+         (t->op == AMK_OP_ATTENTION_TILE && t->n_inputs == 3);
+}
+
+/* The single live writer of buffer `b` if it has op `op`, else NO_INDEX. */
+static uint32_t sole_writer(const Fuser *f, uint32_t b, AmkOp op) {
+  Span w = span(&f->ix.writers, b);
+  return w.n == 1 && f->m->tasks[w.at[0]].op == op ? w.at[0] : AMK_NO_INDEX;
+}
+
+/* The counter a task signals is waited on only by tasks of `allowed`. */
+static bool waited_only_by(const Fuser *f, uint32_t task, Span allowed) {
+  uint32_t c = cntpos(f, f->m->tasks[task].out_counter);
+  return c != AMK_NO_INDEX && span_is_one(span(&f->ix.producers, c), task) &&
+         span_within(span(&f->ix.waiters, c), allowed);
+}
+
+static bool match_attention_block(const Fuser *f, const AmkTask *a, AttentionBlock *blk) {
+  const AmkModule *m = f->m;
+  blk->q = bufpos(f, a->inputs[0]);
+  blk->kc = bufpos(f, a->inputs[1]);
+  blk->vc = bufpos(f, a->inputs[2]);
+  if (blk->q == AMK_NO_INDEX || blk->kc == AMK_NO_INDEX || blk->vc == AMK_NO_INDEX ||
+      blk->kc == blk->vc)
+    return false;
+  blk->rope_q = sole_writer(f, blk->q, AMK_OP_ROPE);
+  blk->append_k = sole_writer(f, blk->kc, AMK_OP_KV_APPEND);
+  blk->append_v = sole_writer(f, blk->vc, AMK_OP_KV_APPEND);
+  if (blk->rope_q == AMK_NO_INDEX || blk->append_k == AMK_NO_INDEX ||
+      blk->append_v == AMK_NO_INDEX)
+    return false;
+  const AmkTask *rq = &m->tasks[blk->rope_q], *ak = &m->tasks[blk->append_k],
+                *av = &m->tasks[blk->append_v];
+  if (rq->n_inputs != 2 || ak->n_inputs != 2 || av->n_inputs != 2 ||
+      ak->inputs[1] != a->inputs[1] || av->inputs[1] != a->inputs[2])
+    return false;
+  blk->k_rot = bufpos(f, ak->inputs[0]);
+  blk->rope_k = blk->k_rot == AMK_NO_INDEX ? AMK_NO_INDEX
+                                           : sole_writer(f, blk->k_rot, AMK_OP_ROPE);
+  if (blk->rope_k == AMK_NO_INDEX)
+    return false;
+  const AmkTask *rk = &m->tasks[blk->rope_k];
+  if (rk->n_inputs != 2 || rk->inputs[1] != rq->inputs[1] || !same_params(rq, rk))
+    return false;
+  blk->q_raw = bufpos(f, rq->inputs[0]);
+  blk->k_raw = bufpos(f, rk->inputs[0]);
+  blk->v_raw = bufpos(f, av->inputs[0]);
+  uint32_t raw[3] = {blk->q_raw, blk->k_raw, blk->v_raw};
+  uint32_t consumer[3] = {blk->rope_q, blk->rope_k, blk->append_v};
+  for (int i = 0; i < 3; i++) {
+    if (raw[i] == AMK_NO_INDEX ||
+        !tile_set(f, raw[i], PATTERN_BIT(PLAIN) | PATTERN_BIT(NORM), &blk->proj[i]) ||
+        !span_is_one(span(&f->ix.readers, raw[i]), consumer[i]) ||
+        !span_is_one(span(&f->ix.waiters, blk->proj[i].counter), consumer[i]))
+      return false;
+    blk->weight[i] = tile_weight(f, &blk->proj[i]);
+    if (blk->weight[i] == AMK_NO_INDEX ||
+        !span_equal(span(&f->ix.readers, blk->weight[i]), blk->proj[i].tiles))
+      return false;
+  }
+  if (blk->q_raw == blk->k_raw || blk->k_raw == blk->v_raw || blk->q_raw == blk->v_raw ||
+      blk->weight[0] == blk->weight[1] || blk->weight[1] == blk->weight[2] ||
+      blk->weight[0] == blk->weight[2] || !same_reduction(f, blk->proj, 3))
+    return false;
+  /* Every reader of the rotated q is an attention task over the same caches. */
+  blk->attention = span(&f->ix.readers, blk->q);
+  for (uint32_t i = 0; i < blk->attention.n; i++) {
+    const AmkTask *t = &m->tasks[blk->attention.at[i]];
+    if (!is_attention_task(t) || t->inputs[0] != a->inputs[0] ||
+        t->inputs[1] != a->inputs[1] || t->inputs[2] != a->inputs[2])
+      return false;
+  }
+  Span k_readers = span(&f->ix.readers, blk->kc), v_readers = span(&f->ix.readers, blk->vc);
+  if (k_readers.n != blk->attention.n + 1 || v_readers.n != blk->attention.n + 1 ||
+      !span_within(blk->attention, k_readers) || !span_within(blk->attention, v_readers) ||
+      !span_is_one(span(&f->ix.readers, blk->k_rot), blk->append_k) ||
+      !waited_only_by(f, blk->rope_q, blk->attention) ||
+      !waited_only_by(f, blk->append_k, blk->attention) ||
+      !waited_only_by(f, blk->append_v, blk->attention) ||
+      !span_is_one(span(&f->ix.waiters, cntpos(f, rk->out_counter)), blk->append_k) ||
+      !span_is_one(span(&f->ix.producers, cntpos(f, rk->out_counter)), blk->rope_k))
+    return false;
+  if (!amk_task_param_int(a, "head_dim", &blk->head_dim) ||
+      !amk_task_param_int(a, "n_heads", &blk->n_heads) ||
+      !amk_task_param_int(a, "n_kv_heads", &blk->n_kv) || blk->head_dim <= 0 ||
+      blk->head_dim % 2 || blk->n_kv <= 0 || blk->n_heads % blk->n_kv)
+    return false;
+  const AmkBuffer *kc = &m->buffers[blk->kc], *vc = &m->buffers[blk->vc];
+  blk->max_seq = dim(kc, 0);
+  return kc->rank == 3 && vc->rank == 3 && blk->max_seq > 0 && dim(vc, 0) == blk->max_seq &&
+         dim(kc, 1) == blk->n_kv && dim(vc, 1) == blk->n_kv && dim(kc, 2) == blk->head_dim &&
+         dim(vc, 2) == blk->head_dim && kc->dtype == vc->dtype &&
+         width_of(f, rq->inputs[0]) == blk->n_heads * blk->head_dim &&
+         width_of(f, rk->inputs[0]) == blk->n_kv * blk->head_dim &&
+         width_of(f, av->inputs[0]) == blk->n_kv * blk->head_dim;
+}
+
+static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
+  AmkModule *m = f->m;
+  /* Copies: adding tasks below moves the task array. */
+  const AmkTask rq_copy = m->tasks[blk->rope_q], ak_copy = m->tasks[blk->append_k];
+  const AmkTask *rq = &rq_copy, *ak = &ak_copy;
+  AmkRopeSpec spec;
+  const char *why = NULL;
+  if (!amk_rope_spec_from_task(rq, &spec, &why))
+    return;
+  int64_t hd = blk->head_dim, nq = blk->n_heads * hd, nkv = blk->n_kv * hd;
+  int64_t width = nq + 2 * nkv;
+  const AmkBuffer *wq = &m->buffers[blk->weight[0]];
+  char name[256], src[1536], note[320], prefix[128];
+  snprintf(src, sizeof src, "%s+%s+%s", wq->source, m->buffers[blk->weight[1]].source,
+           m->buffers[blk->weight[2]].source);
+  rename_part(wq->name, "q_proj", "qkv_proj", ".qkv", name, sizeof name);
+  int64_t w_dims[2] = {width, dim(wq, 1)};
+  int32_t w_qkv = add_buffer(f, name, AMK_KIND_WEIGHT, wq->dtype, 2, w_dims, src);
+  const AmkBuffer *q_raw = &m->buffers[blk->q_raw];
+  snprintf(name, sizeof name, "%skv", q_raw->name ? q_raw->name : "q");
+  int64_t qkv_dims[2] = {1, width};
+  int32_t qkv = add_buffer(f, name, AMK_KIND_ACTIVATION, m->buffers[blk->q_raw].dtype, 2,
+                           qkv_dims, NULL);
+  snprintf(note, sizeof note, "%s (%u tiles)", m->buffers[qkv].name,
+           blk->proj[0].tiles.n + blk->proj[1].tiles.n + blk->proj[2].tiles.n);
+  int32_t c_qkv = add_counter(f, m->buffers[qkv].name, note);
+  int32_t inv_freq = inv_freq_buffer(f, &spec);
+  label_prefix(m->buffers[blk->kc].name, prefix, sizeof prefix);
+  snprintf(name, sizeof name, "%skv_cache", prefix);
+  int64_t cache_dims[3] = {blk->max_seq, 2, nkv};
+  int32_t cache = add_buffer(f, name, AMK_KIND_KV_CACHE, m->buffers[blk->kc].dtype, 3,
+                             cache_dims, NULL);
+  snprintf(note, sizeof note, "%s (%lld rope_kv tasks)", m->buffers[cache].name,
+           (long long)blk->n_kv);
+  int32_t c_kv = add_counter(f, m->buffers[cache].name, note);
+
+  /* q, k and v tiles now write column ranges of one qkv vector. */
+  int64_t shift[3] = {0, nq, nq + nkv};
+  for (int p = 0; p < 3; p++)
+    for (uint32_t i = 0; i < blk->proj[p].tiles.n; i++) {
+      AmkTask *t = &m->tasks[blk->proj[p].tiles.at[i]];
+      int64_t off = 0;
+      amk_task_param_int(t, "n_off", &off);
+      amk_task_set_param(m, t, "n_off", amk_value_int(off + shift[p]));
+      int32_t in[3] = {t->inputs[0], w_qkv, t->n_inputs == 3 ? t->inputs[2] : 0};
+      set_inputs(m, t, in, t->n_inputs);
+      t->outputs = amk_arena_memdup(&m->arena, &qkv, sizeof qkv);
+      t->out_counter = c_qkv;
+    }
+
+  /* One rope_kv task per KV head, in place of the k append. */
+  int64_t pos = 0;
+  amk_task_param_int(ak, "pos", &pos);
+  int32_t pos_buffer = rq->inputs[1];
+  label_prefix(ak->label, prefix, sizeof prefix);
+  int64_t elem = amk_dtype_nbytes(m->buffers[blk->kc].dtype, 1);
+  for (int64_t h = 0; h < blk->n_kv; h++) {
+    AmkTask *t = amk_rw_add_task(m, &f->edit, blk->append_k);
+    t->op = AMK_OP_GEMV_TILE;
+    int32_t in[3] = {qkv, inv_freq, pos_buffer};
+    set_inputs(m, t, in, 3);
+    t->n_outputs = 1;
+    t->outputs = amk_arena_memdup(&m->arena, &cache, sizeof cache);
+    t->out_counter = c_kv;
+    WaitSet ws = {.n = 1};
+    ws.w[0] = (AmkWait){c_qkv, amk_value_int(AMK_RW_FULL_JOIN)};
+    set_waits(m, t, &ws);
+    amk_task_set_param(m, t, "K", amk_value_int(width));
+    amk_task_set_param(m, t, "N_tile", amk_value_int(1));
+    amk_task_set_param(m, t, "n_off", amk_value_int(h));
+    amk_task_set_param(m, t, "flags",
+                       amk_value_int((int64_t)AMK_PATTERN_ROPE_KV << AMK_PATTERN_SHIFT));
+    amk_task_set_param(m, t, "head_dim", amk_value_int(hd));
+    amk_task_set_param(m, t, "n_heads", amk_value_int(blk->n_heads));
+    amk_task_set_param(m, t, "n_kv_heads", amk_value_int(blk->n_kv));
+    amk_task_set_param(m, t, "pos", amk_value_int(pos));
+    t->est_bytes = 4 * hd * elem + hd * 2;
+    t->est_flops = 6 * hd;
+    snprintf(name, sizeof name, "%srope_kv[kv%lld]", prefix, (long long)h);
+    t->label = amk_arena_strdup(&m->arena, name);
+  }
+
+  /* Attention tiles read q from qkv (rotating it) and the combined cache. */
+  int32_t drop[3] = {rq->out_counter, ak->out_counter, m->tasks[blk->append_v].out_counter};
+  AmkWait wait_kv = {c_kv, amk_value_int(AMK_RW_FULL_JOIN)};
+  for (uint32_t i = 0; i < blk->attention.n; i++) {
+    AmkTask *t = &m->tasks[blk->attention.at[i]];
+    if (t->op == AMK_OP_ATTENTION_TILE) { /* untiled: one tile of every head */
+      t->op = AMK_OP_GEMV_TILE;
+      amk_task_set_param(m, t, "N_tile", amk_value_int(blk->n_heads));
+      amk_task_set_param(m, t, "n_off", amk_value_int(0));
+    }
+    amk_task_set_param(m, t, "K", amk_value_int(width));
+    set_pattern(m, t, AMK_PATTERN_ATTENTION_ROPE);
+    int32_t in[3] = {qkv, inv_freq, cache};
+    set_inputs(m, t, in, 3);
+    WaitSet ws;
+    merged_waits(t, drop, 3, &wait_kv, 1, &ws);
+    set_waits(m, t, &ws);
+  }
+  uint32_t dead_tasks[4] = {blk->rope_q, blk->rope_k, blk->append_k, blk->append_v};
+  for (int i = 0; i < 4; i++) {
+    amk_rw_kill_counter(&f->edit, cntpos(f, m->tasks[dead_tasks[i]].out_counter));
+    amk_rw_kill_task(&f->edit, dead_tasks[i]);
+  }
+  uint32_t dead_buffers[10] = {blk->q_raw, blk->k_raw, blk->v_raw, blk->q, blk->k_rot,
+                               blk->kc, blk->vc, blk->weight[0], blk->weight[1],
+                               blk->weight[2]};
+  for (int i = 0; i < 10; i++)
+    amk_rw_kill_buffer(&f->edit, dead_buffers[i]);
+  for (int p = 0; p < 3; p++)
+    amk_rw_kill_counter(&f->edit, blk->proj[p].counter);
+  f->done[FUSION_QKV]++;
+  f->done[FUSION_ROPE_KV]++;
+  f->done[FUSION_ATTENTION_ROPE]++;
+}
+
+static void fuse_attention(Fuser *f) {
+  AmkModule *m = f->m;
+  uint32_t n = m->n_tasks;
+  uint8_t *seen_q = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, 1);
+  uint32_t n_seen = m->n_buffers;
+  for (uint32_t pos = 0; pos < n; pos++) {
+    if (amk_rw_task_dead(&f->edit, pos) || !is_attention_task(&m->tasks[pos]))
+      continue;
+    uint32_t q = bufpos(f, m->tasks[pos].inputs[0]);
+    if (q == AMK_NO_INDEX || q >= n_seen || seen_q[q])
+      continue;
+    seen_q[q] = 1;
+    AttentionBlock blk;
+    AmkTask a = m->tasks[pos];
+    if (match_attention_block(f, &a, &blk))
+      rewrite_attention_block(f, &blk);
+  }
+  free(seen_q);
+}
+
+/* ---- the pass ------------------------------------------------------------------------ */
+
+bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
+  bool on[FUSION_COUNT] = {false};
+  const char *option = amk_pass_option(ctx, "fusion");
+  if (option) {
+    if (!parse_fusion_option(option, on, ctx))
+      return false;
+  } else if (m->config) {
+    if (!parse_fusion_config(&m->config->fusion_grouping, on, ctx))
+      return false;
+  } else {
+    for (int g = 0; g < FUSION_COUNT; g++)
+      on[g] = true;
+  }
+  /* The block rewrites need their parts together (docs/Fusion.md). */
+  bool attention = on[FUSION_QKV] && on[FUSION_ROPE_KV] && on[FUSION_ATTENTION_ROPE];
+  bool mlp = on[FUSION_GATE_UP] && on[FUSION_SILU];
+  if ((on[FUSION_QKV] || on[FUSION_ROPE_KV] || on[FUSION_ATTENTION_ROPE]) && !attention)
+    amk_warning(ctx->diag, no_loc,
+                "fuse: qkv, rope+kv_append and rope+attention are one rewrite; "
+                "without all three the attention block is left unfused");
+  if ((on[FUSION_GATE_UP] || on[FUSION_SILU]) && !mlp)
+    amk_warning(ctx->diag, no_loc,
+                "fuse: gate+up and silu_mul+gemv are one rewrite; without both the "
+                "MLP is left unfused");
+
+  int64_t path_before = 0, layer_before = 0;
+  if (ctx->stats)
+    amk_rw_hops(m, &path_before, &layer_before);
+  uint32_t tasks_before = m->n_tasks, counters_before = m->n_counters;
+
+  Fuser f = {.m = m, .ctx = ctx};
+  if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
+    amk_rw_edit_init(&f.edit, m);
+    bool identity = true;
+    for (uint32_t i = 0; i < m->n_buffers && identity; i++)
+      identity = m->buffers[i].id == (int32_t)i;
+    for (uint32_t i = 0; i < m->n_counters && identity; i++)
+      identity = m->counters[i].id == (int32_t)i;
+    if (!identity)
+      amk_rw_compact(m, &f.edit, ctx, "fuse");
+    amk_rw_edit_free(&f.edit);
+  }
+  AmkIdIndex counters;
+  amk_id_index_build(&counters, m->counters, sizeof *m->counters, m->n_counters);
+  uint32_t n_old_counters = m->n_counters;
+  uint32_t *old_counts = amk_rw_producer_counts(m, &counters);
+  amk_id_index_free(&counters);
+  amk_rw_edit_init(&f.edit, m);
+
+  typedef void (*Phase)(Fuser *);
+  const struct {
+    bool enabled;
+    Phase run;
+  } phases[] = {{on[FUSION_NORM], fuse_norms},
+                {attention, fuse_attention},
+                {mlp, fuse_mlp},
+                {on[FUSION_RESIDUAL], fuse_residuals}};
+  for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
+    if (!phases[i].enabled)
+      continue;
+    index_build(&f.ix, m, &f.edit);
+    phases[i].run(&f);
+    index_free(&f.ix);
+  }
+  amk_rw_fix_thresholds(m, &f.edit, old_counts, n_old_counters);
+  amk_rw_compact(m, &f.edit, ctx, "fuse");
+  amk_rw_edit_free(&f.edit);
+  free(old_counts);
+
+  if (ctx->stats) {
+    int64_t path_after = 0, layer_after = 0;
+    amk_rw_hops(m, &path_after, &layer_after);
+    amk_stat_int(ctx->stats, "fuse", "tasks before", tasks_before);
+    amk_stat_int(ctx->stats, "fuse", "tasks after", m->n_tasks);
+    amk_stat_int(ctx->stats, "fuse", "counters before", counters_before);
+    amk_stat_int(ctx->stats, "fuse", "counters after", m->n_counters);
+    amk_stat_int(ctx->stats, "fuse", "norms folded into GEMV tiles", f.done[FUSION_NORM]);
+    amk_stat_int(ctx->stats, "fuse", "residual adds folded", f.done[FUSION_RESIDUAL]);
+    amk_stat_int(ctx->stats, "fuse", "MLPs fused (gate|up, silu)", f.done[FUSION_SILU]);
+    amk_stat_int(ctx->stats, "fuse", "attention blocks fused (qkv, rope_kv, rope)",
+                 f.done[FUSION_QKV]);
+    amk_stat_int(ctx->stats, "fuse", "critical path (tasks) before", path_before);
+    amk_stat_int(ctx->stats, "fuse", "critical path (tasks) after", path_after);
+    amk_stat_int(ctx->stats, "fuse", "dependent hops per layer before", layer_before);
+    amk_stat_int(ctx->stats, "fuse", "dependent hops per layer after", layer_after);
+  }
+  return true;
+}

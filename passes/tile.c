@@ -1,0 +1,388 @@
+/* tile: split op-level work so every SM has some (docs/Fusion.md).
+ *
+ * GEMV tasks (plain or fused patterns that reduce over K) are split into
+ * column tiles of N_tile rows: --gemv-n-tile=N, else
+ * config.tiling.gemv.N_tile, else chosen per projection for the target
+ * (about one tile per SM, a multiple of 16 rows, never fewer than 16).
+ * Tiles keep the task's inputs, output, waits and out_counter, so a consumer
+ * that waited for the whole projection now waits for every tile (the
+ * all-join rule: thresholds that equalled the old producer count become the
+ * new one).
+ *
+ * ATTENTION_TILE tasks become one GEMV_TILE (pattern attention) per KV head,
+ * the GQA query heads of that KV head together; n_off and N_tile count query
+ * heads. With kv_partitions = P >= 2 (--kv-partitions or
+ * config.tiling.attention.kv_partitions) each partition's tiles write an
+ * unnormalised partial [1, n_heads * (head_dim + 2)] (flags bit 1) and an
+ * ATTENTION_COMBINE merges the partitions into the original output.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule_rewrite.h"
+
+static const AmkLoc no_loc = {0, 0};
+
+enum { MIN_TILE_ROWS = 16, TILE_ROW_MULTIPLE = 16, MAX_KV_PARTITIONS = 8 };
+enum { ATTENTION_PARTIAL_FLAG = 2 };
+
+typedef struct {
+  int64_t n_tile;        /* 0: chosen per projection for the target */
+  int64_t num_sms;
+  int64_t kv_partitions; /* 1: no split-KV */
+} TilePlan;
+
+typedef struct {
+  int64_t gemv_split, gemv_tiles, attention_split, attention_tiles;
+} TileCounts;
+
+/* `config.tiling.<group>.<key>`, or NULL. */
+static const AmkValue *tiling_value(const AmkModule *m, const char *group,
+                                    const char *key) {
+  if (!m->config || m->config->tiling.kind != AMK_VALUE_OBJECT)
+    return NULL;
+  const AmkValue *g = amk_object_get(&m->config->tiling, group);
+  return g && g->kind == AMK_VALUE_OBJECT ? amk_object_get(g, key) : NULL;
+}
+
+/* An integer setting: the command line wins over the config. */
+static bool read_setting(const AmkModule *m, AmkPassContext *ctx,
+                         const char *option, const char *group, const char *key,
+                         int64_t min, int64_t max, int64_t *out) {
+  const char *text = amk_pass_option(ctx, option);
+  if (text) {
+    if (!amk_rw_parse_int(text, min, max, out)) {
+      amk_error(ctx->diag, no_loc,
+                "tile: --%s must be an integer in [%lld, %lld], not '%s'",
+                option, (long long)min, (long long)max, text);
+      return false;
+    }
+    return true;
+  }
+  const AmkValue *v = tiling_value(m, group, key);
+  if (!v)
+    return true;
+  int64_t x;
+  if (!amk_value_as_int(v, &x) || x < min || x > max) {
+    char repr[64];
+    amk_value_repr(v, repr, sizeof repr);
+    amk_error(ctx->diag, no_loc,
+              "tile: config.tiling.%s.%s must be an integer in [%lld, %lld], "
+              "not %s",
+              group, key, (long long)min, (long long)max, repr);
+    return false;
+  }
+  *out = x;
+  return true;
+}
+
+/* About one tile per SM, rounded up to a multiple of 16 rows. */
+static int64_t auto_tile_rows(int64_t n, int64_t num_sms) {
+  int64_t rows = (n + num_sms - 1) / num_sms;
+  rows = (rows + TILE_ROW_MULTIPLE - 1) / TILE_ROW_MULTIPLE * TILE_ROW_MULTIPLE;
+  return rows < MIN_TILE_ROWS ? MIN_TILE_ROWS : rows;
+}
+
+/* A copy of `src` (fresh arrays, so later in-place edits stay local),
+ * placed after list position `anchor`. */
+static AmkTask *clone_task(AmkModule *m, AmkRwEdit *e, const AmkTask *src,
+                           uint32_t anchor) {
+  AmkTask *t = amk_rw_add_task(m, e, anchor);
+  int32_t id = t->id;
+  *t = *src;
+  t->id = id;
+  t->has_sm = false;
+  t->sm = 0;
+  t->inputs = amk_arena_memdup(&m->arena, src->inputs,
+                               (src->n_inputs ? src->n_inputs : 1) * sizeof *src->inputs);
+  t->outputs = amk_arena_memdup(&m->arena, src->outputs,
+                                (src->n_outputs ? src->n_outputs : 1) * sizeof *src->outputs);
+  t->waits = amk_arena_memdup(&m->arena, src->waits,
+                              (src->n_waits ? src->n_waits : 1) * sizeof *src->waits);
+  amk_rw_copy_params(m, t, src);
+  return t;
+}
+
+static const char *indexed_label(AmkModule *m, const char *base, const char *fmt,
+                                 int64_t a, int64_t b) {
+  char suffix[64], label[320];
+  snprintf(suffix, sizeof suffix, fmt, (long long)a, (long long)b);
+  snprintf(label, sizeof label, "%s%s", base && *base ? base : "task", suffix);
+  return amk_arena_strdup(&m->arena, label);
+}
+
+/* Share `total` out over [start, end) of `width` so the parts sum to it. */
+static int64_t share(int64_t total, int64_t start, int64_t end, int64_t width) {
+  double per = (double)total / (double)width;
+  return (int64_t)(per * (double)end) - (int64_t)(per * (double)start);
+}
+
+static bool is_reducing_pattern(int64_t pattern) {
+  return pattern >= 0 && pattern <= 4; /* plain, norm, residual, silu, silu_residual */
+}
+
+/* Splits GEMV task at list position `pos` (copied to `src`). */
+static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
+                       uint32_t pos, const AmkTask *src, const TilePlan *plan,
+                       TileCounts *counts) {
+  int64_t n_tile, n_off;
+  if (!amk_task_param_int(src, "N_tile", &n_tile) ||
+      !amk_task_param_int(src, "n_off", &n_off))
+    return true; /* malformed; the verifier and validator say so */
+  if (n_tile <= 0) {
+    amk_error(ctx->diag, src->loc,
+              "tile: task %d ('%s') has N_tile=%lld; a GEMV tile needs N_tile >= 1",
+              src->id, src->label ? src->label : "", (long long)n_tile);
+    return false;
+  }
+  int64_t rows = plan->n_tile ? plan->n_tile : auto_tile_rows(n_tile, plan->num_sms);
+  if (rows >= n_tile)
+    return true;
+  int64_t n_pieces = (n_tile + rows - 1) / rows;
+  for (int64_t i = 0; i < n_pieces; i++) {
+    int64_t start = i * rows, end = start + rows < n_tile ? start + rows : n_tile;
+    AmkTask *t = clone_task(m, e, src, pos);
+    amk_task_set_param(m, t, "N_tile", amk_value_int(end - start));
+    amk_task_set_param(m, t, "n_off", amk_value_int(n_off + start));
+    t->est_bytes = share(src->est_bytes, start, end, n_tile);
+    t->est_flops = share(src->est_flops, start, end, n_tile);
+    t->label = indexed_label(m, src->label, "[t%lld]", i, 0);
+  }
+  amk_rw_kill_task(e, pos);
+  counts->gemv_split++;
+  counts->gemv_tiles += n_pieces;
+  return true;
+}
+
+static int64_t last_dim(const AmkModule *m, int32_t buffer) {
+  const AmkBuffer *b = amk_module_buffer(m, buffer);
+  int64_t d = 0;
+  if (!b || b->rank == 0 || !amk_value_as_int(&b->shape[b->rank - 1], &d))
+    return 0;
+  return d;
+}
+
+/* The params of one per-KV-head attention tile. */
+static void attention_tile_params(AmkModule *m, AmkTask *t, const AmkTask *src,
+                                  int64_t k, int64_t first_head, int64_t heads,
+                                  int64_t low_flags, int64_t kv_start,
+                                  int64_t kv_len) {
+  static const char *const kept[] = {"head_dim", "n_heads", "n_kv_heads", "scale"};
+  t->n_params = 0;
+  t->params = NULL;
+  amk_task_set_param(m, t, "K", amk_value_int(k));
+  amk_task_set_param(m, t, "N_tile", amk_value_int(heads));
+  amk_task_set_param(m, t, "n_off", amk_value_int(first_head));
+  amk_task_set_param(m, t, "flags",
+                     amk_value_int((int64_t)AMK_PATTERN_ATTENTION
+                                       << AMK_PATTERN_SHIFT |
+                                   low_flags));
+  for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+    const AmkValue *v = amk_task_param(src, kept[i]);
+    if (v)
+      amk_task_set_param(m, t, kept[i], *v);
+  }
+  amk_task_set_param(m, t, "kv_start", amk_value_int(kv_start));
+  amk_task_set_param(m, t, "kv_len", amk_value_int(kv_len));
+}
+
+static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
+                            uint32_t pos, const AmkTask *src,
+                            const TilePlan *plan, TileCounts *counts) {
+  int64_t head_dim, n_heads, n_kv, kv_start, kv_len, flags = 0;
+  if (src->n_inputs != 3 || src->n_outputs != 1 ||
+      !amk_task_param_int(src, "head_dim", &head_dim) ||
+      !amk_task_param_int(src, "n_heads", &n_heads) ||
+      !amk_task_param_int(src, "n_kv_heads", &n_kv) ||
+      !amk_task_param_int(src, "kv_start", &kv_start) ||
+      !amk_task_param_int(src, "kv_len", &kv_len))
+    return true; /* not the shape tile knows; left whole */
+  amk_task_param_int(src, "flags", &flags);
+  if (head_dim <= 0 || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv ||
+      (flags & ATTENTION_PARTIAL_FLAG) || flags < 0 || flags >> AMK_PATTERN_SHIFT) {
+    amk_warning(ctx->diag, src->loc,
+                "tile: task %d ('%s') is left whole: heads %lld / KV heads %lld "
+                "with flags %lld cannot be split per KV head",
+                src->id, src->label ? src->label : "", (long long)n_heads,
+                (long long)n_kv, (long long)flags);
+    return true;
+  }
+  int64_t group = n_heads / n_kv;
+  int64_t k = last_dim(m, src->inputs[0]);
+  if (k <= 0)
+    k = n_heads * head_dim;
+  int64_t parts = plan->kv_partitions;
+  if (parts <= 1) {
+    for (int64_t g = 0; g < n_kv; g++) {
+      AmkTask *t = clone_task(m, e, src, pos);
+      t->op = AMK_OP_GEMV_TILE;
+      attention_tile_params(m, t, src, k, g * group, group, flags, kv_start, kv_len);
+      t->est_bytes = share(src->est_bytes, g, g + 1, n_kv);
+      t->est_flops = share(src->est_flops, g, g + 1, n_kv);
+      t->label = indexed_label(m, src->label, "[kv%lld]", g, 0);
+    }
+    amk_rw_kill_task(e, pos);
+    counts->attention_split++;
+    counts->attention_tiles += n_kv;
+    return true;
+  }
+
+  /* Split-KV: partition p covers rows [p*chunk, (p+1)*chunk) of the window
+   * at meta.pos; an empty share (a short window) writes l = 0, which the
+   * combine weighs 0. */
+  const AmkBuffer *out = amk_module_buffer(m, src->outputs[0]);
+  const char *out_name = out && out->name ? out->name : "attn";
+  int64_t elem = out ? amk_dtype_nbytes(out->dtype, 1) : 4;
+  out = NULL; /* adding buffers below moves the buffer array */
+  char name[256];
+  snprintf(name, sizeof name, "%s.partials", out_name);
+  AmkCounter *c = amk_module_add_counter(m);
+  c->name = amk_rw_unique_counter_name(m, name);
+  c->note = indexed_label(m, src->label, " (%lld partitions x %lld KV heads)",
+                          parts, n_kv);
+  int32_t partial_counter = c->id;
+  int32_t partial[MAX_KV_PARTITIONS];
+  for (int64_t p = 0; p < parts; p++) {
+    snprintf(name, sizeof name, "%s.part%lld", out_name, (long long)p);
+    const char *unique = amk_rw_unique_buffer_name(m, name);
+    AmkBuffer *b = amk_module_add_buffer(m);
+    b->name = unique;
+    b->kind = AMK_KIND_ACTIVATION;
+    b->dtype = AMK_DTYPE_F32; /* m and l need fp32 whatever the program dtype */
+    b->rank = 2;
+    b->shape = amk_arena_alloc(&m->arena, 2 * sizeof *b->shape);
+    b->shape[0] = amk_value_int(1);
+    b->shape[1] = amk_value_int(n_heads * (head_dim + 2));
+    b->space = AMK_SPACE_HBM;
+    partial[p] = b->id;
+  }
+  int64_t chunk = (kv_len + parts - 1) / parts;
+  for (int64_t p = 0; p < parts; p++) {
+    int64_t first = p * chunk;
+    int64_t len = kv_len - first < chunk ? kv_len - first : chunk;
+    if (len < 0)
+      len = 0;
+    for (int64_t g = 0; g < n_kv; g++) {
+      AmkTask *t = clone_task(m, e, src, pos);
+      t->op = AMK_OP_GEMV_TILE;
+      t->outputs[0] = partial[p];
+      t->out_counter = partial_counter;
+      attention_tile_params(m, t, src, k, g * group, group,
+                            flags | ATTENTION_PARTIAL_FLAG, kv_start + first, len);
+      int64_t piece = p * n_kv + g;
+      t->est_bytes = share(src->est_bytes, piece, piece + 1, parts * n_kv);
+      t->est_flops = share(src->est_flops, piece, piece + 1, parts * n_kv);
+      t->label = indexed_label(m, src->label, "[p%lld.kv%lld]", p, g);
+    }
+  }
+  AmkTask *combine = amk_rw_add_task(m, e, pos);
+  combine->op = AMK_OP_ATTENTION_COMBINE;
+  combine->n_inputs = (uint32_t)parts;
+  combine->inputs = amk_arena_memdup(&m->arena, partial, (size_t)parts * sizeof *partial);
+  combine->n_outputs = 1;
+  combine->outputs = amk_arena_memdup(&m->arena, src->outputs, sizeof *src->outputs);
+  combine->out_counter = src->out_counter;
+  combine->n_waits = 1;
+  combine->waits = amk_arena_alloc(&m->arena, sizeof *combine->waits);
+  combine->waits[0] = (AmkWait){partial_counter, amk_value_int(AMK_RW_FULL_JOIN)};
+  amk_task_set_param(m, combine, "head_dim", amk_value_int(head_dim));
+  amk_task_set_param(m, combine, "n_heads", amk_value_int(n_heads));
+  combine->est_bytes = parts * n_heads * (head_dim + 2) * 4 + n_heads * head_dim * elem;
+  combine->est_flops = 4 * parts * n_heads * head_dim;
+  combine->label = indexed_label(m, src->label, ".combine", 0, 0);
+  combine->loc = src->loc;
+  amk_rw_kill_task(e, pos);
+  counts->attention_split++;
+  counts->attention_tiles += parts * n_kv;
+  return true;
+}
+
+static bool ids_are_positions(const AmkModule *m) {
+  for (uint32_t i = 0; i < m->n_buffers; i++)
+    if (m->buffers[i].id != (int32_t)i)
+      return false;
+  for (uint32_t i = 0; i < m->n_counters; i++)
+    if (m->counters[i].id != (int32_t)i)
+      return false;
+  return true;
+}
+
+bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
+  TilePlan plan = {.n_tile = 0, .num_sms = 0, .kv_partitions = 1};
+  if (!read_setting(m, ctx, "gemv-n-tile", "gemv", "N_tile", 1, INT32_MAX,
+                    &plan.n_tile) ||
+      !read_setting(m, ctx, "kv-partitions", "attention", "kv_partitions", 1,
+                    MAX_KV_PARTITIONS, &plan.kv_partitions))
+    return false;
+  if (!plan.n_tile) {
+    if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
+      amk_error(ctx->diag, no_loc,
+                "tile: no target with a valid num_sms to size tiles for; give "
+                "--gemv-n-tile=N or config.tiling.gemv.N_tile");
+      return false;
+    }
+    plan.num_sms = m->target->num_sms;
+  }
+
+  int64_t path_before = 0, layer_before = 0;
+  if (ctx->stats)
+    amk_rw_hops(m, &path_before, &layer_before);
+  uint32_t tasks_before = m->n_tasks;
+
+  /* New buffers and counters take list positions as ids: make the old ones
+   * agree first. */
+  AmkRwEdit e;
+  if (!ids_are_positions(m)) {
+    amk_rw_edit_init(&e, m);
+    amk_rw_compact(m, &e, ctx, "tile");
+    amk_rw_edit_free(&e);
+  }
+  AmkIdIndex counters;
+  amk_id_index_build(&counters, m->counters, sizeof *m->counters, m->n_counters);
+  uint32_t n_old_counters = m->n_counters;
+  uint32_t *old_counts = amk_rw_producer_counts(m, &counters);
+  amk_id_index_free(&counters);
+
+  amk_rw_edit_init(&e, m);
+  TileCounts counts = {0};
+  bool ok = true;
+  uint32_t n = m->n_tasks;
+  for (uint32_t pos = 0; pos < n && ok; pos++) {
+    AmkTask src = m->tasks[pos]; /* by value: adding tasks moves the array */
+    if (src.op == AMK_OP_GEMV_TILE && src.n_outputs == 1 &&
+        is_reducing_pattern(amk_rw_pattern(&src)))
+      ok = split_gemv(m, &e, ctx, pos, &src, &plan, &counts);
+    else if (src.op == AMK_OP_ATTENTION_TILE)
+      ok = split_attention(m, &e, ctx, pos, &src, &plan, &counts);
+  }
+  if (ok) {
+    amk_rw_fix_thresholds(m, &e, old_counts, n_old_counters);
+    amk_rw_compact(m, &e, ctx, "tile");
+  }
+  free(old_counts);
+  amk_rw_edit_free(&e);
+  if (!ok)
+    return false;
+
+  if (ctx->stats) {
+    int64_t path_after = 0, layer_after = 0;
+    amk_rw_hops(m, &path_after, &layer_after);
+    if (plan.n_tile)
+      amk_stat_int(ctx->stats, "tile", "GEMV N_tile", plan.n_tile);
+    else
+      amk_stat_str(ctx->stats, "tile", "GEMV N_tile", "auto (about one tile per SM)");
+    amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
+    amk_stat_int(ctx->stats, "tile", "tasks before", tasks_before);
+    amk_stat_int(ctx->stats, "tile", "tasks after", m->n_tasks);
+    amk_stat_int(ctx->stats, "tile", "GEMV tasks split", counts.gemv_split);
+    amk_stat_int(ctx->stats, "tile", "GEMV tiles made", counts.gemv_tiles);
+    amk_stat_int(ctx->stats, "tile", "attention tasks split", counts.attention_split);
+    amk_stat_int(ctx->stats, "tile", "attention tiles made", counts.attention_tiles);
+    amk_stat_int(ctx->stats, "tile", "critical path (tasks) before", path_before);
+    amk_stat_int(ctx->stats, "tile", "critical path (tasks) after", path_after);
+    amk_stat_int(ctx->stats, "tile", "dependent hops per layer before", layer_before);
+    amk_stat_int(ctx->stats, "tile", "dependent hops per layer after", layer_after);
+  }
+  return true;
+}
