@@ -165,26 +165,27 @@ static bool bind_weight(AmkVm *vm, uint32_t b, const AmkSafetensors *st,
   const AmkBuffer *buf = &vm->m->buffers[b];
   VmBuffer *vb = &vm->buffers[b];
   if (!buf->source) {
-    amk_error(diag, buf->loc, "%s buffer '%s' has no source to load it from",
+    amk_error(diag, no_loc(), "%s buffer '%s' has no source to load it from",
               amk_kind_text_name(buf->kind), buf->name);
     return false;
   }
   if (buf->dtype != AMK_DTYPE_F32 && buf->dtype != AMK_DTYPE_BF16 &&
       buf->dtype != AMK_DTYPE_F16) {
-    amk_error(diag, buf->loc, "buffer '%s' is %s; the VM loads f32, bf16 and f16 weights",
+    amk_error(diag, no_loc(), "buffer '%s' is %s; the VM loads f32, bf16 and f16 weights",
               buf->name, amk_dtype_text_name(buf->dtype));
     return false;
   }
   size_t elem = (size_t)amk_dtype_nbytes(buf->dtype, 1);
   size_t offset = 0;
-  int64_t rows = 0, cols = -1;
+  int64_t rows = 0;
+  const int64_t *dims = vb->view.shape;
   const char *part = buf->source;
   while (*part) {
     const char *end = strchr(part, '+');
     size_t len = end ? (size_t)(end - part) : strlen(part);
     char key[512];
     if (len == 0 || len >= sizeof key) {
-      amk_error(diag, buf->loc, "buffer '%s' has a malformed source '%s'", buf->name,
+      amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s'", buf->name,
                 buf->source);
       return false;
     }
@@ -192,26 +193,34 @@ static bool bind_weight(AmkVm *vm, uint32_t b, const AmkSafetensors *st,
     key[len] = '\0';
     const AmkStTensor *t = amk_safetensors_find(st, key);
     if (!t) {
-      amk_error(diag, buf->loc, "tensor '%s' (for buffer '%s') is not in the checkpoint",
+      amk_error(diag, no_loc(), "tensor '%s' (for buffer '%s') is not in the checkpoint",
                 key, buf->name);
       return false;
     }
-    int64_t t_cols = t->rank >= 2 ? t->numel / (t->shape[0] ? t->shape[0] : 1) : t->numel;
-    int64_t t_rows = t->rank >= 2 ? t->shape[0] : 1;
-    if (cols >= 0 && t_cols != cols) {
-      amk_error(diag, buf->loc,
-                "tensor '%s' in %s has rows of %" PRId64 " elements, but the other parts of "
-                "buffer '%s' have %" PRId64,
-                key, t->file, t_cols, buf->name, cols);
+    /* Each part has the buffer's shape but for the rows (dimension 0),
+     * which add up across the parts. */
+    bool fits = t->rank == buf->rank && buf->rank >= 1;
+    for (uint32_t d = 1; fits && d < buf->rank; d++)
+      fits = t->shape[d] == dims[d];
+    if (!fits) {
+      char have[160] = "", want[160] = "";
+      for (uint32_t d = 0; d < t->rank && d < AMK_ST_MAX_RANK; d++)
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%" PRId64, d ? ", " : "",
+                 t->shape[d]);
+      for (uint32_t d = 0; d < buf->rank; d++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "",
+                 dims[d]);
+      amk_error(diag, no_loc(),
+                "tensor '%s' in %s has shape [%s], which does not fit buffer '%s' [%s]", key,
+                t->file, have, buf->name, want);
       return false;
     }
-    cols = t_cols;
-    rows += t_rows;
+    rows += t->shape[0];
     size_t bytes = (size_t)t->numel * elem;
-    if (offset + bytes > vb->nbytes) {
-      amk_error(diag, buf->loc,
-                "tensor '%s' in %s has %" PRId64 " elements, more than buffer '%s' holds", key,
-                t->file, t->numel, buf->name);
+    if (rows > dims[0] || offset + bytes > vb->nbytes) {
+      amk_error(diag, no_loc(),
+                "the tensors of source '%s' have more rows than buffer '%s' (%" PRId64 ")",
+                buf->source, buf->name, dims[0]);
       return false;
     }
     if (!amk_safetensors_convert(t, buf->dtype, (char *)vb->data + offset, bytes, diag))
@@ -219,20 +228,10 @@ static bool bind_weight(AmkVm *vm, uint32_t b, const AmkSafetensors *st,
     offset += bytes;
     part = end ? end + 1 : part + len;
   }
-  if (offset != vb->nbytes) {
-    int64_t numel = 0;
-    amk_buffer_numel(buf, &numel);
-    amk_error(diag, buf->loc,
-              "buffer '%s' holds %" PRId64 " elements but its source '%s' has %zu",
-              buf->name, numel, buf->source, offset / elem);
-    return false;
-  }
-  /* The same element count in another arrangement is a shape mismatch. */
-  int64_t want_rows;
-  if (buf->rank == 2 && amk_value_as_int(&buf->shape[0], &want_rows) && want_rows != rows) {
-    amk_error(diag, buf->loc,
-              "buffer '%s' is %" PRId64 " rows but its source '%s' has %" PRId64, buf->name,
-              want_rows, buf->source, rows);
+  if (rows != dims[0]) {
+    amk_error(diag, no_loc(),
+              "buffer '%s' has %" PRId64 " rows but the tensors of its source '%s' have %" PRId64,
+              buf->name, dims[0], buf->source, rows);
     return false;
   }
   return true;

@@ -23,6 +23,7 @@ config.environment.setdefault(
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("%not", config.not_tool))
 config.substitutions.append(("%python", config.python))
+config.substitutions.append(("%amk-run", os.path.join(config.amk_tools_dir, "amk-run")))
 config.substitutions.append(("%shared", config.amk_shared_dir))
 config.substitutions.append(("%src", config.amk_src_root))
 config.substitutions.append(("%unit", config.amk_unit_dir))

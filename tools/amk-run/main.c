@@ -395,6 +395,7 @@ int main(int argc, char **argv) {
     return rc == 2 ? 0 : 1;
   }
   AmkDiagEngine *diag = amk_diag_new(stderr);
+  amk_diag_set_source(diag, "amk-run", NULL, 0);
   const char *device = "cpu";
   if (strcmp(o.device, "cuda") == 0) {
     fprintf(stderr, "amk-run: error: --device cuda: this build has no CUDA backend yet; use "
@@ -410,6 +411,9 @@ int main(int argc, char **argv) {
   char *text = NULL;
   AmkModule *m = load_program(&o, diag, &text);
   char *weights = m ? weights_folder(&o, m) : NULL;
+  /* Errors from here on are about weights and runs, not the program text;
+   * they name their file themselves. */
+  amk_diag_set_source(diag, "amk-run", NULL, 0);
   AmkVm *vm = NULL;
   if (m)
     vm = o.random_weights ? amk_vm_create_random(m, o.random_seed, diag)
