@@ -451,12 +451,13 @@ static void print_diff(FILE *out, const char *before, const char *after) {
       if (i < na && j < nb && line_eq(&a, head + i, &b, head + j)) {
         fprintf(out, " %.*s\n", (int)a.len[head + i], a.start[head + i]);
         i++, j++;
-      } else if (j < nb && (i == na || lcs[i * w + j + 1] >= lcs[(i + 1) * w + j])) {
-        fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
-        j++;
-      } else {
+      } else if (i < na && (j == nb || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1])) {
+        /* Removals before additions, as diff -u prints them. */
         fprintf(out, "-%.*s\n", (int)a.len[head + i], a.start[head + i]);
         i++;
+      } else {
+        fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
+        j++;
       }
     }
     free(lcs);
