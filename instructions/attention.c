@@ -1,5 +1,7 @@
 /* ATTENTION_TILE (decode attention over a KV window, whole or as a split-KV
- * partial) and ATTENTION_COMBINE (the flash-decoding merge). */
+ * partial) and ATTENTION_COMBINE (the flash-decoding merge). The per-head
+ * loop (inst_attend_heads) is shared with the fused attention patterns
+ * (patterns.c), so fused and unfused attention run the same float ops. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -9,13 +11,7 @@
 /* flags bit 1: write the unnormalised partial [n_heads, head_dim + 2]. */
 #define ATTENTION_FLAG_PARTIAL 2
 
-typedef struct {
-  int64_t head_dim, n_heads, n_kv_heads, kv_start, kv_len;
-  float scale;
-  bool partial;
-} AttentionShape;
-
-static int check_attention(const AmkInstCall *call, AttentionShape *a) {
+int inst_attention_params(const AmkInstCall *call, InstAttention *a) {
   static const AmkParamField required[] = {
       AMK_PARAM_head_dim, AMK_PARAM_kv_start,  AMK_PARAM_kv_len,
       AMK_PARAM_scale,    AMK_PARAM_n_heads,   AMK_PARAM_n_kv_heads};
@@ -24,14 +20,14 @@ static int check_attention(const AmkInstCall *call, AttentionShape *a) {
     if ((rc = inst_require(call, required[i])))
       return rc;
   const AmkInstParams *p = call->p;
-  *a = (AttentionShape){.head_dim = p->head_dim.i,
-                        .n_heads = p->n_heads.i,
-                        .n_kv_heads = p->n_kv_heads.i,
-                        .kv_start = p->kv_start.i,
-                        .kv_len = p->kv_len.i,
-                        .scale = p->scale.f,
-                        .partial = (inst_int_or(call, AMK_PARAM_flags, 0) &
-                                    ATTENTION_FLAG_PARTIAL) != 0};
+  *a = (InstAttention){.head_dim = p->head_dim.i,
+                       .n_heads = p->n_heads.i,
+                       .n_kv_heads = p->n_kv_heads.i,
+                       .kv_start = p->kv_start.i,
+                       .kv_len = p->kv_len.i,
+                       .scale = p->scale.f,
+                       .partial = (inst_int_or(call, AMK_PARAM_flags, 0) &
+                                   ATTENTION_FLAG_PARTIAL) != 0};
   if (a->head_dim <= 0 || a->n_heads <= 0 || a->n_kv_heads <= 0 ||
       a->n_heads % a->n_kv_heads != 0)
     return inst_fail(call, AMK_INST_ERR_PARAM,
@@ -39,12 +35,41 @@ static int check_attention(const AmkInstCall *call, AttentionShape *a) {
                      ", n_kv_heads %" PRId64
                      " must be positive with n_kv_heads dividing n_heads",
                      a->head_dim, a->n_heads, a->n_kv_heads);
+  return AMK_INST_OK;
+}
+
+int inst_attention_check_window(const AmkInstCall *call, const InstAttention *a,
+                                int64_t rows) {
+  if (a->kv_start < 0 || a->kv_len < 0 || a->kv_start > rows - a->kv_len)
+    return inst_fail(call, AMK_INST_ERR_INDEX,
+                     "window [%" PRId64 ", %" PRId64
+                     ") is outside the cache's %" PRId64 " rows",
+                     a->kv_start, a->kv_start + a->kv_len, rows);
+  return AMK_INST_OK;
+}
+
+int inst_attention_check_output(const AmkInstCall *call, const InstAttention *a,
+                                const AmkTensorView *out) {
+  int rc = inst_require_numeric(call, out, "output");
+  if (rc)
+    return rc;
+  int64_t want = a->n_heads * (a->head_dim + (a->partial ? 2 : 0));
+  if (out->numel != want)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "output has %" PRId64 " elements, want %" PRId64 "%s",
+                     out->numel, want,
+                     a->partial ? " (n_heads x (head_dim + 2), partial)" : "");
+  return AMK_INST_OK;
+}
+
+static int check_attention(const AmkInstCall *call, InstAttention *a) {
+  int rc;
+  if ((rc = inst_attention_params(call, a)))
+    return rc;
   const AmkTensorView *q = &call->in[0], *k = &call->in[1], *v = &call->in[2];
-  AmkTensorView *out = &call->out[0];
   if ((rc = inst_require_numeric(call, q, "q")) ||
       (rc = inst_require_numeric(call, k, "k cache")) ||
       (rc = inst_require_numeric(call, v, "v cache")) ||
-      (rc = inst_require_numeric(call, out, "output")) ||
       (rc = inst_require_same_numel(call, k, "k cache", v, "v cache")))
     return rc;
   if (q->numel != a->n_heads * a->head_dim)
@@ -57,64 +82,51 @@ static int check_attention(const AmkInstCall *call, AttentionShape *a) {
                      "the caches' %" PRId64 " elements are not rows of n_kv_heads x "
                      "head_dim = %" PRId64,
                      k->numel, row_len);
-  int64_t max_seq = k->numel / row_len;
-  if (a->kv_start < 0 || a->kv_len < 0 || a->kv_start > max_seq - a->kv_len)
-    return inst_fail(call, AMK_INST_ERR_INDEX,
-                     "window [%" PRId64 ", %" PRId64
-                     ") is outside the cache's %" PRId64 " rows",
-                     a->kv_start, a->kv_start + a->kv_len, max_seq);
-  int64_t want = a->n_heads * (a->head_dim + (a->partial ? 2 : 0));
-  if (out->numel != want)
-    return inst_fail(call, AMK_INST_ERR_SHAPE,
-                     "output has %" PRId64 " elements, want %" PRId64 "%s",
-                     out->numel, want,
-                     a->partial ? " (n_heads x (head_dim + 2), partial)" : "");
-  return AMK_INST_OK;
+  if ((rc = inst_attention_check_window(call, a, k->numel / row_len)))
+    return rc;
+  return inst_attention_check_output(call, a, &call->out[0]);
 }
 
-/* inputs [q, k cache, v cache(, ignored)]. Query head h reads kv head
- * h / (n_heads / n_kv_heads) over rows [kv_start, kv_start + kv_len):
- * s_j = (q . k_j) * scale, m = max s, e_j = exp(s_j - m), l = sum e.
- * Whole: out = sum_j (e_j / l) v_j. Partial: acc = sum_j e_j v_j, then m, l. */
-int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
-  AttentionShape a;
-  int rc = check_attention(call, &a);
-  if (rc)
-    return rc;
-  const AmkTensorView *q = &call->in[0], *k = &call->in[1], *v = &call->in[2];
-  AmkTensorView *out = &call->out[0];
-  int64_t hd = a.head_dim, row_len = a.n_kv_heads * hd;
-  int64_t out_stride = a.partial ? hd + 2 : hd;
-  int64_t group = a.n_heads / a.n_kv_heads;
-  float *weights = malloc((size_t)(a.kv_len ? a.kv_len : 1) * sizeof *weights);
+/* Query head h reads kv head h / (n_heads / n_kv_heads) over rows
+ * [kv_start, kv_start + kv_len): s_j = (q . k_j) * scale, m = max s,
+ * e_j = exp(s_j - m), l = sum e. Whole: out = sum_j (e_j / l) v_j.
+ * Partial: acc = sum_j e_j v_j, then m, l. */
+int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
+                      const AmkTensorView *q, const InstKvLayout *kv,
+                      int64_t h_begin, int64_t h_end, AmkTensorView *out) {
+  int64_t hd = a->head_dim, stride = kv->row_stride;
+  int64_t out_stride = a->partial ? hd + 2 : hd;
+  int64_t group = a->n_heads / a->n_kv_heads;
+  float *weights = malloc((size_t)(a->kv_len ? a->kv_len : 1) * sizeof *weights);
   if (!weights)
     return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  for (int64_t h = 0; h < a.n_heads; h++) {
+  for (int64_t h = h_begin; h < h_end; h++) {
     int64_t kv_col = (h / group) * hd;
     float max = -INFINITY, sum = 0.0f;
-    for (int64_t j = 0; j < a.kv_len; j++) {
-      int64_t row = (a.kv_start + j) * row_len + kv_col;
+    for (int64_t j = 0; j < a->kv_len; j++) {
+      int64_t row = (a->kv_start + j) * stride + kv->k_offset + kv_col;
       float dot = 0.0f;
       for (int64_t d = 0; d < hd; d++)
-        dot += inst_load(q, h * hd + d) * inst_load(k, row + d);
-      weights[j] = dot * a.scale;
+        dot += inst_load(q, h * hd + d) * inst_load(kv->k, row + d);
+      weights[j] = dot * a->scale;
       if (isnan(weights[j]) || weights[j] > max)
         max = weights[j];
     }
-    for (int64_t j = 0; j < a.kv_len; j++) {
+    for (int64_t j = 0; j < a->kv_len; j++) {
       weights[j] = expf(weights[j] - max);
       sum += weights[j];
     }
-    if (!a.partial)
-      for (int64_t j = 0; j < a.kv_len; j++)
+    if (!a->partial)
+      for (int64_t j = 0; j < a->kv_len; j++)
         weights[j] /= sum;
     for (int64_t d = 0; d < hd; d++) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < a.kv_len; j++)
-        acc += weights[j] * inst_load(v, (a.kv_start + j) * row_len + kv_col + d);
+      for (int64_t j = 0; j < a->kv_len; j++)
+        acc += weights[j] * inst_load(kv->v, (a->kv_start + j) * stride +
+                                                 kv->v_offset + kv_col + d);
       inst_store(out, h * out_stride + d, acc);
     }
-    if (a.partial) {
+    if (a->partial) {
       /* An empty window leaves m = -inf, l = 0: zero weight in the combine. */
       inst_store(out, h * out_stride + hd, max);
       inst_store(out, h * out_stride + hd + 1, sum);
@@ -124,6 +136,20 @@ int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
   return AMK_INST_OK;
 }
 
+/* inputs [q, k cache, v cache(, ignored)], caches [max_seq, n_kv, head_dim]. */
+int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
+  InstAttention a;
+  int rc = check_attention(call, &a);
+  if (rc)
+    return rc;
+  InstKvLayout kv = {.k = &call->in[1],
+                     .v = &call->in[2],
+                     .row_stride = a.n_kv_heads * a.head_dim,
+                     .k_offset = 0,
+                     .v_offset = 0};
+  return inst_attend_heads(call, &a, &call->in[0], &kv, 0, a.n_heads,
+                           &call->out[0]);
+}
 /* inputs: P partials [n_heads, head_dim + 2] -> output [n_heads * head_dim].
  * m = max_p m_p; w_p = exp(m_p - m), or 0 when l_p = 0;
  * out = sum_p acc_p w_p / max(sum_p l_p w_p, 1e-20). head_dim and n_heads

@@ -1,6 +1,9 @@
 /* GEMV_TILE and GEMM_TILE: out[m, n_off + j] = sum_k x[m, k] * W[n_off + j, k]
  * (+ bias[n_off + j]) for a tile of N_tile output columns, with fp weights
- * [N, K] or weight-only int8/int4 weights [x, qW, scales]. */
+ * [N, K] or weight-only int8/int4 weights [x, qW, scales]. A GEMV tile whose
+ * output has R rows and whose weight R * width rows writes all R rows of its
+ * columns (stacked gate|up). flags >> 16 selects a fused pattern
+ * (patterns.c). */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -77,17 +80,24 @@ static int run_matmul_tile(const AmkInstCall *call, bool tiled_rows) {
     return rc;
   int64_t m_total = x->numel / k_len;
   int64_t n_out = inst_width(out);
-  if (out->numel != m_total * n_out)
+  /* Stacked (GEMV only): one input row, an output of R rows and a weight of
+   * R * n_out rows; output row r takes weight rows r * n_out + column. */
+  int64_t stack = 1;
+  if (!tiled_rows && m_total == 1 && n_out > 0 && out->numel > n_out &&
+      out->numel % n_out == 0 && w.rows == out->numel)
+    stack = out->numel / n_out;
+  if (stack == 1 && out->numel != m_total * n_out)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "output has %" PRId64 " elements, want %" PRId64
-                     " rows of %" PRId64,
+                     " rows of %" PRId64
+                     " (or, stacked, a weight of one row per output element)",
                      out->numel, m_total, n_out);
-  if (n_off < 0 || n_tile < 0 || n_off + n_tile > w.rows ||
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > w.rows / stack ||
       n_off + n_tile > n_out)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
                      " weight rows or %" PRId64 " output columns",
-                     n_off, n_off + n_tile, w.rows, n_out);
+                     n_off, n_off + n_tile, w.rows / stack, n_out);
   int64_t m_begin = 0, m_end = m_total;
   if (tiled_rows) {
     int64_t m_off = inst_int_or(call, AMK_PARAM_m_off, 0);
@@ -118,25 +128,35 @@ static int run_matmul_tile(const AmkInstCall *call, bool tiled_rows) {
   float *w_row = x_rows + m_count * k_len;
   for (int64_t i = 0; i < m_count * k_len; i++)
     x_rows[i] = inst_load(x, m_begin * k_len + i);
-  for (int64_t j = 0; j < n_tile; j++) {
-    int64_t n = n_off + j;
-    load_weight_row(&w, n, k_len, w_row);
-    for (int64_t m = 0; m < m_count; m++) {
-      const float *xr = x_rows + m * k_len;
-      float acc = 0.0f;
-      for (int64_t k = 0; k < k_len; k++)
-        acc += xr[k] * w_row[k];
-      if (bias)
-        acc += inst_load(bias, n);
-      inst_store(out, (m_begin + m) * n_out + n, acc);
+  for (int64_t r = 0; r < stack; r++)
+    for (int64_t j = 0; j < n_tile; j++) {
+      int64_t n = r * n_out + n_off + j; /* weight row; also the column when r = 0 */
+      load_weight_row(&w, n, k_len, w_row);
+      for (int64_t m = 0; m < m_count; m++) {
+        const float *xr = x_rows + m * k_len;
+        float acc = 0.0f;
+        for (int64_t k = 0; k < k_len; k++)
+          acc += xr[k] * w_row[k];
+        if (bias)
+          acc += inst_load(bias, n);
+        inst_store(out, (m_begin + m) * n_out + n, acc);
+      }
     }
-  }
   free(x_rows);
   return AMK_INST_OK;
 }
 
-int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
+int inst_gemv_plain(const AmkInstCall *call) {
   return run_matmul_tile(call, false);
+}
+
+/* flags bits 16-31 name a fused pattern (docs/Fusion.md); 0 is plain. */
+int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
+  int64_t pattern = (int64_t)(uint32_t)inst_int_or(call, AMK_PARAM_flags, 0) >>
+                    AMK_PATTERN_SHIFT;
+  if (pattern == AMK_PATTERN_PLAIN)
+    return inst_gemv_plain(call);
+  return inst_gemv_pattern(call, pattern);
 }
 
 int amk_kernel_GEMM_TILE(const AmkInstCall *call) {

@@ -100,4 +100,46 @@ int inst_quant_matrix(const AmkInstCall *call, const AmkTensorView *q,
 /* Dequantize row `row` into dst[cols]: (q - zero) * scale in fp32. */
 void inst_quant_row(const InstQuantMatrix *m, int64_t row, float *dst);
 
+/* ---- attention (attention.c), shared with the fused patterns ---------------- */
+
+/* The params of one attention: head_dim, n_heads, n_kv_heads, the window
+ * [kv_start, kv_start + kv_len), scale and flags bit 1 (partial). */
+typedef struct {
+  int64_t head_dim, n_heads, n_kv_heads, kv_start, kv_len;
+  float scale;
+  bool partial;
+} InstAttention;
+
+/* Where the keys and values are: key element d of KV head g at cache row j
+ * is element j * row_stride + k_offset + g * head_dim + d of *k; values
+ * likewise with v_offset in *v. (Separate caches: row_stride n_kv*head_dim,
+ * offsets 0. The combined cache [max_seq, 2, n_kv*head_dim]: one view,
+ * row_stride 2*n_kv*head_dim, v_offset n_kv*head_dim.) */
+typedef struct {
+  const AmkTensorView *k, *v;
+  int64_t row_stride, k_offset, v_offset;
+} InstKvLayout;
+
+/* Decode and check the attention params (required ones present, positive
+ * head counts, n_kv_heads dividing n_heads). */
+int inst_attention_params(const AmkInstCall *call, InstAttention *a);
+/* The window lies in a cache of `rows` rows (ERR_INDEX otherwise). */
+int inst_attention_check_window(const AmkInstCall *call, const InstAttention *a,
+                                int64_t rows);
+/* The output holds n_heads x head_dim (or n_heads x (head_dim + 2) partial). */
+int inst_attention_check_output(const AmkInstCall *call, const InstAttention *a,
+                                const AmkTensorView *out);
+/* Attend query heads [h_begin, h_end) (q holds every head's n_heads *
+ * head_dim elements) and write their rows of out; everything checked. */
+int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
+                      const AmkTensorView *q, const InstKvLayout *kv,
+                      int64_t h_begin, int64_t h_end, AmkTensorView *out);
+
+/* ---- GEMV (gemv.c) and its fused patterns (patterns.c) ---------------------- */
+
+/* The plain GEMV_TILE (pattern 0), whatever flags says. */
+int inst_gemv_plain(const AmkInstCall *call);
+/* A fused GEMV pattern (flags >> AMK_PATTERN_SHIFT, not 0). */
+int inst_gemv_pattern(const AmkInstCall *call, int64_t pattern);
+
 #endif

@@ -1,4 +1,5 @@
 /* The CPU reference VM (include/amk/vm.h). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ typedef enum {
   FOLLOW_NONE,
   FOLLOW_KV_ROW,       /* KV_APPEND / rope_kv: write row `pos` */
   FOLLOW_WINDOW,       /* attention over [0, pos] */
-  FOLLOW_PARTITION,    /* split-KV attention over [kv_start, min(kv_start+span, pos+1)) */
+  FOLLOW_PARTITION,    /* split-KV attention: partition p of P of [0, pos] */
 } FollowKind;
 
 typedef struct {
@@ -36,7 +37,10 @@ typedef struct {
   uint32_t *inputs, *outputs; /* buffer indices */
   uint32_t counter;           /* counter index it increments */
   FollowKind follow;
-  int64_t span;
+  /* FOLLOW_PARTITION: partition part_index of part_count (from the
+   * ATTENTION_COMBINE reading the task's output), or part_count 0 when no
+   * combine reads it and the task keeps its compiled span from kv_start. */
+  int64_t part_index, part_count, span;
 } VmTask;
 
 struct AmkVm {
@@ -237,6 +241,151 @@ static bool bind_weight(AmkVm *vm, uint32_t b, const AmkSafetensors *st,
   return true;
 }
 
+/* ---- synthetic CONST buffers ------------------------------------------------ */
+
+#define ROPE_INV_FREQ_SOURCE "amk.rope_inv_freq:"
+
+/* One number of a synthetic source: the whole text must parse. */
+static bool parse_number(const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Parses "head_dim=..,theta=..[,rope_type=llama3,factor=..,low_freq_factor=..,
+ * high_freq_factor=..,original_max_position_embeddings=..]" (docs/Fusion.md).
+ * Returns NULL or what is wrong. */
+static const char *parse_rope_source(const char *text, AmkRopeSpec *spec) {
+  *spec = (AmkRopeSpec){.kind = AMK_ROPE_DEFAULT};
+  enum { HEAD_DIM, THETA, TYPE, FACTOR, LOW, HIGH, ORIGINAL, N_KEYS };
+  static const char *const keys[N_KEYS] = {
+      "head_dim", "theta", "rope_type", AMK_ROPE_PARAM_FACTOR, AMK_ROPE_PARAM_LOW_FREQ_FACTOR,
+      AMK_ROPE_PARAM_HIGH_FREQ_FACTOR, AMK_ROPE_PARAM_ORIGINAL_MAX_POS};
+  double value[N_KEYS] = {0};
+  bool seen[N_KEYS] = {false};
+  char copy[512];
+  if (strlen(text) >= sizeof copy)
+    return "the source is too long";
+  memcpy(copy, text, strlen(text) + 1);
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    if (!eq)
+      return "an item is not key=value";
+    *eq = '\0';
+    int k = -1;
+    for (int i = 0; i < N_KEYS; i++)
+      if (strcmp(item, keys[i]) == 0)
+        k = i;
+    if (k < 0)
+      return "unknown key";
+    if (seen[k])
+      return "a key is given twice";
+    seen[k] = true;
+    if (k == TYPE) {
+      if (strcmp(eq + 1, "llama3") != 0)
+        return "rope_type must be llama3";
+    } else if (!parse_number(eq + 1, &value[k])) {
+      return "a value is not a finite number";
+    }
+  }
+  if (!seen[HEAD_DIM] || !seen[THETA])
+    return "head_dim and theta are required";
+  if (value[HEAD_DIM] != floor(value[HEAD_DIM]) || value[HEAD_DIM] <= 0 ||
+      value[HEAD_DIM] > (1 << 20) || (int64_t)value[HEAD_DIM] % 2 != 0)
+    return "head_dim must be a positive even integer";
+  if (!(value[THETA] > 1.0))
+    return "theta must be greater than 1";
+  spec->head_dim = (int)value[HEAD_DIM];
+  spec->theta = value[THETA];
+  int scaled = seen[FACTOR] + seen[LOW] + seen[HIGH] + seen[ORIGINAL];
+  if (!seen[TYPE] && scaled == 0)
+    return NULL;
+  if (!seen[TYPE] || scaled != 4)
+    return "llama3 rope needs rope_type=llama3 with factor, low_freq_factor, "
+           "high_freq_factor and original_max_position_embeddings";
+  if (!(value[FACTOR] > 0.0) || !(value[LOW] > 0.0) || !(value[HIGH] > value[LOW]) ||
+      !(value[ORIGINAL] > 0.0))
+    return "llama3 rope needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+           "original_max_position_embeddings > 0";
+  spec->kind = AMK_ROPE_LLAMA3;
+  spec->factor = value[FACTOR];
+  spec->low_freq_factor = value[LOW];
+  spec->high_freq_factor = value[HIGH];
+  spec->original_max_pos = value[ORIGINAL];
+  return NULL;
+}
+
+/* The inverse frequencies, as fp32 exactly as the unfused path gets them:
+ * the ROPE kernel's own 1 / powf(theta, i / half) for default rope (theta
+ * marshalled to fp32 as the param is), the VM's fp32 rounding of
+ * amk_rope_inv_freq for llama3 (what run_task hands ROPE). */
+static void rope_inv_freq_f32(const AmkRopeSpec *spec, float *out, int half) {
+  if (spec->kind == AMK_ROPE_DEFAULT) {
+    float theta = (float)spec->theta;
+    for (int i = 0; i < half; i++)
+      out[i] = 1.0f / powf(theta, (float)i / (float)half);
+    return;
+  }
+  double *freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
+  amk_rope_inv_freq(spec, freq, half);
+  for (int i = 0; i < half; i++)
+    out[i] = (float)freq[i];
+  free(freq);
+}
+
+/* A CONST buffer whose source starts with "amk." is computed, not loaded:
+ * amk.rope_inv_freq:... is the only such source. */
+static bool is_synthetic(const AmkBuffer *buf) {
+  return buf->kind == AMK_KIND_CONST && buf->source && strncmp(buf->source, "amk.", 4) == 0;
+}
+
+static bool synthesize_const(AmkVm *vm, uint32_t b, AmkDiagEngine *diag) {
+  const AmkBuffer *buf = &vm->m->buffers[b];
+  VmBuffer *vb = &vm->buffers[b];
+  if (strncmp(buf->source, ROPE_INV_FREQ_SOURCE, strlen(ROPE_INV_FREQ_SOURCE)) != 0) {
+    amk_error(diag, buf->loc,
+              "CONST buffer '%s' has the synthetic source '%s', which the VM does not know "
+              "(it computes only " ROPE_INV_FREQ_SOURCE "...)",
+              buf->name, buf->source);
+    return false;
+  }
+  AmkRopeSpec spec;
+  const char *why = parse_rope_source(buf->source + strlen(ROPE_INV_FREQ_SOURCE), &spec);
+  if (why) {
+    amk_error(diag, buf->loc, "CONST buffer '%s': malformed source '%s': %s", buf->name,
+              buf->source, why);
+    return false;
+  }
+  int half = spec.head_dim / 2;
+  if (vb->view.numel != half ||
+      (buf->dtype != AMK_DTYPE_F32 && buf->dtype != AMK_DTYPE_BF16 &&
+       buf->dtype != AMK_DTYPE_F16)) {
+    amk_error(diag, buf->loc,
+              "CONST buffer '%s' is %s with %" PRId64 " elements; its source '%s' gives %d "
+              "floats (head_dim / 2)",
+              buf->name, amk_dtype_text_name(buf->dtype), vb->view.numel, buf->source, half);
+    return false;
+  }
+  float *freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
+  rope_inv_freq_f32(&spec, freq, half);
+  for (int i = 0; i < half; i++) {
+    if (buf->dtype == AMK_DTYPE_F32)
+      memcpy((char *)vb->data + (size_t)i * 4, &freq[i], 4);
+    else {
+      uint16_t h = buf->dtype == AMK_DTYPE_BF16 ? amk_f32_to_bf16(freq[i])
+                                                : amk_f32_to_f16(freq[i]);
+      memcpy((char *)vb->data + (size_t)i * 2, &h, 2);
+    }
+  }
+  free(freq);
+  return true;
+}
+
 static uint64_t splitmix(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -280,37 +429,68 @@ static bool is_attention(const AmkTask *t, int64_t flags) {
          (pattern == AMK_PATTERN_ATTENTION || pattern == AMK_PATTERN_ATTENTION_ROPE);
 }
 
-static int compare_i64(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Split-KV partitions of one cache tile its rows: partition p spans from its
- * kv_start to the next partition's (the last one to the cache's end). */
-static void derive_partition_spans(AmkVm *vm) {
+/* Split-KV partitions (docs/Fusion.md): partition p of P covers window rows
+ * [p * c, min(W, (p + 1) * c)) with W = pos + 1 and c = ceil(W / P). P and p
+ * come from the ATTENTION_COMBINE that reads the partial: P is its input
+ * count and p the input the partial is. A partial no combine reads keeps
+ * its compiled kv_start and spans to the next partial of the same cache
+ * (the last to the cache's end). Two combines disagreeing is an error. */
+static bool derive_partitions(AmkVm *vm, AmkDiagEngine *diag) {
   const AmkModule *m = vm->m;
-  for (uint32_t t = 0; t < m->n_tasks; t++) {
+  int64_t *index_of = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *index_of);
+  int64_t *count_of = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *count_of);
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    index_of[b] = count_of[b] = -1;
+  bool ok = true;
+  for (uint32_t t = 0; t < m->n_tasks && ok; t++) {
+    const VmTask *c = &vm->tasks[t];
+    if (c->op != AMK_OP_ATTENTION_COMBINE)
+      continue;
+    for (uint32_t i = 0; i < c->n_inputs && ok; i++) {
+      uint32_t b = c->inputs[i];
+      if (b >= m->n_buffers)
+        continue;
+      if (index_of[b] >= 0 && (index_of[b] != i || count_of[b] != c->n_inputs)) {
+        amk_error(diag, m->tasks[t].loc,
+                  "task %d ('%s'): buffer '%s' is partial %u of %u here but partial %" PRId64
+                  " of %" PRId64 " of another combine; the VM cannot tell its split-KV "
+                  "partition",
+                  m->tasks[t].id, m->tasks[t].label, m->buffers[b].name, i, c->n_inputs,
+                  index_of[b], count_of[b]);
+        ok = false;
+      }
+      index_of[b] = i;
+      count_of[b] = c->n_inputs;
+    }
+  }
+  for (uint32_t t = 0; t < m->n_tasks && ok; t++) {
     VmTask *vt = &vm->tasks[t];
-    if (vt->follow != FOLLOW_PARTITION || vt->n_inputs < 2)
+    if (vt->follow != FOLLOW_PARTITION || vt->n_outputs < 1 || vt->outputs[0] >= m->n_buffers)
+      continue;
+    uint32_t out = vt->outputs[0];
+    if (count_of[out] > 0) {
+      vt->part_index = index_of[out];
+      vt->part_count = count_of[out];
+      continue;
+    }
+    /* No combine: the compiled spans. */
+    if (vt->n_inputs < 2 || vt->inputs[1] >= m->n_buffers)
       continue;
     uint32_t cache = vt->inputs[1];
-    int64_t *starts = amk_xmalloc(m->n_tasks * sizeof *starts);
-    size_t n = 0;
-    for (uint32_t u = 0; u < m->n_tasks; u++)
-      if (vm->tasks[u].follow == FOLLOW_PARTITION && vm->tasks[u].n_inputs >= 2 &&
-          vm->tasks[u].inputs[1] == cache)
-        starts[n++] = vm->tasks[u].params.kv_start.i;
-    qsort(starts, n, sizeof *starts, compare_i64);
-    int64_t rows = vm->buffers[cache].view.shape[0];
-    int64_t mine = vt->params.kv_start.i, next = rows;
-    for (size_t k = 0; k < n; k++)
-      if (starts[k] > mine) {
-        next = starts[k];
-        break;
-      }
+    int64_t mine = vt->params.kv_start.i;
+    int64_t next = vm->buffers[cache].view.rank ? vm->buffers[cache].view.shape[0] : 0;
+    for (uint32_t u = 0; u < m->n_tasks; u++) {
+      const VmTask *other = &vm->tasks[u];
+      int64_t start = other->params.kv_start.i;
+      if (other->follow == FOLLOW_PARTITION && other->n_inputs >= 2 &&
+          other->inputs[1] == cache && start > mine && start < next)
+        next = start;
+    }
     vt->span = next - mine;
-    free(starts);
   }
+  free(index_of);
+  free(count_of);
+  return ok;
 }
 
 static bool build_schedule(AmkVm *vm, AmkDiagEngine *diag) {
@@ -358,7 +538,7 @@ static bool build_schedule(AmkVm *vm, AmkDiagEngine *diag) {
       vt->follow = FOLLOW_KV_ROW;
     else if (is_attention(task, flags))
       vt->follow = (flags & 2) ? FOLLOW_PARTITION : FOLLOW_WINDOW;
-    if (task->op == AMK_OP_ROPE || (task->op == AMK_OP_GEMV_TILE && vt->follow != FOLLOW_NONE)) {
+    if (task->op == AMK_OP_ROPE) {
       AmkRopeSpec spec;
       const char *why = NULL;
       if (amk_rope_spec_from_task(task, &spec, &why) && spec.kind == AMK_ROPE_LLAMA3) {
@@ -388,8 +568,7 @@ static bool build_schedule(AmkVm *vm, AmkDiagEngine *diag) {
   free(fill);
   vm->unsatisfied = amk_xmalloc((n ? n : 1) * sizeof *vm->unsatisfied);
   vm->queue = amk_xmalloc((n ? n : 1) * sizeof *vm->queue);
-  derive_partition_spans(vm);
-  return true;
+  return derive_partitions(vm, diag);
 }
 
 /* The IO buffers the host drives, found by the names the lowerings use. */
@@ -445,14 +624,24 @@ static AmkVm *create(const AmkModule *m, const char *weights_dir, bool random,
     return NULL;
   }
   bool needs_weights = false;
-  for (uint32_t b = 0; b < m->n_buffers; b++)
-    needs_weights |= m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST;
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (is_synthetic(buf)) {
+      if (!synthesize_const(vm, b, diag)) {
+        amk_vm_free(vm);
+        return NULL;
+      }
+    } else {
+      needs_weights |= buf->kind == AMK_KIND_WEIGHT || buf->kind == AMK_KIND_CONST;
+    }
+  }
   if (!needs_weights)
     return vm;
   if (random) {
     uint64_t state = seed;
     for (uint32_t b = 0; b < m->n_buffers; b++)
-      if (m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST)
+      if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST) &&
+          !is_synthetic(&m->buffers[b]))
         fill_random(&vm->buffers[b], &m->buffers[b], &state);
     return vm;
   }
@@ -470,7 +659,8 @@ static AmkVm *create(const AmkModule *m, const char *weights_dir, bool random,
   }
   bool ok = true;
   for (uint32_t b = 0; b < m->n_buffers && ok; b++)
-    if (m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST)
+    if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_CONST) &&
+        !is_synthetic(&m->buffers[b]))
       ok = bind_weight(vm, b, st, diag);
   amk_safetensors_close(st);
   if (!ok) {
@@ -525,15 +715,28 @@ static bool run_task(AmkVm *vm, uint32_t t, int64_t pos, AmkDiagEngine *diag) {
     params.present |= AMK_PARAM_BIT(pos);
     break;
   case FOLLOW_WINDOW:
+    extra.has_position = true; /* attention_rope rotates q at the step position */
+    extra.position = pos;
     params.kv_start.i = 0;
     params.kv_len.i = (int32_t)(pos + 1);
     break;
   case FOLLOW_PARTITION: {
-    int64_t end = params.kv_start.i + vt->span;
-    if (end > pos + 1)
-      end = pos + 1;
-    int64_t len = end - params.kv_start.i;
-    params.kv_len.i = (int32_t)(len > 0 ? len : 0);
+    extra.has_position = true;
+    extra.position = pos;
+    int64_t start, end;
+    if (vt->part_count > 0) {
+      int64_t window = pos + 1;
+      int64_t chunk = (window + vt->part_count - 1) / vt->part_count;
+      start = vt->part_index * chunk;
+      if (start > window)
+        start = window;
+      end = start + chunk < window ? start + chunk : window;
+    } else {
+      start = params.kv_start.i;
+      end = start + vt->span < pos + 1 ? start + vt->span : pos + 1;
+    }
+    params.kv_start.i = (int32_t)start;
+    params.kv_len.i = (int32_t)(end > start ? end - start : 0);
     break;
   }
   }
@@ -614,4 +817,17 @@ bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
     }
   }
   return true;
+}
+
+/* The host memory of buffer `index` (list position) as loaded: the CUDA
+ * backend uploads exactly these bytes (declared in amk/backend.h). */
+const void *amk_vm_buffer_host(const AmkVm *vm, uint32_t index, size_t *nbytes) {
+  if (!vm || index >= vm->m->n_buffers || !vm->buffers) {
+    if (nbytes)
+      *nbytes = 0;
+    return NULL;
+  }
+  if (nbytes)
+    *nbytes = vm->buffers[index].nbytes;
+  return vm->buffers[index].data;
 }

@@ -67,8 +67,9 @@ int amk_inst_params_from_object(const AmkValue *obj, AmkInstParams *out,
 /* What a task needs beyond its marshalled params. */
 typedef struct {
   const AmkValue *recipe; /* FUSED: the task's "recipe" param */
-  /* The decode step's position. When set, KV_APPEND writes this row instead
-   * of its `pos` param (one compiled program serves every step). */
+  /* The decode step's position. When set, KV_APPEND and the rope_kv
+   * pattern write this row instead of their `pos` param, and rope_kv and
+   * attention_rope rotate at it (one compiled program serves every step). */
   bool has_position;
   int64_t position;
   /* ROPE: head_dim/2 precomputed inverse frequencies (e.g. Llama-3 scaled,

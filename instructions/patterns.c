@@ -1,0 +1,445 @@
+/* Fused GEMV patterns (docs/Fusion.md): a GEMV_TILE whose flags bits 16-31
+ * name a pattern (norm, residual, silu, silu_residual, rope_kv, attention,
+ * attention_rope).
+ *
+ * Each pattern runs the kernels of its unfused steps (RMSNORM, SILU_MUL,
+ * the plain GEMV, ADD over the tile's columns, ROPE, the shared attention
+ * loop) over transient scratch whose dtype is that of the unfused
+ * intermediate buffer: the program dtype, i.e. the output's dtype (the
+ * qkv vector's for rotated q and k). So a fused program gives exactly the
+ * bits of its unfused form. Every shape, head range and position is checked
+ * before the first write to the output.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "inst_internal.h"
+
+/* ---- plumbing ----------------------------------------------------------- */
+
+static const char *pattern_text(int64_t pattern) {
+  const char *name = amk_gemv_pattern_name(pattern);
+  return name ? name : "?";
+}
+
+/* A zeroed scratch tensor; *view->data must be freed. */
+static int scratch(const AmkInstCall *call, AmkDType dtype, uint32_t rank,
+                   const int64_t *shape, AmkTensorView *view) {
+  *view = amk_tensor_view(NULL, dtype, rank, shape);
+  int64_t nbytes = view->numel < 0 ? -1 : inst_nbytes(view);
+  if (nbytes < 0)
+    return inst_fail(call, AMK_INST_ERR_SHAPE, "no scratch of that shape");
+  view->data = calloc((size_t)(nbytes ? nbytes : 1), 1);
+  if (!view->data)
+    return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
+  return AMK_INST_OK;
+}
+
+/* `count` elements of v from element `first` (byte-sized dtypes only; the
+ * caller checked the dtype is numeric and the range inside v). */
+static AmkTensorView slice(const AmkTensorView *v, int64_t first, int64_t count) {
+  int64_t shape[1] = {count};
+  char *base = (char *)v->data + amk_dtype_nbytes(v->dtype, first);
+  return amk_tensor_view(base, v->dtype, 1, shape);
+}
+
+/* Run one unfused step's kernel; its error becomes "<pattern>: <step
+ * error>" of this call. The step sees no extra (no recipe, no position, no
+ * frequencies): everything it needs is in its inputs and params. */
+static int step(const AmkInstCall *call, int64_t pattern, AmkOp op,
+                AmkKernelFn fn, const AmkInstParams *p, const AmkTensorView *in,
+                uint32_t n_in, AmkTensorView *out) {
+  static const AmkInstExtra no_extra;
+  char detail[256] = "";
+  AmkInstCall sub = {.op = op,
+                     .p = p,
+                     .in = in,
+                     .n_in = n_in,
+                     .out = out,
+                     .n_out = 1,
+                     .extra = &no_extra,
+                     .err = detail,
+                     .err_len = sizeof detail};
+  int rc = fn(&sub);
+  if (rc)
+    return inst_fail(call, rc, "%s: %s", pattern_text(pattern), detail);
+  return AMK_INST_OK;
+}
+
+static int require_inputs(const AmkInstCall *call, int64_t pattern,
+                          uint32_t want, const char *names) {
+  if (call->n_in == want)
+    return AMK_INST_OK;
+  return inst_fail(call, AMK_INST_ERR_ARITY, "%s takes %u inputs (%s), got %u",
+                   pattern_text(pattern), want, names, call->n_in);
+}
+
+/* The GEMV-shaped patterns take fp weights only (a quantized weight needs
+ * inputs [x, qW, scales], which their inputs do not leave room for). */
+static int require_fp_weights(const AmkInstCall *call, int64_t pattern) {
+  int32_t qdtype = inst_int_or(call, AMK_PARAM_qdtype, 0);
+  if (qdtype == AMK_QDTYPE_INT8 || qdtype == AMK_QDTYPE_INT4)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s takes fp weights, not qdtype %d", pattern_text(pattern),
+                     (int)qdtype);
+  return AMK_INST_OK;
+}
+
+/* The plain GEMV of (x, W) with this call's params, into *out. */
+static int gemv_step(const AmkInstCall *call, int64_t pattern,
+                     const AmkTensorView *x, AmkTensorView *out) {
+  AmkTensorView in[2] = {*x, call->in[1]};
+  return step(call, pattern, AMK_OP_GEMV_TILE, inst_gemv_plain, call->p, in, 2,
+              out);
+}
+
+/* The product (x, W) for the tile's columns, then + r over those columns
+ * (the unfused GEMV output rounded to its buffer's dtype, then the ADD). */
+static int gemv_residual(const AmkInstCall *call, int64_t pattern,
+                         const AmkTensorView *x, const AmkTensorView *r) {
+  AmkTensorView *out = &call->out[0];
+  AmkTensorView y;
+  int rc = scratch(call, out->dtype, out->rank, out->shape, &y);
+  if (rc)
+    return rc;
+  AmkTensorView add_in[2] = {y, *r};
+  if (!(rc = gemv_step(call, pattern, x, &y)))
+    rc = step(call, pattern, AMK_OP_ADD, amk_kernel_ADD, call->p, add_in, 2, out);
+  free(y.data);
+  return rc;
+}
+
+/* ---- norm, residual ----------------------------------------------------- */
+
+/* x, W, g: out[c] = rmsnorm(x, g, eps) . W[c]. K is the width of x. */
+static int run_norm(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  if ((rc = require_inputs(call, pattern, 3, "x, W, g")) ||
+      (rc = require_fp_weights(call, pattern)) ||
+      (rc = inst_require(call, AMK_PARAM_K)) ||
+      (rc = inst_require(call, AMK_PARAM_eps)) ||
+      (rc = inst_require_numeric(call, &call->out[0], "output")))
+    return rc;
+  const AmkTensorView *x = &call->in[0];
+  AmkInstParams norm_params = {0};
+  norm_params.hidden.i = call->p->K.i;
+  norm_params.eps = call->p->eps;
+  norm_params.present = AMK_PARAM_BIT(hidden) | AMK_PARAM_BIT(eps);
+  AmkTensorView xn;
+  if ((rc = scratch(call, call->out[0].dtype, x->rank, x->shape, &xn)))
+    return rc;
+  AmkTensorView norm_in[2] = {*x, call->in[2]};
+  if (!(rc = step(call, pattern, AMK_OP_RMSNORM, amk_kernel_RMSNORM,
+                  &norm_params, norm_in, 2, &xn)))
+    rc = gemv_step(call, pattern, &xn, &call->out[0]);
+  free(xn.data);
+  return rc;
+}
+
+/* x, W, r: out[c] = r[c] + x . W[c]. */
+static int run_residual(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  if ((rc = require_inputs(call, pattern, 3, "x, W, r")) ||
+      (rc = require_fp_weights(call, pattern)) ||
+      (rc = inst_require_numeric(call, &call->out[0], "output")))
+    return rc;
+  return gemv_residual(call, pattern, &call->in[0], &call->in[2]);
+}
+
+/* ---- silu, silu_residual ------------------------------------------------ */
+
+/* gu, W(, r): act = silu(gu[0, :]) * gu[1, :] over the whole row (every
+ * tile needs all of it), then the GEMV (and the residual add). */
+static int run_silu(const AmkInstCall *call, int64_t pattern, bool residual) {
+  int rc;
+  if ((rc = require_inputs(call, pattern, residual ? 3 : 2,
+                           residual ? "gu, W, r" : "gu, W")) ||
+      (rc = require_fp_weights(call, pattern)) ||
+      (rc = inst_require(call, AMK_PARAM_K)) ||
+      (rc = inst_require_numeric(call, &call->in[0], "gu")) ||
+      (rc = inst_require_numeric(call, &call->out[0], "output")))
+    return rc;
+  const AmkTensorView *gu = &call->in[0];
+  int64_t inter = call->p->K.i;
+  if (inter <= 0 || inst_width(gu) != inter || gu->numel != 2 * inter)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: gu has %" PRId64 " elements of width %" PRId64
+                     ", want [2, K] with K = %" PRId64,
+                     pattern_text(pattern), gu->numel, inst_width(gu), inter);
+  int64_t act_shape[2] = {1, inter};
+  AmkTensorView act;
+  if ((rc = scratch(call, call->out[0].dtype, 2, act_shape, &act)))
+    return rc;
+  AmkTensorView halves[2] = {slice(gu, 0, inter), slice(gu, inter, inter)};
+  AmkInstParams none = {0};
+  rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves,
+            2, &act);
+  if (!rc)
+    rc = residual ? gemv_residual(call, pattern, &act, &call->in[2])
+                  : gemv_step(call, pattern, &act, &call->out[0]);
+  free(act.data);
+  return rc;
+}
+
+/* ---- rope_kv, attention, attention_rope ----------------------------------- */
+
+typedef struct {
+  int64_t head_dim, n_heads, n_kv, first, count; /* heads [first, first+count) */
+} HeadTile;
+
+/* head_dim (positive, even), n_heads, n_kv_heads and the tile's heads
+ * [n_off, n_off + N_tile) within `limit` (KV heads or query heads). */
+static int head_tile(const AmkInstCall *call, int64_t pattern, bool kv_heads,
+                     HeadTile *t) {
+  static const AmkParamField required[] = {AMK_PARAM_head_dim,
+                                           AMK_PARAM_n_heads,
+                                           AMK_PARAM_n_kv_heads,
+                                           AMK_PARAM_N_tile, AMK_PARAM_n_off};
+  int rc;
+  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
+    if ((rc = inst_require(call, required[i])))
+      return rc;
+  const AmkInstParams *p = call->p;
+  *t = (HeadTile){.head_dim = p->head_dim.i,
+                  .n_heads = p->n_heads.i,
+                  .n_kv = p->n_kv_heads.i,
+                  .first = p->n_off.i,
+                  .count = p->N_tile.i};
+  if (t->head_dim <= 0 || t->head_dim % 2 != 0 || t->n_heads <= 0 ||
+      t->n_kv <= 0 || t->n_heads % t->n_kv != 0)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s: head_dim %" PRId64 " (positive, even), n_heads %" PRId64
+                     ", n_kv_heads %" PRId64
+                     " (positive, n_kv_heads dividing n_heads)",
+                     pattern_text(pattern), t->head_dim, t->n_heads, t->n_kv);
+  int64_t limit = kv_heads ? t->n_kv : t->n_heads;
+  if (t->first < 0 || t->count < 0 || t->first > limit - t->count)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: heads [%" PRId64 ", %" PRId64 ") are outside the %" PRId64
+                     " %s heads",
+                     pattern_text(pattern), t->first, t->first + t->count, limit,
+                     kv_heads ? "KV" : "query");
+  return AMK_INST_OK;
+}
+
+/* The fused q|k|v vector holds n_heads + 2 n_kv_heads heads. */
+static int check_qkv(const AmkInstCall *call, int64_t pattern,
+                     const HeadTile *t, const AmkTensorView *qkv) {
+  int rc = inst_require_numeric(call, qkv, "qkv");
+  if (rc)
+    return rc;
+  int64_t want = (t->n_heads + 2 * t->n_kv) * t->head_dim;
+  if (qkv->numel != want)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: qkv has %" PRId64 " elements, want (n_heads + 2 "
+                     "n_kv_heads) x head_dim = %" PRId64,
+                     pattern_text(pattern), qkv->numel, want);
+  return AMK_INST_OK;
+}
+
+/* Rows of the combined cache [max_seq, 2, n_kv_heads * head_dim]. */
+static int combined_rows(const AmkInstCall *call, int64_t pattern,
+                         const HeadTile *t, const AmkTensorView *cache,
+                         int64_t *rows) {
+  int rc = inst_require_numeric(call, cache, "kv cache");
+  if (rc)
+    return rc;
+  int64_t row_len = 2 * t->n_kv * t->head_dim;
+  if (cache->numel % row_len != 0)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: the cache's %" PRId64 " elements are not rows of 2 x "
+                     "n_kv_heads x head_dim = %" PRId64,
+                     pattern_text(pattern), cache->numel, row_len);
+  *rows = cache->numel / row_len;
+  return AMK_INST_OK;
+}
+
+/* The step's position: the caller's (extra), else the `pos` param. Only
+ * when neither is given does `fallback` (>= 0) stand in. */
+static int step_position(const AmkInstCall *call, int64_t pattern,
+                         int64_t fallback, int64_t *pos) {
+  if (call->extra->has_position)
+    *pos = call->extra->position;
+  else if (amk_inst_param_has(call->p, AMK_PARAM_pos))
+    *pos = call->p->pos.i;
+  else if (fallback >= 0)
+    *pos = fallback;
+  else
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s needs the step position (the caller's, or param 'pos')",
+                     pattern_text(pattern));
+  if (*pos < 0 || *pos > INT32_MAX)
+    return inst_fail(call, AMK_INST_ERR_INDEX,
+                     "%s: position %" PRId64 " is outside [0, 2^31)",
+                     pattern_text(pattern), *pos);
+  return AMK_INST_OK;
+}
+
+/* ROPE of heads [first, first + count) of `x` (a run of whole heads) at
+ * position `pos` with the given inverse frequencies, into the same
+ * elements of `rotated` (x's dtype, as the unfused ROPE output). */
+static int rope_heads(const AmkInstCall *call, int64_t pattern,
+                      const HeadTile *t, const AmkTensorView *x,
+                      int64_t first, int64_t count, const AmkTensorView *inv_freq,
+                      int64_t pos, AmkTensorView *rotated) {
+  if (count == 0)
+    return AMK_INST_OK;
+  int32_t position = (int32_t)pos;
+  int64_t one[1] = {1};
+  AmkTensorView in[3] = {slice(x, first * t->head_dim, count * t->head_dim),
+                         amk_tensor_view(&position, AMK_DTYPE_I32, 1, one),
+                         *inv_freq};
+  AmkTensorView out = slice(rotated, first * t->head_dim, count * t->head_dim);
+  AmkInstParams p = {0};
+  p.head_dim.i = (int32_t)t->head_dim;
+  p.theta.f = 10000.0f; /* required by ROPE, unused: inv_freq is given */
+  p.present = AMK_PARAM_BIT(head_dim) | AMK_PARAM_BIT(theta);
+  return step(call, pattern, AMK_OP_ROPE, amk_kernel_ROPE, &p, in, 3, &out);
+}
+
+/* qkv, inv_freq, pos -> cache: for KV heads [n_off, n_off + N_tile), k
+ * rotated at the step position and v, into row pos of the combined cache. */
+static int run_rope_kv(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  HeadTile t;
+  int64_t rows, pos;
+  const AmkTensorView *qkv = &call->in[0], *positions = &call->in[2];
+  AmkTensorView *cache = &call->out[0];
+  if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, pos")) ||
+      (rc = head_tile(call, pattern, true, &t)) ||
+      (rc = check_qkv(call, pattern, &t, qkv)) ||
+      (rc = inst_require_integer(call, positions, "pos")) ||
+      (rc = combined_rows(call, pattern, &t, cache, &rows)))
+    return rc;
+  int64_t given = positions->numel > 0 ? inst_load_int(positions, 0) : -1;
+  if ((rc = step_position(call, pattern, given, &pos)))
+    return rc;
+  if (pos >= rows)
+    return inst_fail(call, AMK_INST_ERR_INDEX,
+                     "%s: position %" PRId64 " is outside the cache's %" PRId64
+                     " rows",
+                     pattern_text(pattern), pos, rows);
+  int64_t hd = t.head_dim, kv_width = t.n_kv * hd;
+  int64_t k_first = t.n_heads * hd, v_first = k_first + kv_width;
+  int64_t k_shape[1] = {(t.n_heads + 2 * t.n_kv) * hd};
+  AmkTensorView k_rot;
+  if ((rc = scratch(call, qkv->dtype, 1, k_shape, &k_rot)))
+    return rc;
+  /* k heads sit after the n_heads q heads: head index n_heads + h. */
+  rc = rope_heads(call, pattern, &t, qkv, t.n_heads + t.first, t.count,
+                  &call->in[1], pos, &k_rot);
+  if (!rc) {
+    int64_t row = pos * 2 * kv_width;
+    for (int64_t i = t.first * hd; i < (t.first + t.count) * hd; i++) {
+      inst_store(cache, row + i, inst_load(&k_rot, k_first + i));
+      inst_store(cache, row + kv_width + i, inst_load(qkv, v_first + i));
+    }
+  }
+  free(k_rot.data);
+  return rc;
+}
+
+/* Query heads [n_off, n_off + N_tile) attend; the params as ATTENTION_TILE
+ * (whole output, or partial with flags bit 1). */
+static int attention_tile(const AmkInstCall *call, int64_t pattern,
+                          HeadTile *t, InstAttention *a) {
+  int rc;
+  if ((rc = head_tile(call, pattern, false, t)) ||
+      (rc = inst_attention_params(call, a)) ||
+      (rc = inst_attention_check_output(call, a, &call->out[0])))
+    return rc;
+  return AMK_INST_OK;
+}
+
+/* q, k_cache, v_cache ([max_seq, n_kv_heads, head_dim]). */
+static int run_attention(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  HeadTile t;
+  InstAttention a;
+  const AmkTensorView *q = &call->in[0], *k = &call->in[1], *v = &call->in[2];
+  if ((rc = require_inputs(call, pattern, 3, "q, k_cache, v_cache")) ||
+      (rc = attention_tile(call, pattern, &t, &a)) ||
+      (rc = inst_require_numeric(call, q, "q")) ||
+      (rc = inst_require_numeric(call, k, "k cache")) ||
+      (rc = inst_require_numeric(call, v, "v cache")) ||
+      (rc = inst_require_same_numel(call, k, "k cache", v, "v cache")))
+    return rc;
+  if (q->numel != a.n_heads * a.head_dim)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "attention: q has %" PRId64 " elements, want n_heads x "
+                     "head_dim = %" PRId64,
+                     q->numel, a.n_heads * a.head_dim);
+  int64_t row_len = a.n_kv_heads * a.head_dim;
+  if (k->numel % row_len != 0)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "attention: the caches' %" PRId64 " elements are not rows "
+                     "of n_kv_heads x head_dim = %" PRId64,
+                     k->numel, row_len);
+  if ((rc = inst_attention_check_window(call, &a, k->numel / row_len)))
+    return rc;
+  InstKvLayout kv = {.k = k, .v = v, .row_stride = row_len};
+  return inst_attend_heads(call, &a, q, &kv, t.first, t.first + t.count,
+                           &call->out[0]);
+}
+
+/* qkv, inv_freq, kv_cache (combined): rotate the tile's q heads at the
+ * step position (the caller's, else `pos`, else the last row of a whole
+ * window), then attend. */
+static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  HeadTile t;
+  InstAttention a;
+  int64_t rows, pos;
+  const AmkTensorView *qkv = &call->in[0], *cache = &call->in[2];
+  if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, kv_cache")) ||
+      (rc = attention_tile(call, pattern, &t, &a)) ||
+      (rc = check_qkv(call, pattern, &t, qkv)) ||
+      (rc = combined_rows(call, pattern, &t, cache, &rows)) ||
+      (rc = inst_attention_check_window(call, &a, rows)))
+    return rc;
+  int64_t last = !a.partial && a.kv_len > 0 ? a.kv_start + a.kv_len - 1 : -1;
+  if ((rc = step_position(call, pattern, last, &pos)))
+    return rc;
+  int64_t q_shape[1] = {a.n_heads * a.head_dim};
+  AmkTensorView q;
+  if ((rc = scratch(call, qkv->dtype, 1, q_shape, &q)))
+    return rc;
+  rc = rope_heads(call, pattern, &t, qkv, t.first, t.count, &call->in[1], pos,
+                  &q);
+  if (!rc) {
+    int64_t kv_width = a.n_kv_heads * a.head_dim;
+    InstKvLayout kv = {.k = cache,
+                       .v = cache,
+                       .row_stride = 2 * kv_width,
+                       .k_offset = 0,
+                       .v_offset = kv_width};
+    rc = inst_attend_heads(call, &a, &q, &kv, t.first, t.first + t.count,
+                           &call->out[0]);
+  }
+  free(q.data);
+  return rc;
+}
+
+int inst_gemv_pattern(const AmkInstCall *call, int64_t pattern) {
+  switch (pattern) {
+  case AMK_PATTERN_NORM:
+    return run_norm(call, pattern);
+  case AMK_PATTERN_RESIDUAL:
+    return run_residual(call, pattern);
+  case AMK_PATTERN_SILU:
+    return run_silu(call, pattern, false);
+  case AMK_PATTERN_SILU_RESIDUAL:
+    return run_silu(call, pattern, true);
+  case AMK_PATTERN_ROPE_KV:
+    return run_rope_kv(call, pattern);
+  case AMK_PATTERN_ATTENTION:
+    return run_attention(call, pattern);
+  case AMK_PATTERN_ATTENTION_ROPE:
+    return run_attention_rope(call, pattern);
+  default:
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "unknown fused pattern %" PRId64 " (flags >> %d)", pattern,
+                     AMK_PATTERN_SHIFT);
+  }
+}

@@ -1,0 +1,540 @@
+/* Fused GEMV patterns (flags >> 16, docs/Fusion.md): every pattern gives
+ * bit for bit what its unfused steps give when run one by one through
+ * amk_inst_execute with intermediates of the program dtype (f32, bf16), and
+ * bad shapes, heads, positions and params are errors that write nothing. */
+#include <stdlib.h>
+
+#include "amk/rope.h"
+#include "test_inst_util.h"
+
+/* ---- tensors ------------------------------------------------------------- */
+
+typedef struct {
+  AmkTensorView v;
+} T;
+
+static uint32_t next_random(uint32_t *state) {
+  *state = *state * 1664525u + 1013904223u;
+  return *state >> 8;
+}
+
+/* A tensor of dims (rank 1-3) with uniform values in [-scale, scale]
+ * (0 for scale 0), stored in dtype. */
+static T make(AmkDType dtype, uint32_t rank, const int64_t *dims, float scale,
+              uint32_t *seed) {
+  T t;
+  t.v = amk_tensor_view(NULL, dtype, rank, dims);
+  t.v.data = calloc((size_t)amk_dtype_nbytes(dtype, t.v.numel) + 1, 1);
+  for (int64_t i = 0; i < t.v.numel && scale != 0.0f; i++) {
+    float x = scale * ((float)(next_random(seed) % 2001) / 1000.0f - 1.0f);
+    if (dtype == AMK_DTYPE_F32) {
+      ((float *)t.v.data)[i] = x;
+    } else if (dtype == AMK_DTYPE_BF16) {
+      ((uint16_t *)t.v.data)[i] = amk_f32_to_bf16(x);
+    } else if (dtype == AMK_DTYPE_I32) {
+      ((int32_t *)t.v.data)[i] = (int32_t)x;
+    }
+  }
+  return t;
+}
+
+static T mat(AmkDType dtype, int64_t rows, int64_t cols, float scale,
+             uint32_t *seed) {
+  int64_t dims[2] = {rows, cols};
+  return make(dtype, 2, dims, scale, seed);
+}
+
+static T copy_of(const T *src) {
+  T t = *src;
+  size_t n = (size_t)amk_dtype_nbytes(src->v.dtype, src->v.numel);
+  t.v.data = malloc(n + 1);
+  memcpy(t.v.data, src->v.data, n);
+  return t;
+}
+
+static size_t nbytes(const T *t) {
+  return (size_t)amk_dtype_nbytes(t->v.dtype, t->v.numel);
+}
+
+static int same(const T *a, const T *b) {
+  return nbytes(a) == nbytes(b) && same_bits(a->v.data, b->v.data, nbytes(a));
+}
+
+/* `count` elements of t from `first`, as a rank-1 view. */
+static AmkTensorView part(const T *t, int64_t first, int64_t count) {
+  int64_t dims[1] = {count};
+  return amk_tensor_view((char *)t->v.data + amk_dtype_nbytes(t->v.dtype, first),
+                         t->v.dtype, 1, dims);
+}
+
+static void drop(T *t) {
+  free(t->v.data);
+  t->v.data = NULL;
+}
+
+static int exec(AmkOp op, const AmkInstParams *p, AmkTensorView *in,
+                uint32_t n_in, T *out, const AmkInstExtra *extra, char *err,
+                size_t err_len) {
+  return amk_inst_execute(op, p, in, n_in, &out->v, 1, extra, err, err_len);
+}
+
+static AmkInstParams gemv_params(int64_t pattern, int64_t k, int64_t n_off,
+                                 int64_t n_tile) {
+  AmkInstParams p = {0};
+  set_int(&p, "K", k);
+  set_int(&p, "n_off", n_off);
+  set_int(&p, "N_tile", n_tile);
+  set_int(&p, "flags", pattern << AMK_PATTERN_SHIFT);
+  return p;
+}
+
+/* Tiles of 8 columns over [0, n). */
+#define TILE 8
+
+/* ---- norm ----------------------------------------------------------------- */
+
+static void test_norm(UnitCounts *c, AmkDType dt) {
+  uint32_t seed = 11;
+  char err[256];
+  const int64_t H = 24, N = 20;
+  T x = mat(dt, 1, H, 2.0f, &seed), w = mat(dt, N, H, 0.5f, &seed);
+  T g = mat(dt, 1, H, 1.0f, &seed);
+  T sentinel = mat(dt, 1, N, 3.0f, &seed);
+  /* Unfused: RMSNORM into an activation of dt, then the GEMV tiles. */
+  T xn = mat(dt, 1, H, 0, &seed), want = copy_of(&sentinel), got = copy_of(&sentinel);
+  AmkInstParams np = {0};
+  set_int(&np, "hidden", H);
+  set_float(&np, "eps", 1e-5);
+  AmkTensorView norm_in[2] = {x.v, g.v};
+  CHECK(c, exec(AMK_OP_RMSNORM, &np, norm_in, 2, &xn, NULL, err, sizeof err) == 0);
+  for (int64_t off = 0; off < N; off += TILE) {
+    int64_t n = N - off < TILE ? N - off : TILE;
+    AmkInstParams plain = gemv_params(0, H, off, n);
+    AmkTensorView gin[2] = {xn.v, w.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, gin, 2, &want, NULL, err, sizeof err) == 0);
+    AmkInstParams fused = gemv_params(AMK_PATTERN_NORM, H, off, n);
+    set_float(&fused, "eps", 1e-5);
+    AmkTensorView fin[3] = {x.v, w.v, g.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, 3, &got, NULL, err, sizeof err) == 0);
+    if (off == 0) /* one tile writes only its own columns */
+      CHECK(c, same_bits((char *)got.v.data + amk_dtype_nbytes(dt, TILE),
+                         (char *)sentinel.v.data + amk_dtype_nbytes(dt, TILE),
+                         (size_t)amk_dtype_nbytes(dt, N - TILE)));
+  }
+  CHECK(c, same(&want, &got));
+
+  /* Stacked gate|up: output [2, N], weight [2N, H]; row 0 from the first N
+   * weight rows (gate), row 1 from the next N (up). */
+  T w2 = mat(dt, 2 * N, H, 0.5f, &seed);
+  T gate = mat(dt, 1, N, 0, &seed), up = mat(dt, 1, N, 0, &seed);
+  T gu = mat(dt, 2, N, 0, &seed);
+  AmkTensorView wg = amk_tensor_view(w2.v.data, dt, 2, (int64_t[]){N, H});
+  AmkTensorView wu = amk_tensor_view(
+      (char *)w2.v.data + amk_dtype_nbytes(dt, N * H), dt, 2, (int64_t[]){N, H});
+  for (int64_t off = 0; off < N; off += TILE) {
+    int64_t n = N - off < TILE ? N - off : TILE;
+    AmkInstParams plain = gemv_params(0, H, off, n);
+    AmkTensorView gin[2] = {xn.v, wg}, uin[2] = {xn.v, wu};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, gin, 2, &gate, NULL, err, sizeof err) == 0);
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, uin, 2, &up, NULL, err, sizeof err) == 0);
+    AmkInstParams fused = gemv_params(AMK_PATTERN_NORM, H, off, n);
+    set_float(&fused, "eps", 1e-5);
+    AmkTensorView fin[3] = {x.v, w2.v, g.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, 3, &gu, NULL, err, sizeof err) == 0);
+  }
+  CHECK(c, same_bits(gu.v.data, gate.v.data, nbytes(&gate)));
+  CHECK(c, same_bits((char *)gu.v.data + nbytes(&gate), up.v.data, nbytes(&up)));
+  /* A plain stacked tile does the same from the normed vector. */
+  T gu_plain = mat(dt, 2, N, 0, &seed);
+  AmkInstParams all = gemv_params(0, H, 0, N);
+  AmkTensorView pin[2] = {xn.v, w2.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &all, pin, 2, &gu_plain, NULL, err, sizeof err) == 0);
+  CHECK(c, same(&gu_plain, &gu));
+
+  /* Errors. */
+  AmkInstParams fused = gemv_params(AMK_PATTERN_NORM, H, 0, TILE);
+  AmkTensorView two[2] = {x.v, w.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, two, 2, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: norm takes 3 inputs (x, W, g), got 2");
+  AmkTensorView fin[3] = {x.v, w.v, g.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, 3, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: missing param 'eps'");
+  set_float(&fused, "eps", 1e-5);
+  AmkTensorView short_g[3] = {x.v, w.v, part(&g, 0, H - 1)};
+  T before = copy_of(&got);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, short_g, 3, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: norm: rmsnorm: input 1 has 23 elements, want hidden = 24");
+  CHECK(c, same(&before, &got));
+  set_int(&fused, "qdtype", 6);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, 3, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: norm takes fp weights, not qdtype 6");
+  /* A stacked output needs exactly R * width weight rows. */
+  T gu3 = mat(dt, 3, N, 0, &seed);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &all, pin, 2, &gu3, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  T *all_t[] = {&x, &w, &g, &sentinel, &xn, &want, &got, &w2, &gate, &up, &gu,
+                &gu_plain, &before, &gu3};
+  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
+    drop(all_t[i]);
+}
+
+/* ---- residual, silu, silu_residual ------------------------------------------- */
+
+/* x [1, K] (or gu [2, K] for silu) through the unfused steps and the
+ * pattern, every tile of N columns. */
+static void test_residual_silu(UnitCounts *c, AmkDType dt, int64_t pattern) {
+  uint32_t seed = 23 + (uint32_t)pattern;
+  char err[256];
+  const int64_t K = 16, N = 20;
+  bool silu = pattern == AMK_PATTERN_SILU || pattern == AMK_PATTERN_SILU_RESIDUAL;
+  bool residual = pattern != AMK_PATTERN_SILU;
+  T x = mat(dt, silu ? 2 : 1, K, 2.0f, &seed), w = mat(dt, N, K, 0.5f, &seed);
+  T r = mat(dt, 1, N, 4.0f, &seed);
+  T act = mat(dt, 1, K, 0, &seed), y = mat(dt, 1, N, 0, &seed);
+  T want = mat(dt, 1, N, 0, &seed), got = mat(dt, 1, N, 0, &seed);
+  /* Unfused: silu_mul (into an activation of dt), the GEMV, the add. */
+  const T *gemv_x = &x;
+  if (silu) {
+    AmkTensorView halves[2] = {part(&x, 0, K), part(&x, K, K)};
+    AmkInstParams none = {0};
+    CHECK(c, exec(AMK_OP_SILU_MUL, &none, halves, 2, &act, NULL, err, sizeof err) == 0);
+    gemv_x = &act;
+  }
+  AmkInstParams plain = gemv_params(0, K, 0, N);
+  AmkTensorView gin[2] = {gemv_x->v, w.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, gin, 2, residual ? &y : &want, NULL, err,
+                sizeof err) == 0);
+  if (residual) {
+    AmkTensorView add_in[2] = {r.v, y.v};
+    AmkInstParams none = {0};
+    CHECK(c, exec(AMK_OP_ADD, &none, add_in, 2, &want, NULL, err, sizeof err) == 0);
+  }
+  for (int64_t off = 0; off < N; off += TILE) {
+    int64_t n = N - off < TILE ? N - off : TILE;
+    AmkInstParams fused = gemv_params(pattern, K, off, n);
+    AmkTensorView fin[3] = {x.v, w.v, r.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, residual ? 3 : 2, &got, NULL, err,
+                  sizeof err) == 0);
+  }
+  CHECK(c, same(&want, &got));
+
+  /* Errors: a residual of the wrong size; gu that is not [2, K]. */
+  AmkInstParams fused = gemv_params(pattern, K, 0, TILE);
+  T before = copy_of(&got);
+  if (residual) {
+    AmkTensorView bad[3] = {x.v, w.v, part(&r, 0, N - 1)};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, bad, 3, &got, NULL, err, sizeof err) ==
+                 AMK_INST_ERR_SHAPE);
+    CHECK(c, strstr(err, "add: input 1 has 19 elements but output has 20") != NULL);
+  }
+  if (silu) {
+    AmkTensorView bad[3] = {part(&x, 0, K), w.v, r.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, bad, residual ? 3 : 2, &got, NULL, err,
+                  sizeof err) == AMK_INST_ERR_SHAPE);
+    CHECK(c, strstr(err, "gu has 16 elements of width 16, want [2, K] with K = 16") != NULL);
+  }
+  CHECK(c, same(&before, &got));
+  T *all_t[] = {&x, &w, &r, &act, &y, &want, &got, &before};
+  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
+    drop(all_t[i]);
+}
+
+/* ---- rope_kv, attention, attention_rope ---------------------------------------- */
+
+enum { HD = 8, NH = 4, NKV = 2, SEQ = 6 };
+#define QW (NH * HD)
+#define KVW (NKV * HD)
+
+static AmkInstParams head_params(int64_t pattern, int64_t n_off, int64_t n_tile) {
+  AmkInstParams p = gemv_params(pattern, pattern == AMK_PATTERN_ATTENTION ? QW : QW + 2 * KVW,
+                                n_off, n_tile);
+  set_int(&p, "head_dim", HD);
+  set_int(&p, "n_heads", NH);
+  set_int(&p, "n_kv_heads", NKV);
+  return p;
+}
+
+/* Split the combined cache [SEQ, 2, KVW] into k and v caches [SEQ, NKV, HD]. */
+static void split_cache(const T *cache, T *k, T *v) {
+  size_t row = (size_t)amk_dtype_nbytes(cache->v.dtype, KVW);
+  for (int64_t s = 0; s < SEQ; s++) {
+    memcpy((char *)k->v.data + s * row, (char *)cache->v.data + 2 * s * row, row);
+    memcpy((char *)v->v.data + s * row, (char *)cache->v.data + (2 * s + 1) * row, row);
+  }
+}
+
+static void test_rope_kv(UnitCounts *c, AmkDType dt, bool llama3) {
+  uint32_t seed = 41;
+  char err[256];
+  const int64_t pos = 3;
+  int64_t cdims[3] = {SEQ, 2, KVW}, sdims[3] = {SEQ, NKV, HD};
+  T qkv = mat(dt, 1, QW + 2 * KVW, 2.0f, &seed);
+  T cache = make(dt, 3, cdims, 1.0f, &seed);
+  T kc = make(dt, 3, sdims, 0, &seed), vc = make(dt, 3, sdims, 0, &seed);
+  split_cache(&cache, &kc, &vc);
+  /* The inverse frequencies as the unfused ROPE computes them. */
+  float freq[HD / 2];
+  if (llama3) {
+    AmkRopeSpec spec = {.kind = AMK_ROPE_LLAMA3, .head_dim = HD, .theta = 500000.0,
+                        .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                        .original_max_pos = 16.0};
+    double d[HD / 2];
+    amk_rope_inv_freq(&spec, d, HD / 2);
+    for (int i = 0; i < HD / 2; i++)
+      freq[i] = (float)d[i];
+  } else {
+    for (int i = 0; i < HD / 2; i++)
+      freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(HD / 2));
+  }
+  AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, HD / 2);
+  int32_t pos_value = (int32_t)pos;
+  AmkTensorView positions = view1(&pos_value, AMK_DTYPE_I32, 1);
+
+  /* Unfused: ROPE(k) into kr of dt, KV_APPEND kr and v at pos. */
+  T kr = mat(dt, 1, KVW, 0, &seed);
+  AmkInstParams rp = {0};
+  set_int(&rp, "head_dim", HD);
+  set_float(&rp, "theta", 10000.0);
+  AmkInstExtra rope_extra = {.rope_inv_freq = llama3 ? freq : NULL};
+  AmkTensorView rin[2] = {part(&qkv, QW, KVW), positions};
+  CHECK(c, exec(AMK_OP_ROPE, &rp, rin, 2, &kr, &rope_extra, err, sizeof err) == 0);
+  AmkInstParams ap = {0};
+  set_int(&ap, "pos", pos);
+  AmkTensorView kin[2] = {kr.v, kc.v}, vin[2] = {part(&qkv, QW + KVW, KVW), vc.v};
+  CHECK(c, exec(AMK_OP_KV_APPEND, &ap, kin, 2, &kc, NULL, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_KV_APPEND, &ap, vin, 2, &vc, NULL, err, sizeof err) == 0);
+
+  /* Fused: one task per KV head, the position from the caller. */
+  T got = copy_of(&cache);
+  AmkInstExtra at = {.has_position = true, .position = pos};
+  for (int64_t h = 0; h < NKV; h++) {
+    AmkInstParams p = head_params(AMK_PATTERN_ROPE_KV, h, 1);
+    set_int(&p, "pos", 0); /* the caller's position wins */
+    AmkTensorView in[3] = {qkv.v, inv_freq, view1(&(int32_t){0}, AMK_DTYPE_I32, 1)};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, &at, err, sizeof err) == 0);
+  }
+  {
+    /* The combined cache's planes are the unfused caches; row pos alone
+     * changed. */
+    size_t row = (size_t)amk_dtype_nbytes(dt, KVW);
+    T k2 = make(dt, 3, sdims, 0, &seed), v2 = make(dt, 3, sdims, 0, &seed);
+    split_cache(&got, &k2, &v2);
+    CHECK(c, same(&k2, &kc));
+    CHECK(c, same(&v2, &vc));
+    CHECK(c, same_bits(got.v.data, cache.v.data, 2 * row * (size_t)pos));
+    CHECK(c, !same_bits(got.v.data, cache.v.data, 2 * row * (size_t)(pos + 1)));
+    drop(&k2);
+    drop(&v2);
+  }
+  /* Without a caller position: the pos param, else the positions input. */
+  T got2 = copy_of(&cache), got3 = copy_of(&cache);
+  for (int64_t h = 0; h < NKV; h++) {
+    AmkInstParams p = head_params(AMK_PATTERN_ROPE_KV, h, 1);
+    AmkTensorView in[3] = {qkv.v, inv_freq, positions};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got3, NULL, err, sizeof err) == 0);
+    set_int(&p, "pos", pos);
+    AmkTensorView in0[3] = {qkv.v, inv_freq, view1(&(int32_t){0}, AMK_DTYPE_I32, 1)};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in0, 3, &got2, NULL, err, sizeof err) == 0);
+  }
+  CHECK(c, same(&got, &got2));
+  CHECK(c, same(&got, &got3));
+
+  /* Errors write nothing. */
+  T before = copy_of(&got);
+  AmkInstParams p = head_params(AMK_PATTERN_ROPE_KV, 0, 1);
+  AmkTensorView in[3] = {qkv.v, inv_freq, positions};
+  AmkInstExtra beyond = {.has_position = true, .position = SEQ};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, &beyond, err, sizeof err) ==
+               AMK_INST_ERR_INDEX);
+  CHECK_STR(c, err, "gemv_tile: rope_kv: position 6 is outside the cache's 6 rows");
+  AmkInstExtra negative = {.has_position = true, .position = -1};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, &negative, err, sizeof err) ==
+               AMK_INST_ERR_INDEX);
+  AmkInstParams far = head_params(AMK_PATTERN_ROPE_KV, 1, 2);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &far, in, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: rope_kv: heads [1, 3) are outside the 2 KV heads");
+  AmkTensorView short_qkv[3] = {part(&qkv, 0, QW + KVW), inv_freq, positions};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_qkv, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  AmkTensorView short_freq[3] = {qkv.v, view1(freq, AMK_DTYPE_F32, HD / 2 - 1), positions};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_freq, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK(c, strstr(err, "rope_kv: rope: inv_freq has 3 elements") != NULL);
+  float fpos = 1.0f;
+  AmkTensorView float_pos[3] = {qkv.v, inv_freq, view1(&fpos, AMK_DTYPE_F32, 1)};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, float_pos, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_DTYPE);
+  AmkInstParams odd = head_params(AMK_PATTERN_ROPE_KV, 0, 1);
+  set_int(&odd, "head_dim", 7);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &odd, in, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  AmkTensorView bad_cache_view = amk_tensor_view(got.v.data, dt, 2, (int64_t[]){5, 7});
+  T bad_cache = {bad_cache_view};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &bad_cache, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK(c, same(&before, &got));
+  T *all_t[] = {&qkv, &cache, &kc, &vc, &kr, &got, &got2, &got3, &before};
+  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
+    drop(all_t[i]);
+}
+
+static void set_window(AmkInstParams *p, int64_t start, int64_t len, bool partial) {
+  set_int(p, "kv_start", start);
+  set_int(p, "kv_len", len);
+  set_float(p, "scale", 0.35355339059327373);
+  if (partial) {
+    int64_t flags = (int64_t)p->flags.i | 2;
+    set_int(p, "flags", flags);
+  }
+}
+
+static void test_attention(UnitCounts *c, AmkDType dt, bool rope, bool partial) {
+  uint32_t seed = 57 + rope * 2 + partial;
+  char err[256];
+  const int64_t start = partial ? 1 : 0, len = partial ? 3 : 5, pos = 4;
+  int64_t cdims[3] = {SEQ, 2, KVW}, sdims[3] = {SEQ, NKV, HD};
+  T qkv = mat(dt, 1, QW + 2 * KVW, 2.0f, &seed);
+  T cache = make(dt, 3, cdims, 1.5f, &seed);
+  T kc = make(dt, 3, sdims, 0, &seed), vc = make(dt, 3, sdims, 0, &seed);
+  split_cache(&cache, &kc, &vc);
+  float freq[HD / 2];
+  for (int i = 0; i < HD / 2; i++)
+    freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(HD / 2));
+  AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, HD / 2);
+  int64_t out_width = partial ? NH * (HD + 2) : QW;
+  AmkDType out_dt = partial ? AMK_DTYPE_F32 : dt;
+
+  /* Unfused: ROPE(q) into q of dt (or q as given), then ATTENTION_TILE. */
+  T q = mat(dt, 1, QW, 0, &seed);
+  if (rope) {
+    int32_t pos_value = (int32_t)pos;
+    AmkInstParams rp = {0};
+    set_int(&rp, "head_dim", HD);
+    set_float(&rp, "theta", 10000.0);
+    AmkTensorView rin[2] = {part(&qkv, 0, QW), view1(&pos_value, AMK_DTYPE_I32, 1)};
+    CHECK(c, exec(AMK_OP_ROPE, &rp, rin, 2, &q, NULL, err, sizeof err) == 0);
+  } else {
+    memcpy(q.v.data, qkv.v.data, nbytes(&q));
+  }
+  T want = mat(out_dt, 1, out_width, 0, &seed), got = mat(out_dt, 1, out_width, 0, &seed);
+  AmkInstParams ap = {0};
+  set_int(&ap, "head_dim", HD);
+  set_int(&ap, "n_heads", NH);
+  set_int(&ap, "n_kv_heads", NKV);
+  set_window(&ap, start, len, partial);
+  AmkTensorView ain[3] = {q.v, kc.v, vc.v};
+  CHECK(c, exec(AMK_OP_ATTENTION_TILE, &ap, ain, 3, &want, NULL, err, sizeof err) == 0);
+
+  /* Fused: one tile per KV head's group of query heads. */
+  int64_t pattern = rope ? AMK_PATTERN_ATTENTION_ROPE : AMK_PATTERN_ATTENTION;
+  AmkInstExtra at = {.has_position = true, .position = pos};
+  int64_t group = NH / NKV;
+  for (int64_t g = 0; g < NKV; g++) {
+    AmkInstParams p = head_params(pattern, g * group, group);
+    set_window(&p, start, len, partial);
+    AmkTensorView fin[3] = {qkv.v, inv_freq, cache.v};
+    AmkTensorView pin[3] = {q.v, kc.v, vc.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, rope ? fin : pin, 3, &got, &at, err,
+                  sizeof err) == 0);
+  }
+  CHECK(c, same(&want, &got));
+
+  if (rope && !partial) {
+    /* No caller position: a whole window ends at the step's row. */
+    T got2 = mat(out_dt, 1, out_width, 0, &seed);
+    for (int64_t g = 0; g < NKV; g++) {
+      AmkInstParams p = head_params(pattern, g * group, group);
+      set_window(&p, start, len, partial);
+      AmkTensorView fin[3] = {qkv.v, inv_freq, cache.v};
+      CHECK(c, exec(AMK_OP_GEMV_TILE, &p, fin, 3, &got2, NULL, err, sizeof err) == 0);
+    }
+    CHECK(c, same(&want, &got2));
+    drop(&got2);
+  }
+
+  /* Errors write nothing. */
+  T before = copy_of(&got);
+  AmkTensorView fin[3] = {qkv.v, inv_freq, cache.v};
+  AmkTensorView pin[3] = {q.v, kc.v, vc.v};
+  AmkTensorView *in = rope ? fin : pin;
+  AmkInstParams heads = head_params(pattern, 3, 2);
+  set_window(&heads, start, len, partial);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &heads, in, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK(c, strstr(err, "heads [3, 5) are outside the 4 query heads") != NULL);
+  AmkInstParams window = head_params(pattern, 0, 2);
+  set_window(&window, 4, 3, partial);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &window, in, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_INDEX);
+  CHECK(c, strstr(err, "window [4, 7) is outside the cache's 6 rows") != NULL);
+  AmkInstParams no_scale = head_params(pattern, 0, 2);
+  set_int(&no_scale, "kv_start", 0);
+  set_int(&no_scale, "kv_len", 1);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &no_scale, in, 3, &got, &at, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: missing param 'scale'");
+  AmkInstParams ok = head_params(pattern, 0, 2);
+  set_window(&ok, start, len, partial);
+  T wrong_out = mat(out_dt, 1, out_width - 1, 0, &seed);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &ok, in, 3, &wrong_out, &at, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  if (rope) {
+    AmkTensorView short_cache[3] = {qkv.v, inv_freq, part(&cache, 0, 2 * KVW * SEQ - 1)};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &ok, short_cache, 3, &got, &at, err, sizeof err) ==
+                 AMK_INST_ERR_SHAPE);
+    if (partial) { /* a partition's window does not tell the position */
+      CHECK(c, exec(AMK_OP_GEMV_TILE, &ok, in, 3, &got, NULL, err, sizeof err) ==
+                   AMK_INST_ERR_PARAM);
+      CHECK_STR(c, err, "gemv_tile: attention_rope needs the step position (the "
+                        "caller's, or param 'pos')");
+    }
+  } else {
+    AmkTensorView short_q[3] = {part(&q, 0, QW - 1), kc.v, vc.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &ok, short_q, 3, &got, &at, err, sizeof err) ==
+                 AMK_INST_ERR_SHAPE);
+  }
+  CHECK(c, same(&before, &got));
+  T *all_t[] = {&qkv, &cache, &kc, &vc, &q, &want, &got, &before, &wrong_out};
+  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
+    drop(all_t[i]);
+}
+
+static void test_unknown_pattern(UnitCounts *c) {
+  char err[256];
+  float x[2] = {1, 2}, w[4] = {1, 0, 0, 1}, out[2] = {0};
+  AmkTensorView in[2] = {view2(x, AMK_DTYPE_F32, 1, 2), view2(w, AMK_DTYPE_F32, 2, 2)};
+  AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
+  AmkInstParams p = gemv_params(9, 2, 0, 2);
+  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: unknown fused pattern 9 (flags >> 16)");
+  set_int(&p, "flags", -1);
+  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  /* Low flag bits alone keep the plain GEMV. */
+  set_int(&p, "flags", 3);
+  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK(c, out[0] == 1.0f && out[1] == 2.0f);
+}
+
+int main(void) {
+  UnitCounts c = {0};
+  const AmkDType dtypes[2] = {AMK_DTYPE_F32, AMK_DTYPE_BF16};
+  for (int d = 0; d < 2; d++) {
+    AmkDType dt = dtypes[d];
+    test_norm(&c, dt);
+    test_residual_silu(&c, dt, AMK_PATTERN_RESIDUAL);
+    test_residual_silu(&c, dt, AMK_PATTERN_SILU);
+    test_residual_silu(&c, dt, AMK_PATTERN_SILU_RESIDUAL);
+    test_rope_kv(&c, dt, false);
+    test_rope_kv(&c, dt, true);
+    for (int rope = 0; rope < 2; rope++)
+      for (int partial = 0; partial < 2; partial++)
+        test_attention(&c, dt, rope, partial);
+  }
+  test_unknown_pattern(&c);
+  return unit_finish("test_inst_patterns", &c);
+}
