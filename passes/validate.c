@@ -16,8 +16,14 @@
 #include <string.h>
 
 #include "amk/pass.h"
+#include "amk/tables.h"
 #include "amk/validate.h"
 #include "validate_internal.h"
+
+/* Reusable memory of validation runs (see amk_validator_workspace_new). */
+struct AmkValidatorWorkspace {
+  AmkScratch scratch;
+};
 
 /* Diagnostics about the module as a whole carry no position. */
 static const AmkLoc no_loc = {0, 0};
@@ -101,9 +107,9 @@ static void format_id_list(const AmkModule *m, const uint32_t *tasks,
 static void build_buffer_uses(AmkValidator *v) {
   const AmkModule *m = v->m;
   uint32_t nb = m->n_buffers;
-  v->wr_off = amk_xcalloc((size_t)nb + 2, sizeof(uint32_t));
-  v->use_off = amk_xcalloc((size_t)nb + 2, sizeof(uint32_t));
-  v->write_order = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  v->wr_off = amk_scratch_calloc(v->scratch, (size_t)nb + 2, sizeof(uint32_t));
+  v->use_off = amk_scratch_calloc(v->scratch, (size_t)nb + 2, sizeof(uint32_t));
+  v->write_order = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
   v->n_write_order = 0;
   size_t n_writes = 0, n_uses = 0;
   for (uint32_t t = 0; t < m->n_tasks; t++) {
@@ -130,12 +136,12 @@ static void build_buffer_uses(AmkValidator *v) {
     v->wr_off[b + 1] += v->wr_off[b];
     v->use_off[b + 1] += v->use_off[b];
   }
-  v->wr = amk_xmalloc(sizeof(uint32_t) * (n_writes + 1));
+  v->wr = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_writes + 1));
   /* Room for any one buffer's writer list (a task may list an output twice). */
-  v->scratch = amk_xmalloc(sizeof(uint32_t) * (n_writes + 1));
-  v->use = amk_xmalloc(sizeof(uint32_t) * (n_uses + 1));
-  uint32_t *wfill = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
-  uint32_t *ufill = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  v->scratch_ix = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_writes + 1));
+  v->use = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_uses + 1));
+  uint32_t *wfill = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
+  uint32_t *ufill = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
   memcpy(wfill, v->wr_off, sizeof(uint32_t) * nb);
   memcpy(ufill, v->use_off, sizeof(uint32_t) * nb);
   for (uint32_t t = 0; t < m->n_tasks; t++) {
@@ -153,10 +159,8 @@ static void build_buffer_uses(AmkValidator *v) {
         v->use[ufill[b]++] = t;
     }
   }
-  free(wfill);
-  free(ufill);
   /* The one out_counter slot all writers of a buffer share, if any. */
-  v->writer_slot = amk_xmalloc(sizeof(uint32_t) * (nb + 1));
+  v->writer_slot = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
   for (uint32_t b = 0; b < nb; b++) {
     uint32_t slot = AMK_NO_INDEX;
     for (uint32_t i = v->wr_off[b]; i < v->wr_off[b + 1]; i++) {
@@ -172,18 +176,12 @@ static void build_buffer_uses(AmkValidator *v) {
   }
 }
 
+/* Everything lives in the scratch memory: nothing to free one by one. */
 static void validator_free(AmkValidator *v) {
   amk_id_index_free(&v->bufs);
   amk_id_index_free(&v->ctrs);
   amk_id_index_free(&v->tasks);
   amk_graph_free(&v->g);
-  free(v->wr_off);
-  free(v->wr);
-  free(v->use_off);
-  free(v->use);
-  free(v->write_order);
-  free(v->writer_slot);
-  free(v->scratch);
 }
 
 /* ---- 0. duplicate ids (the reference has no such check) ------------------ */
@@ -221,12 +219,115 @@ static void check_duplicate_ids(AmkValidator *v) {
 
 /* ---- 1. per-task structure ---------------------------------------------- */
 
+static const char *const param_names[AMK_PARAM_COUNT] = {
+#define X(name, type) #name,
+    AMK_PARAMS(X)
+#undef X
+};
+static const char param_types[AMK_PARAM_COUNT] = {
+#define X(name, type) type,
+    AMK_PARAMS(X)
+#undef X
+};
+
+/* `key` is `name` (a short string compare after the first character). */
+static int param_is(const char *key, const char *name, int field) {
+  size_t i = 1;
+  while (name[i] && key[i] == name[i])
+    i++;
+  return key[i] == name[i] ? field : -1;
+}
+
+int amk_validator_param_field(const char *key) {
+  if (!key)
+    return -1;
+  switch (key[0]) {
+  case 'K':
+    return param_is(key, "K", AMK_PARAM_K);
+  case 'N':
+    return key[1] ? param_is(key, "N_tile", AMK_PARAM_N_tile) : AMK_PARAM_N;
+  case 'M':
+    return key[1] ? param_is(key, "M_tile", AMK_PARAM_M_tile) : AMK_PARAM_M;
+  case 'n':
+    if (key[1] != '_')
+      return -1;
+    return key[2] == 'o'   ? param_is(key, "n_off", AMK_PARAM_n_off)
+           : key[2] == 'h' ? param_is(key, "n_heads", AMK_PARAM_n_heads)
+                           : param_is(key, "n_kv_heads", AMK_PARAM_n_kv_heads);
+  case 'm':
+    return param_is(key, "m_off", AMK_PARAM_m_off);
+  case 'h':
+    return key[1] == 'i' ? param_is(key, "hidden", AMK_PARAM_hidden)
+                         : param_is(key, "head_dim", AMK_PARAM_head_dim);
+  case 'v':
+    return param_is(key, "vocab", AMK_PARAM_vocab);
+  case 'k':
+    if (!key[1] || !key[2])
+      return -1;
+    return key[3] == 's' ? param_is(key, "kv_start", AMK_PARAM_kv_start)
+                         : param_is(key, "kv_len", AMK_PARAM_kv_len);
+  case 'p':
+    return param_is(key, "pos", AMK_PARAM_pos);
+  case 'q':
+    return param_is(key, "qdtype", AMK_PARAM_qdtype);
+  case 'f':
+    return param_is(key, "flags", AMK_PARAM_flags);
+  case 'g':
+    return param_is(key, "group", AMK_PARAM_group);
+  case 'd':
+    return param_is(key, "dim", AMK_PARAM_dim);
+  case 'e':
+    return param_is(key, "eps", AMK_PARAM_eps);
+  case 's':
+    return param_is(key, "scale", AMK_PARAM_scale);
+  case 't':
+    return param_is(key, "theta", AMK_PARAM_theta);
+  default:
+    return -1;
+  }
+}
+
+/* The field of every param of every task, looked up once per run. */
+static void build_param_fields(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  v->pfield_off = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (m->n_tasks + 1));
+  size_t total = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    total += m->tasks[t].n_params;
+  v->pfield = amk_scratch_alloc(v->scratch, total + 1);
+  size_t k = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    v->pfield_off[t] = (uint32_t)k;
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_params; i++) {
+      int f = amk_validator_param_field(task->params[i].key);
+      v->pfield[k++] = f < 0 ? UINT8_MAX : (uint8_t)f;
+    }
+  }
+  v->pfield_off[m->n_tasks] = (uint32_t)k;
+}
+
+uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
+                              AmkParamTable *pt) {
+  const AmkTask *task = &v->m->tasks[t];
+  const uint8_t *field = &v->pfield[v->pfield_off[t]];
+  uint32_t present = 0;
+  memset(pt, 0, sizeof *pt);
+  for (uint32_t i = 0; i < task->n_params; i++)
+    if (field[i] != UINT8_MAX) {
+      pt->v[field[i]] = &task->params[i].value;
+      present |= 1u << field[i];
+    }
+  return present;
+}
+
 static void check_params(AmkValidator *v, const AmkTask *t) {
   char repr[160];
+  const uint8_t *fields = &v->pfield[v->pfield_off[t - v->m->tasks]];
   for (uint32_t i = 0; i < t->n_params; i++) {
     const AmkParam *p = &t->params[i];
     const char *key = p->key ? p->key : "";
-    int field = amk_param_from_name(key);
+    int field = fields[i] == UINT8_MAX ? -1 : fields[i];
     if (field < 0) {
       amk_validator_report(v, AMK_SEVERITY_WARNING, t->loc,
                            "task %" PRId32 " (%s) param '%s' is not a known "
@@ -234,9 +335,9 @@ static void check_params(AmkValidator *v, const AmkTask *t) {
                            t->id, op_name(t->op), key);
       continue;
     }
-    if (amk_param_type((AmkParamField)field) == 'i') {
+    if (param_types[field] == 'i') {
       int64_t x;
-      if (!amk_value_as_int(&p->value, &x) || x < INT32_MIN || x > INT32_MAX) {
+      if (!amk_validator_int(&p->value, &x) || x < INT32_MIN || x > INT32_MAX) {
         amk_value_repr(&p->value, repr, sizeof repr);
         amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                              "task %" PRId32 " param '%s'=%s must be an int32",
@@ -268,11 +369,19 @@ static const AmkParamField required_param_order[AMK_PARAM_COUNT] = {
     AMK_PARAM_m_off,   AMK_PARAM_vocab,    AMK_PARAM_flags,
     AMK_PARAM_dim,
 };
+#define AMK_ALL_PARAM_BITS ((1u << AMK_PARAM_COUNT) - 1)
 _Static_assert(AMK_PARAM_COUNT == 22,
                "list a new param in required_param_order");
 
 static void check_task_structure(AmkValidator *v, const AmkTask *t) {
   const AmkModule *m = v->m;
+  uint32_t present = 0;
+  {
+    const uint8_t *field = &v->pfield[v->pfield_off[t - m->tasks]];
+    for (uint32_t i = 0; i < t->n_params; i++)
+      if (field[i] != UINT8_MAX)
+        present |= 1u << field[i];
+  }
   const char *label = amk_validator_label(t);
   char repr[160];
   for (uint32_t i = 0; i < t->n_inputs; i++)
@@ -317,7 +426,7 @@ static void check_task_structure(AmkValidator *v, const AmkTask *t) {
                            "task %" PRId32 " (%s) waits on missing counter %" PRId32,
                            t->id, label, w->counter);
     int64_t thr;
-    if (!amk_value_as_int(&w->threshold, &thr) || thr < 1) {
+    if (!amk_validator_int(&w->threshold, &thr) || thr < 1) {
       value_str(&w->threshold, repr, sizeof repr);
       amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                            "task %" PRId32 " (%s) threshold %s on counter %" PRId32
@@ -349,13 +458,14 @@ static void check_task_structure(AmkValidator *v, const AmkTask *t) {
                            "task %" PRId32 " (%s) expected %d outputs, got %u",
                            t->id, info->json_name, info->n_outputs,
                            t->n_outputs);
-    for (int k = 0; k < AMK_PARAM_COUNT; k++) {
+    for (int k = 0; k < AMK_PARAM_COUNT &&
+                    (info->required_params & ~present & AMK_ALL_PARAM_BITS);
+         k++) {
       AmkParamField f = required_param_order[k];
-      if ((info->required_params & (1u << f)) &&
-          !amk_task_param(t, amk_param_name(f)))
+      if ((info->required_params & ~present & (1u << f)))
         amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                              "task %" PRId32 " (%s) missing required param '%s'",
-                             t->id, info->json_name, amk_param_name(f));
+                             t->id, info->json_name, param_names[f]);
     }
     if ((info->required_params & AMK_REQ_RECIPE) &&
         !amk_task_param(t, "recipe"))
@@ -383,7 +493,8 @@ static void check_wait_satisfiability(AmkValidator *v, const AmkTask *t) {
                            " with NO producer, unsatisfiable (deadlock)",
                            t->id, label, w->counter);
     } else if (python_int(&w->threshold, &thr)) {
-      value_str(&w->threshold, repr, sizeof repr);
+      if (thr > (int64_t)np || (np > 1 && thr != (int64_t)np))
+        value_str(&w->threshold, repr, sizeof repr);
       if (thr > (int64_t)np)
         amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                              "task %" PRId32 " (%s) threshold %s > %u "
@@ -470,10 +581,10 @@ static void check_provenance(AmkValidator *v) {
         }
         n_others++;
         if (!writer_is_ancestor(v, &marks, t, w))
-          v->scratch[n_missing++] = w;
+          v->scratch_ix[n_missing++] = w;
       }
       if (n_missing) {
-        format_id_list(m, v->scratch, n_missing, list, sizeof list);
+        format_id_list(m, v->scratch_ix, n_missing, list, sizeof list);
         amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
                              "task %" PRId32 " (%s) reads %s #%" PRId32
                              " ('%s') but writer task(s) %s are NOT ordered "
@@ -501,11 +612,11 @@ typedef struct {
   int64_t row_lo, row_hi, col_lo, col_hi;
 } Region;
 
-static bool nonneg_int_param(const AmkTask *t, const char *key, bool positive,
-                             int64_t *out) {
-  const AmkValue *p = amk_task_param(t, key);
+static bool nonneg_int_param(const AmkParamTable *pt, AmkParamField f,
+                             bool positive, int64_t *out) {
+  const AmkValue *p = pt->v[f];
   int64_t x;
-  if (!p || !amk_value_as_int(p, &x) || x < 0 || (positive && x == 0))
+  if (!p || !amk_validator_int(p, &x) || x < 0 || (positive && x == 0))
     return false;
   *out = x;
   return true;
@@ -515,21 +626,32 @@ static int64_t saturating_add(int64_t a, int64_t b) {
   return a > INT64_MAX - b ? INT64_MAX : a + b; /* a, b >= 0 here */
 }
 
-static Region write_region(const AmkTask *t) {
+static Region write_region(const AmkValidator *v, uint32_t task) {
+  const AmkTask *t = &v->m->tasks[task];
   Region r = {.whole = true};
   if (t->op != AMK_OP_GEMV_TILE && t->op != AMK_OP_GEMM_TILE)
     return r;
+  /* The four footprint params (the last occurrence of a key wins). */
+  AmkParamTable pt;
+  pt.v[AMK_PARAM_n_off] = pt.v[AMK_PARAM_N_tile] = NULL;
+  pt.v[AMK_PARAM_m_off] = pt.v[AMK_PARAM_M_tile] = NULL;
+  const uint8_t *field = &v->pfield[v->pfield_off[task]];
+  for (uint32_t i = 0; i < t->n_params; i++)
+    if (field[i] == AMK_PARAM_n_off || field[i] == AMK_PARAM_N_tile ||
+        field[i] == AMK_PARAM_m_off || field[i] == AMK_PARAM_M_tile)
+      pt.v[field[i]] = &t->params[i].value;
   int64_t n_off, n_tile;
-  if (!nonneg_int_param(t, "n_off", false, &n_off) ||
-      !nonneg_int_param(t, "N_tile", true, &n_tile))
+  if (!nonneg_int_param(&pt, AMK_PARAM_n_off, false, &n_off) ||
+      !nonneg_int_param(&pt, AMK_PARAM_N_tile, true, &n_tile))
     return r;
   r.whole = false;
   r.col_lo = n_off;
   r.col_hi = saturating_add(n_off, n_tile);
   r.all_rows = true;
   int64_t m_off, m_tile;
-  if (t->op == AMK_OP_GEMM_TILE && nonneg_int_param(t, "m_off", false, &m_off) &&
-      nonneg_int_param(t, "M_tile", true, &m_tile)) {
+  if (t->op == AMK_OP_GEMM_TILE &&
+      nonneg_int_param(&pt, AMK_PARAM_m_off, false, &m_off) &&
+      nonneg_int_param(&pt, AMK_PARAM_M_tile, true, &m_tile)) {
     r.all_rows = false;
     r.row_lo = m_off;
     r.row_hi = saturating_add(m_off, m_tile);
@@ -615,32 +737,30 @@ static void check_write_after_write(AmkValidator *v) {
       continue;
     bool one_counter = v->writer_slot[b] != AMK_NO_INDEX;
     if (one_counter) {
-      Region *regions = amk_xmalloc(sizeof *regions * k);
+      Region *regions = amk_scratch_alloc(v->scratch, sizeof *regions * k);
       for (size_t i = 0; i < k; i++)
-        regions[i] = write_region(&m->tasks[ws[i]]);
+        regions[i] = write_region(v, ws[i]);
       bool disjoint = all_regions_disjoint(regions, k);
-      free(regions);
       if (disjoint)
         continue;
     }
     /* A total happens-before order of the writers: sorted by topological
      * position, each must precede the next (a repeated writer never does). */
-    uint32_t *sorted = amk_xmalloc(sizeof *sorted * k * 2);
+    uint32_t *sorted = amk_scratch_alloc(v->scratch, sizeof *sorted * k * 2);
     memcpy(sorted, ws, sizeof *sorted * k);
     sort_by_topo(sorted, sorted + k, k, g->topo_pos);
     bool total = true;
     for (size_t i = 0; i + 1 < k && total; i++)
       total = amk_graph_before(g, sorted[i], sorted[i + 1]);
-    free(sorted);
     if (total)
       continue;
     uint32_t c0 = ws[0], c1 = ws[1];
     size_t queries = 0;
     bool found = false;
     for (size_t i = 0; i < k && !found && queries < CULPRIT_QUERY_LIMIT; i++) {
-      Region ri = write_region(&m->tasks[ws[i]]);
+      Region ri = write_region(v, ws[i]);
       for (size_t j = i + 1; j < k && queries < CULPRIT_QUERY_LIMIT; j++) {
-        Region rj = write_region(&m->tasks[ws[j]]);
+        Region rj = write_region(v, ws[j]);
         queries++;
         if (!regions_disjoint(&ri, &rj) && !amk_graph_before(g, ws[i], ws[j]) &&
             !amk_graph_before(g, ws[j], ws[i])) {
@@ -683,7 +803,7 @@ static void check_on_chip(AmkValidator *v) {
     uint32_t n_uses = v->use_off[b + 1] - v->use_off[b];
     if (n_uses == 0)
       continue;
-    int32_t *sms = amk_xmalloc(sizeof *sms * n_uses);
+    int32_t *sms = amk_scratch_alloc(v->scratch, sizeof *sms * n_uses);
     size_t n_sms = 0;
     for (uint32_t i = v->use_off[b]; i < v->use_off[b + 1]; i++) {
       const AmkTask *t = &m->tasks[v->use[i]];
@@ -725,7 +845,6 @@ static void check_on_chip(AmkValidator *v) {
                            "placement (unverified until sm_assignment runs)",
                            buf->name ? buf->name : "", buf->id);
     }
-    free(sms);
   }
 }
 
@@ -773,23 +892,138 @@ static void check_sm_queues(AmkValidator *v) {
 
 /* ---- 7. page aliasing ----------------------------------------------------- */
 
-/* Every use of buffer `a` happens-before every writer of buffer `b`. */
+/* Whether u happens-before w depends on w only through the counters w waits
+ * on, so writers with the same waits (the tiles of one projection) have the
+ * same strict ancestors and share one search. */
+static bool same_waits(const AmkTaskGraph *g, uint32_t x, uint32_t y) {
+  uint32_t n = g->tw_off[x + 1] - g->tw_off[x];
+  return n == g->tw_off[y + 1] - g->tw_off[y] &&
+         memcmp(&g->tw_slot[g->tw_off[x]], &g->tw_slot[g->tw_off[y]],
+                sizeof(uint32_t) * n) == 0;
+}
+
+/* Every use of buffer `a` happens-before every writer of buffer `b`
+ * (vacuously true when `a` has no uses or `b` no writers). One backward
+ * search per distinct wait set among b's writers, pruned below the first
+ * use of `a`. */
 static bool uses_all_before_writers(AmkValidator *v, uint32_t a, uint32_t b) {
   AmkTaskGraph *g = &v->g;
-  uint32_t min_pos = UINT32_MAX;
-  for (uint32_t i = v->use_off[a]; i < v->use_off[a + 1]; i++)
-    if (g->topo_pos[v->use[i]] < min_pos)
-      min_pos = g->topo_pos[v->use[i]];
-  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++) {
+  uint32_t u0 = v->use_off[a], u1 = v->use_off[a + 1];
+  uint32_t w0 = v->wr_off[b], w1 = v->wr_off[b + 1];
+  if (u0 == u1 || w0 == w1)
+    return true;
+  uint32_t min_use = UINT32_MAX, max_use = 0, min_wr = UINT32_MAX;
+  for (uint32_t i = u0; i < u1; i++) {
+    uint32_t p = g->topo_pos[v->use[i]];
+    min_use = p < min_use ? p : min_use;
+    max_use = p > max_use ? p : max_use;
+  }
+  for (uint32_t j = w0; j < w1; j++) {
+    uint32_t p = g->topo_pos[v->wr[j]];
+    min_wr = p < min_wr ? p : min_wr;
+  }
+  if (max_use >= min_wr) /* some use is not before some writer */
+    return false;
+  uint32_t searched = AMK_NO_INDEX;
+  for (uint32_t j = w0; j < w1; j++) {
     uint32_t w = v->wr[j];
-    if (v->use_off[a] == v->use_off[a + 1])
-      break;
-    amk_graph_mark_ancestors(g, w, min_pos);
-    for (uint32_t i = v->use_off[a]; i < v->use_off[a + 1]; i++)
+    if (searched != AMK_NO_INDEX && same_waits(g, searched, w))
+      continue;
+    amk_graph_mark_ancestors(g, w, min_use);
+    searched = w;
+    for (uint32_t i = u0; i < u1; i++)
       if (!amk_graph_is_marked(g, v->use[i]))
         return false;
   }
   return true;
+}
+
+typedef struct {
+  uint32_t buffer;   /* buffer index */
+  uint32_t key;      /* topological position of its first writer */
+  uint32_t member;   /* position among the page's bindings */
+} PageEntry;
+
+static int compare_page_entries(const void *pa, const void *pb) {
+  const PageEntry *a = pa, *b = pb;
+  if (a->key != b->key)
+    return (a->key > b->key) - (a->key < b->key);
+  return (a->member > b->member) - (a->member < b->member);
+}
+
+static void report_page_pair(AmkValidator *v, const AmkPageBinding *x,
+                             const AmkPageBinding *y, uint32_t a, uint32_t b) {
+  const AmkModule *m = v->m;
+  amk_validator_report(
+      v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
+      "page %" PRId32 " reused by buffers #%" PRId32 " ('%s') and #%" PRId32
+      " ('%s') whose live ranges are NOT ordered, clobber RACE (page reuse "
+      "needs separated ranges)",
+      x->page, x->buffer, m->buffers[a].name ? m->buffers[a].name : "",
+      y->buffer, m->buffers[b].name ? m->buffers[b].name : "");
+}
+
+/* The reference compares every pair of buffers on a page: a pair is safe
+ * when every use of one happens-before every writer of the other, R(a, b)
+ * or R(b, a). A buffer nothing writes is safe with everything (R holds
+ * vacuously), so only written buffers matter. Among those:
+ *   - R(a, b) implies a's first writer precedes b's in topological order, so
+ *     with the buffers sorted by first writer only R(earlier, later) can
+ *     hold (equal first writers: neither);
+ *   - R is transitive: uses(a) < writers(b) <= uses(b) < writers(c) (b's
+ *     writers are among its uses, and there is at least one).
+ * So when every neighbouring pair of the sorted list is ordered, every pair
+ * is. Otherwise every pair is judged in the reference's order (binding
+ * order), a pair inside a run of ordered neighbours by transitivity and any
+ * other pair by a query, and each unordered pair is reported as before. */
+static void check_page_group(AmkValidator *v, const uint32_t *members,
+                             uint32_t n, PageEntry *entries, uint32_t *rank,
+                             uint32_t *breaks) {
+  const AmkModule *m = v->m;
+  const AmkPageAllocation *pa = m->pages;
+  const AmkTaskGraph *g = &v->g;
+  uint32_t ne = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    rank[i] = AMK_NO_INDEX;
+    uint32_t b = amk_id_index_get(&v->bufs, pa->bindings[members[i]].buffer);
+    if (b == AMK_NO_INDEX || v->wr_off[b] == v->wr_off[b + 1])
+      continue; /* missing (reported with the bounds checks) or unwritten */
+    uint32_t key = UINT32_MAX;
+    for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
+      if (g->topo_pos[v->wr[j]] < key)
+        key = g->topo_pos[v->wr[j]];
+    entries[ne++] = (PageEntry){b, key, i};
+  }
+  if (ne < 2)
+    return;
+  qsort(entries, ne, sizeof *entries, compare_page_entries);
+  /* breaks[r]: unordered neighbouring pairs among entries[0..r]. */
+  breaks[0] = 0;
+  for (uint32_t r = 0; r + 1 < ne; r++) {
+    rank[entries[r].member] = r;
+    bool ordered = uses_all_before_writers(v, entries[r].buffer,
+                                           entries[r + 1].buffer);
+    breaks[r + 1] = breaks[r] + (ordered ? 0 : 1);
+  }
+  rank[entries[ne - 1].member] = ne - 1;
+  if (breaks[ne - 1] == 0)
+    return;
+  for (uint32_t i = 0; i < n && !v->stopped; i++) {
+    if (rank[i] == AMK_NO_INDEX)
+      continue;
+    for (uint32_t j = i + 1; j < n && !v->stopped; j++) {
+      if (rank[j] == AMK_NO_INDEX)
+        continue;
+      uint32_t lo = rank[i] < rank[j] ? rank[i] : rank[j];
+      uint32_t hi = rank[i] < rank[j] ? rank[j] : rank[i];
+      if (breaks[hi] == breaks[lo] ||
+          uses_all_before_writers(v, entries[lo].buffer, entries[hi].buffer))
+        continue;
+      uint32_t a = entries[rank[i]].buffer, b = entries[rank[j]].buffer;
+      report_page_pair(v, &pa->bindings[members[i]], &pa->bindings[members[j]],
+                       a, b);
+    }
+  }
 }
 
 static void check_pages(AmkValidator *v) {
@@ -800,45 +1034,29 @@ static void check_pages(AmkValidator *v) {
     return;
   /* Group bindings by page in first-appearance order (a stable sort). */
   AmkIdMap page_group;
-  amk_idmap_init(&page_group, n);
-  uint32_t *group_of = amk_xmalloc(sizeof(uint32_t) * n);
+  amk_idmap_init_in(&page_group, n, v->scratch);
+  uint32_t *group_of = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
   for (uint32_t i = 0; i < n; i++)
     group_of[i] = amk_idmap_put(&page_group, pa->bindings[i].page, page_group.count);
   uint32_t n_groups = page_group.count;
-  uint32_t *off = amk_xcalloc((size_t)n_groups + 1, sizeof(uint32_t));
-  uint32_t *members = amk_xmalloc(sizeof(uint32_t) * n);
+  uint32_t *off = amk_scratch_calloc(v->scratch, (size_t)n_groups + 1,
+                                     sizeof(uint32_t));
+  uint32_t *members = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
   for (uint32_t i = 0; i < n; i++)
     off[group_of[i] + 1]++;
   for (uint32_t k = 0; k < n_groups; k++)
     off[k + 1] += off[k];
-  uint32_t *fill = amk_xmalloc(sizeof(uint32_t) * (n_groups + 1));
+  uint32_t *fill = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_groups + 1));
   memcpy(fill, off, sizeof(uint32_t) * n_groups);
   for (uint32_t i = 0; i < n; i++)
     members[fill[group_of[i]]++] = i;
+  PageEntry *entries = amk_scratch_alloc(v->scratch, sizeof *entries * n);
+  uint32_t *rank = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
+  uint32_t *breaks = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
   for (uint32_t k = 0; k < n_groups && !v->stopped; k++)
-    for (uint32_t i = off[k]; i < off[k + 1] && !v->stopped; i++)
-      for (uint32_t j = i + 1; j < off[k + 1] && !v->stopped; j++) {
-        const AmkPageBinding *x = &pa->bindings[members[i]];
-        const AmkPageBinding *y = &pa->bindings[members[j]];
-        uint32_t a = amk_id_index_get(&v->bufs, x->buffer);
-        uint32_t b = amk_id_index_get(&v->bufs, y->buffer);
-        if (a == AMK_NO_INDEX || b == AMK_NO_INDEX)
-          continue; /* reported with the bounds checks */
-        if (uses_all_before_writers(v, a, b) || uses_all_before_writers(v, b, a))
-          continue;
-        amk_validator_report(
-            v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
-            "page %" PRId32 " reused by buffers #%" PRId32 " ('%s') and #%" PRId32
-            " ('%s') whose live ranges are NOT ordered, clobber RACE (page reuse "
-            "needs separated ranges)",
-            x->page, x->buffer, m->buffers[a].name ? m->buffers[a].name : "",
-            y->buffer, m->buffers[b].name ? m->buffers[b].name : "");
-      }
+    check_page_group(v, members + off[k], off[k + 1] - off[k], entries, rank,
+                     breaks);
   amk_idmap_free(&page_group);
-  free(group_of);
-  free(off);
-  free(members);
-  free(fill);
 }
 
 /* ---- 8. outputs and labelling --------------------------------------------- */
@@ -893,20 +1111,58 @@ static void check_outputs_and_gpu(AmkValidator *v) {
 
 /* ---- driver --------------------------------------------------------------- */
 
+AmkValidatorWorkspace *amk_validator_workspace_new(void) {
+  return amk_xcalloc(1, sizeof(AmkValidatorWorkspace));
+}
+
+void amk_validator_workspace_free(AmkValidatorWorkspace *ws) {
+  if (!ws)
+    return;
+  amk_scratch_free(&ws->scratch);
+  free(ws);
+}
+
+/* About what one run over `m` takes, so that a one-off run allocates once. */
+static size_t scratch_estimate(const AmkModule *m) {
+  size_t refs = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    refs += (size_t)m->tasks[t].n_waits + m->tasks[t].n_inputs +
+            m->tasks[t].n_outputs;
+  return 4096 + 64 * (size_t)m->n_tasks + 24 * refs +
+         64 * ((size_t)m->n_buffers + m->n_counters);
+}
+
 bool amk_validate_module(const AmkModule *m, AmkDiagEngine *diag,
                          const AmkValidateOptions *opts,
                          AmkValidateResult *out) {
+  AmkValidatorWorkspace ws;
+  memset(&ws, 0, sizeof ws);
+  amk_scratch_reset(&ws.scratch, scratch_estimate(m));
+  bool ok = amk_validate_module_ws(&ws, m, diag, opts, out);
+  amk_scratch_free(&ws.scratch);
+  return ok;
+}
+
+bool amk_validate_module_ws(AmkValidatorWorkspace *ws, const AmkModule *m,
+                            AmkDiagEngine *diag, const AmkValidateOptions *opts,
+                            AmkValidateResult *out) {
+  amk_scratch_reset(&ws->scratch, 0);
   AmkValidator v;
   memset(&v, 0, sizeof v);
+  v.scratch = &ws->scratch;
   v.m = m;
   v.diag = diag;
   v.opts = opts ? *opts : amk_validate_default_options();
   if (v.opts.max_errors <= 0)
     v.opts.max_errors = 200;
-  amk_id_index_build(&v.bufs, m->buffers, sizeof *m->buffers, m->n_buffers);
-  amk_id_index_build(&v.ctrs, m->counters, sizeof *m->counters, m->n_counters);
-  amk_id_index_build(&v.tasks, m->tasks, sizeof *m->tasks, m->n_tasks);
-  amk_graph_build(&v.g, m);
+  amk_id_index_build_in(&v.bufs, m->buffers, sizeof *m->buffers, m->n_buffers,
+                        v.scratch);
+  amk_id_index_build_in(&v.ctrs, m->counters, sizeof *m->counters,
+                        m->n_counters, v.scratch);
+  amk_id_index_build_in(&v.tasks, m->tasks, sizeof *m->tasks, m->n_tasks,
+                        v.scratch);
+  amk_graph_build_in(&v.g, m, v.scratch);
+  build_param_fields(&v);
   build_buffer_uses(&v);
 
   check_duplicate_ids(&v);

@@ -11,12 +11,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amk/tables.h"
 #include "validate_internal.h"
 
 /* Diagnostics about the module as a whole carry no position. */
 static const AmkLoc no_loc = {0, 0};
 
-typedef struct {
+typedef struct AmkValidatorShape {
   bool ok; /* exists, rank 1..4, every dim a positive INT, numel fits */
   int32_t id;
   const char *name;
@@ -25,14 +26,11 @@ typedef struct {
   int64_t numel;
 } Shape;
 
-static Shape shape_of(const AmkValidator *v, int32_t id) {
+static Shape compute_shape(const AmkValidator *v, uint32_t b) {
   Shape s;
   memset(&s, 0, sizeof s);
-  s.id = id;
-  uint32_t b = amk_id_index_get(&v->bufs, id);
-  if (b == AMK_NO_INDEX)
-    return s;
   const AmkBuffer *buf = &v->m->buffers[b];
+  s.id = buf->id;
   s.name = buf->name ? buf->name : "";
   if (buf->rank == 0 || buf->rank > AMK_MAX_RANK)
     return s;
@@ -40,7 +38,7 @@ static Shape shape_of(const AmkValidator *v, int32_t id) {
   s.numel = 1;
   for (uint32_t i = 0; i < buf->rank; i++) {
     int64_t d;
-    if (!amk_value_as_int(&buf->shape[i], &d) || d < 1 ||
+    if (!amk_validator_int(&buf->shape[i], &d) || d < 1 ||
         s.numel > INT64_MAX / d)
       return s;
     s.dim[i] = d;
@@ -48,6 +46,14 @@ static Shape shape_of(const AmkValidator *v, int32_t id) {
   }
   s.ok = true;
   return s;
+}
+
+/* The shape of buffer `id` (computed once per buffer per run); a missing
+ * buffer has a shape that is not ok (the bounds checks then say nothing). */
+static const Shape no_shape = {.ok = false};
+static const Shape *shape_of(const AmkValidator *v, int32_t id) {
+  uint32_t b = amk_id_index_get(&v->bufs, id);
+  return b == AMK_NO_INDEX ? &no_shape : &v->shapes[b];
 }
 
 static int64_t last_dim(const Shape *s) { return s->dim[s->rank - 1]; }
@@ -69,14 +75,17 @@ static void bound_error(AmkValidator *v, const AmkTask *t, const char *fmt,
 
 /* An int param that must be >= `min`; false (after reporting) otherwise or
  * when absent/mistyped (those were reported by the structural checks). */
-static bool param_at_least(AmkValidator *v, const AmkTask *t, const char *key,
+static bool param_at_least(AmkValidator *v, const AmkTask *t,
+                           const AmkParamTable *pt, AmkParamField f,
                            int64_t min, int64_t *out) {
   /* Values outside int32 were reported as such; keeping to int32 here also
    * keeps every sum and product below int64 overflow. */
-  if (!amk_task_param_int(t, key, out) || *out > INT32_MAX || *out < INT32_MIN)
+  if (!pt->v[f] || !amk_validator_int(pt->v[f], out) || *out > INT32_MAX ||
+      *out < INT32_MIN)
     return false;
   if (*out < min) {
-    bound_error(v, t, "%s=%" PRId64 " must be >= %" PRId64, key, *out, min);
+    bound_error(v, t, "%s=%" PRId64 " must be >= %" PRId64, amk_param_name(f),
+                *out, min);
     return false;
   }
   return true;
@@ -100,56 +109,293 @@ static void require_numel(AmkValidator *v, const AmkTask *t, const char *what,
                 what, s->id, s->name, s->numel, expected, why);
 }
 
-static void check_tile(AmkValidator *v, const AmkTask *t) {
+/* "[2, 160]" */
+static void format_shape(const Shape *s, char *buf, size_t size) {
+  size_t len = (size_t)snprintf(buf, size, "[");
+  for (uint32_t i = 0; i < s->rank && len < size; i++)
+    len += (size_t)snprintf(buf + len, size - len, "%s%" PRId64, i ? ", " : "",
+                            s->dim[i]);
+  if (len < size)
+    snprintf(buf + len, size - len, "]");
+}
+
+/* ---- fused GEMV patterns (flags bits 16-31; docs/Fusion.md) --------------- */
+
+/* Inputs of each pattern; plain tiles take 2 or 3 (quantization scales). */
+static const uint32_t pattern_inputs[AMK_PATTERN_COUNT] = {
+    [AMK_PATTERN_PLAIN] = 0,         [AMK_PATTERN_NORM] = 3,
+    [AMK_PATTERN_RESIDUAL] = 3,      [AMK_PATTERN_SILU] = 2,
+    [AMK_PATTERN_SILU_RESIDUAL] = 3, [AMK_PATTERN_ROPE_KV] = 3,
+    [AMK_PATTERN_ATTENTION] = 3,     [AMK_PATTERN_ATTENTION_ROPE] = 3,
+};
+_Static_assert(AMK_PATTERN_COUNT == 8, "give a new pattern its checks");
+
+static const char *const pattern_input_names[AMK_PATTERN_COUNT] = {
+#define X(name, id, text, inputs, desc) [id] = inputs,
+    AMK_GEMV_PATTERNS(X)
+#undef X
+};
+
+/* A param the pattern needs: reported when absent, false when absent,
+ * mistyped or below `min` (those two reported by param_at_least / the
+ * structural checks). */
+static bool pattern_param(AmkValidator *v, const AmkTask *t,
+                          const AmkParamTable *pt, const char *pattern,
+                          AmkParamField f, int64_t min, int64_t *out) {
+  if (!pt->v[f]) {
+    bound_error(v, t, "pattern %s needs param '%s'", pattern, amk_param_name(f));
+    return false;
+  }
+  return param_at_least(v, t, pt, f, min, out);
+}
+
+/* A buffer whose shape must be exactly `want` (rank `rank`). */
+static void require_shape(AmkValidator *v, const AmkTask *t, const char *pattern,
+                          const char *what, const Shape *s, uint32_t rank,
+                          const int64_t *want, const char *expected) {
+  if (!s->ok)
+    return;
+  bool same = s->rank == rank;
+  for (uint32_t i = 0; same && i < rank; i++)
+    same = want[i] < 0 || s->dim[i] == want[i];
+  if (same)
+    return;
+  char have[96];
+  format_shape(s, have, sizeof have);
+  bound_error(v, t,
+              "pattern %s: %s buffer #%" PRId32 " ('%s') has shape %s, expected "
+              "%s",
+              pattern, what, s->id, s->name, have, expected);
+}
+
+/* The fused qkv vector [1, (n_heads + 2 * n_kv_heads) * head_dim] and the
+ * rotary inverse frequencies [head_dim / 2] (rope_kv, attention_rope). */
+static void check_rope_inputs(AmkValidator *v, const AmkTask *t,
+                              const char *pattern, int64_t head_dim,
+                              int64_t n_heads, int64_t n_kv) {
+  const Shape *qkv = shape_of(v, t->inputs[0]);
+  const Shape *inv_freq = shape_of(v, t->inputs[1]);
+  if (head_dim % 2)
+    bound_error(v, t, "pattern %s: head_dim=%" PRId64 " must be even", pattern,
+                head_dim);
+  int64_t width = (n_heads + 2 * n_kv) * head_dim;
+  if (qkv->ok && last_dim(qkv) != width)
+    bound_error(v, t,
+                "pattern %s: qkv buffer #%" PRId32 " ('%s') has width %" PRId64
+                ", expected (n_heads+2*n_kv_heads)*head_dim=%" PRId64,
+                pattern, qkv->id, qkv->name, last_dim(qkv), width);
+  if (inv_freq->ok && inv_freq->numel != head_dim / 2)
+    bound_error(v, t,
+                "pattern %s: inv_freq buffer #%" PRId32 " ('%s') has %" PRId64
+                " elements, expected head_dim/2=%" PRId64,
+                pattern, inv_freq->id, inv_freq->name, inv_freq->numel,
+                head_dim / 2);
+}
+
+/* The combined cache [max_seq, 2, n_kv_heads * head_dim]. */
+static void require_combined_cache(AmkValidator *v, const AmkTask *t,
+                                   const char *pattern, const Shape *cache,
+                                   int64_t head_dim, int64_t n_kv) {
+  int64_t want[3] = {-1, 2, n_kv * head_dim};
+  char expected[96];
+  snprintf(expected, sizeof expected,
+           "[max_seq, 2, n_kv_heads*head_dim=%" PRId64 "]", n_kv * head_dim);
+  require_shape(v, t, pattern, "KV cache", cache, 3, want, expected);
+}
+
+static void require_window(AmkValidator *v, const AmkTask *t,
+                           const char *pattern, const Shape *cache,
+                           int64_t kv_start, int64_t kv_len) {
+  if (cache->ok && kv_start + kv_len > cache->dim[0])
+    bound_error(v, t,
+                "pattern %s: kv_start+kv_len=%" PRId64 " exceeds the %" PRId64
+                " rows of KV cache buffer #%" PRId32 " ('%s')",
+                pattern, kv_start + kv_len, cache->dim[0], cache->id,
+                cache->name);
+}
+
+static void check_pattern(AmkValidator *v, const AmkTask *t,
+                          const AmkParamTable *pt, int64_t flags, bool have_k,
+                          int64_t k, bool have_range, int64_t n_off,
+                          int64_t n_tile) {
+  int64_t pattern = flags >> AMK_PATTERN_SHIFT;
+  if (flags < 0 || pattern >= AMK_PATTERN_COUNT) {
+    bound_error(v, t,
+                "flags=%" PRId64 " names unknown GEMV pattern %" PRId64
+                " (flags bits 16-31; known: 0..%d)",
+                flags, pattern, AMK_PATTERN_COUNT - 1);
+    return;
+  }
+  if (pattern == AMK_PATTERN_PLAIN)
+    return;
+  const char *name = amk_gemv_pattern_name(pattern);
+  if (t->n_inputs != pattern_inputs[pattern]) {
+    bound_error(v, t, "pattern %s reads %u inputs, expected %u (%s)", name,
+                t->n_inputs, pattern_inputs[pattern],
+                pattern_input_names[pattern]);
+    return;
+  }
+  const Shape *x = shape_of(v, t->inputs[0]);
+  const Shape *out = shape_of(v, t->outputs[0]);
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_NORM:
+    if (have_k)
+      require_numel(v, t, "norm weight", k, "K", shape_of(v, t->inputs[2]));
+    return;
+  case AMK_PATTERN_SILU:
+  case AMK_PATTERN_SILU_RESIDUAL:
+    if (have_k) {
+      int64_t want[2] = {2, k};
+      char expected[64];
+      snprintf(expected, sizeof expected, "[2, K=%" PRId64 "]", k);
+      require_shape(v, t, name, "gate|up", x, 2, want, expected);
+    }
+    if (pattern == AMK_PATTERN_SILU)
+      return;
+    /* silu_residual also adds a residual */
+    /* fall through */
+  case AMK_PATTERN_RESIDUAL:
+    if (out->ok)
+      require_numel(v, t, "residual", out->numel, "the output's size",
+                    shape_of(v, t->inputs[2]));
+    return;
+  default:
+    break;
+  }
+  /* The per-head patterns: n_off / N_tile count heads. */
+  int64_t head_dim, n_heads, n_kv;
+  bool ok = pattern_param(v, t, pt, name, AMK_PARAM_head_dim, 1, &head_dim);
+  ok = pattern_param(v, t, pt, name, AMK_PARAM_n_heads, 1, &n_heads) && ok;
+  ok = pattern_param(v, t, pt, name, AMK_PARAM_n_kv_heads, 1, &n_kv) && ok;
+  if (!ok)
+    return;
+  if (n_heads % n_kv != 0) {
+    bound_error(v, t,
+                "n_heads=%" PRId64 " is not divisible by n_kv_heads=%" PRId64,
+                n_heads, n_kv);
+    return;
+  }
+  if (pattern == AMK_PATTERN_ROPE_KV) {
+    int64_t pos;
+    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
+    require_combined_cache(v, t, name, out, head_dim, n_kv);
+    if (pattern_param(v, t, pt, name, AMK_PARAM_pos, 0, &pos) && out->ok &&
+        pos >= out->dim[0])
+      bound_error(v, t,
+                  "pattern %s: pos=%" PRId64 " is outside the %" PRId64
+                  " rows of KV cache buffer #%" PRId32 " ('%s')",
+                  name, pos, out->dim[0], out->id, out->name);
+    if (have_range && n_off + n_tile > n_kv)
+      bound_error(v, t,
+                  "pattern %s: KV heads n_off+N_tile=%" PRId64
+                  " exceed n_kv_heads=%" PRId64,
+                  name, n_off + n_tile, n_kv);
+    return;
+  }
+  /* attention, attention_rope: query heads [n_off, n_off + N_tile). */
+  int64_t kv_start, kv_len, group = n_heads / n_kv;
+  ok = pattern_param(v, t, pt, name, AMK_PARAM_kv_start, 0, &kv_start);
+  /* kv_len 0: an empty split-KV share (writes l = 0). */
+  ok = pattern_param(v, t, pt, name, AMK_PARAM_kv_len, 0, &kv_len) && ok;
+  if (have_range && n_off + n_tile > n_heads)
+    bound_error(v, t,
+                "pattern %s: query heads n_off+N_tile=%" PRId64
+                " exceed n_heads=%" PRId64,
+                name, n_off + n_tile, n_heads);
+  else if (have_range && n_off / group != (n_off + n_tile - 1) / group &&
+           (n_off % group || n_tile % group))
+    bound_error(v, t,
+                "pattern %s: query heads [%" PRId64 ", %" PRId64
+                ") straddle GQA groups of %" PRId64
+                " heads (a tile covers part of one group or whole groups)",
+                name, n_off, n_off + n_tile, group);
+  if (pattern == AMK_PATTERN_ATTENTION) {
+    require_width(v, t, "query", "n_heads*head_dim", n_heads * head_dim, x);
+    for (int i = 1; i <= 2; i++) {
+      const Shape *c = shape_of(v, t->inputs[i]);
+      int64_t want[3] = {-1, n_kv, head_dim};
+      char expected[96];
+      snprintf(expected, sizeof expected,
+               "[max_seq, n_kv_heads=%" PRId64 ", head_dim=%" PRId64 "]", n_kv,
+               head_dim);
+      require_shape(v, t, name, i == 1 ? "key cache" : "value cache", c, 3,
+                    want, expected);
+      if (ok)
+        require_window(v, t, name, c, kv_start, kv_len);
+    }
+  } else {
+    const Shape *cache = shape_of(v, t->inputs[2]);
+    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
+    require_combined_cache(v, t, name, cache, head_dim, n_kv);
+    if (ok)
+      require_window(v, t, name, cache, kv_start, kv_len);
+  }
+  if (flags & 2)
+    require_numel(v, t, "output", n_heads * (head_dim + 2),
+                  "n_heads*(head_dim+2), a partial write", out);
+  else
+    require_numel(v, t, "output", n_heads * head_dim, "n_heads*head_dim", out);
+}
+
+static void check_tile(AmkValidator *v, const AmkTask *t,
+                       const AmkParamTable *pt) {
   int64_t k, n_tile, n_off;
-  bool have_k = param_at_least(v, t, "K", 1, &k);
-  bool have_tile = param_at_least(v, t, "N_tile", 1, &n_tile);
-  bool have_off = param_at_least(v, t, "n_off", 0, &n_off);
-  Shape x = shape_of(v, t->inputs[0]);
-  Shape w = shape_of(v, t->inputs[1]);
-  Shape out = t->n_outputs ? shape_of(v, t->outputs[0]) : (Shape){0};
+  bool have_k = param_at_least(v, t, pt, AMK_PARAM_K, 1, &k);
+  bool have_tile = param_at_least(v, t, pt, AMK_PARAM_N_tile, 1, &n_tile);
+  bool have_off = param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &n_off);
+  const Shape *x = shape_of(v, t->inputs[0]);
+  const Shape *w = shape_of(v, t->inputs[1]);
+  const Shape *out = t->n_outputs ? shape_of(v, t->outputs[0]) : &no_shape;
   if (have_k) {
-    require_width(v, t, "input", "K", k, &x);
+    require_width(v, t, "input", "K", k, x);
     if (t->n_inputs == 2) /* quantized weights are packed: no K check */
-      require_width(v, t, "weight", "K", k, &w);
+      require_width(v, t, "weight", "K", k, w);
   }
   if (have_tile && have_off) {
     int64_t end = n_off + n_tile; /* both int32: no overflow */
-    if (out.ok && end > last_dim(&out))
+    if (out->ok && end > last_dim(out))
       bound_error(v, t,
                   "n_off+N_tile=%" PRId64 " exceeds the width %" PRId64
                   " of output buffer #%" PRId32 " ('%s')",
-                  end, last_dim(&out), out.id, out.name);
-    if (w.ok && w.rank >= 2 && end > w.dim[0])
+                  end, last_dim(out), out->id, out->name);
+    if (w->ok && w->rank >= 2 && end > w->dim[0])
       bound_error(v, t,
                   "n_off+N_tile=%" PRId64 " exceeds the %" PRId64
                   " rows of weight buffer #%" PRId32 " ('%s')",
-                  end, w.dim[0], w.id, w.name);
+                  end, w->dim[0], w->id, w->name);
   }
   if (t->op == AMK_OP_GEMM_TILE) {
     int64_t m_tile, m_off = 0;
-    bool have_m = param_at_least(v, t, "M_tile", 1, &m_tile);
-    bool have_moff = !amk_task_param(t, "m_off") ||
-                     param_at_least(v, t, "m_off", 0, &m_off);
-    int64_t rows = out.ok && out.rank >= 2 ? out.dim[out.rank - 2] : 1;
-    if (have_m && have_moff && out.ok && m_off + m_tile > rows)
+    bool have_m = param_at_least(v, t, pt, AMK_PARAM_M_tile, 1, &m_tile);
+    bool have_moff = !pt->v[AMK_PARAM_m_off] ||
+                     param_at_least(v, t, pt, AMK_PARAM_m_off, 0, &m_off);
+    int64_t rows = out->ok && out->rank >= 2 ? out->dim[out->rank - 2] : 1;
+    if (have_m && have_moff && out->ok && m_off + m_tile > rows)
       bound_error(v, t,
                   "m_off+M_tile=%" PRId64 " exceeds the %" PRId64
                   " rows of output buffer #%" PRId32 " ('%s')",
-                  m_off + m_tile, rows, out.id, out.name);
+                  m_off + m_tile, rows, out->id, out->name);
   }
+  int64_t flags;
+  if (t->op == AMK_OP_GEMV_TILE && pt->v[AMK_PARAM_flags] &&
+      amk_validator_int(pt->v[AMK_PARAM_flags], &flags) && flags >= INT32_MIN &&
+      flags <= INT32_MAX)
+    check_pattern(v, t, pt, flags, have_k, k, have_tile && have_off, n_off,
+                  n_tile);
 }
 
-static void check_attention(AmkValidator *v, const AmkTask *t) {
+static void check_attention(AmkValidator *v, const AmkTask *t,
+                            const AmkParamTable *pt) {
   int64_t head_dim, kv_start, kv_len, n_heads, n_kv_heads, flags = 0;
-  bool ok = param_at_least(v, t, "head_dim", 1, &head_dim);
-  ok = param_at_least(v, t, "kv_len", 1, &kv_len) && ok;
-  ok = param_at_least(v, t, "kv_start", 0, &kv_start) && ok;
-  ok = param_at_least(v, t, "n_heads", 1, &n_heads) && ok;
-  ok = param_at_least(v, t, "n_kv_heads", 1, &n_kv_heads) && ok;
+  bool ok = param_at_least(v, t, pt, AMK_PARAM_head_dim, 1, &head_dim);
+  ok = param_at_least(v, t, pt, AMK_PARAM_kv_len, 1, &kv_len) && ok;
+  ok = param_at_least(v, t, pt, AMK_PARAM_kv_start, 0, &kv_start) && ok;
+  ok = param_at_least(v, t, pt, AMK_PARAM_n_heads, 1, &n_heads) && ok;
+  ok = param_at_least(v, t, pt, AMK_PARAM_n_kv_heads, 1, &n_kv_heads) && ok;
   if (!ok)
     return;
-  amk_task_param_int(t, "flags", &flags);
+  if (pt->v[AMK_PARAM_flags])
+    amk_validator_int(pt->v[AMK_PARAM_flags], &flags);
   if (n_heads % n_kv_heads != 0) {
     bound_error(v, t,
                 "n_heads=%" PRId64 " is not divisible by n_kv_heads=%" PRId64,
@@ -157,104 +403,108 @@ static void check_attention(AmkValidator *v, const AmkTask *t) {
     return;
   }
   for (int i = 1; i <= 2; i++) {
-    Shape c = shape_of(v, t->inputs[i]);
-    if (!c.ok)
+    const Shape *c = shape_of(v, t->inputs[i]);
+    if (!c->ok)
       continue;
     const char *what = i == 1 ? "key cache" : "value cache";
-    require_width(v, t, what, "head_dim", head_dim, &c);
-    if (c.rank >= 3 && c.dim[c.rank - 2] != n_kv_heads)
+    require_width(v, t, what, "head_dim", head_dim, c);
+    if (c->rank >= 3 && c->dim[c->rank - 2] != n_kv_heads)
       bound_error(v, t,
                   "n_kv_heads=%" PRId64 " does not match dim %" PRId64
                   " of %s buffer #%" PRId32 " ('%s')",
-                  n_kv_heads, c.dim[c.rank - 2], what, c.id, c.name);
-    if (kv_start + kv_len > c.dim[0])
+                  n_kv_heads, c->dim[c->rank - 2], what, c->id, c->name);
+    if (kv_start + kv_len > c->dim[0])
       bound_error(v, t,
                   "kv_start+kv_len=%" PRId64 " exceeds the length %" PRId64
                   " of %s buffer #%" PRId32 " ('%s')",
-                  kv_start + kv_len, c.dim[0], what, c.id, c.name);
+                  kv_start + kv_len, c->dim[0], what, c->id, c->name);
   }
-  Shape q = shape_of(v, t->inputs[0]);
-  require_numel(v, t, "query", n_heads * head_dim, "n_heads*head_dim", &q);
+  const Shape *q = shape_of(v, t->inputs[0]);
+  require_numel(v, t, "query", n_heads * head_dim, "n_heads*head_dim", q);
   if (t->n_outputs) {
-    Shape out = shape_of(v, t->outputs[0]);
+    const Shape *out = shape_of(v, t->outputs[0]);
     if (flags & 2)
       require_numel(v, t, "output", n_heads * (head_dim + 2),
-                    "n_heads*(head_dim+2), a partial write", &out);
+                    "n_heads*(head_dim+2), a partial write", out);
     else
       require_numel(v, t, "output", n_heads * head_dim, "n_heads*head_dim",
-                    &out);
+                    out);
   }
 }
 
-static void check_task_bounds(AmkValidator *v, const AmkTask *t) {
+static void check_task_bounds(AmkValidator *v, uint32_t task) {
+  const AmkTask *t = &v->m->tasks[task];
+  AmkParamTable params;
+  const AmkParamTable *pt = &params;
   const AmkOpInfo *info = amk_op_info(t->op);
   /* Arity was checked by the structural pass; only judge well-formed tasks. */
   if ((int64_t)t->n_inputs < info->min_inputs ||
       (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs) ||
       (int64_t)t->n_outputs != info->n_outputs)
     return;
+  amk_validator_params(v, task, &params);
   int64_t x;
   switch (t->op) {
   case AMK_OP_GEMV_TILE:
   case AMK_OP_GEMM_TILE:
-    check_tile(v, t);
+    check_tile(v, t, pt);
     break;
   case AMK_OP_EMBED:
-    if (param_at_least(v, t, "hidden", 1, &x)) {
-      Shape out = shape_of(v, t->outputs[0]);
-      Shape table = shape_of(v, t->inputs[1]);
-      require_width(v, t, "output", "hidden", x, &out);
-      if (table.ok && table.numel % x != 0)
+    if (param_at_least(v, t, pt, AMK_PARAM_hidden, 1, &x)) {
+      const Shape *out = shape_of(v, t->outputs[0]);
+      const Shape *table = shape_of(v, t->inputs[1]);
+      require_width(v, t, "output", "hidden", x, out);
+      if (table->ok && table->numel % x != 0)
         bound_error(v, t,
                     "hidden=%" PRId64 " does not divide the %" PRId64
                     " elements of table buffer #%" PRId32 " ('%s')",
-                    x, table.numel, table.id, table.name);
+                    x, table->numel, table->id, table->name);
     }
     break;
   case AMK_OP_RMSNORM:
   case AMK_OP_LAYERNORM:
-    if (param_at_least(v, t, "hidden", 1, &x)) {
-      Shape in = shape_of(v, t->inputs[0]);
-      Shape weight = shape_of(v, t->inputs[1]);
-      Shape out = shape_of(v, t->outputs[0]);
-      require_width(v, t, "input", "hidden", x, &in);
-      require_numel(v, t, "weight", x, "hidden", &weight);
-      require_width(v, t, "output", "hidden", x, &out);
+    if (param_at_least(v, t, pt, AMK_PARAM_hidden, 1, &x)) {
+      const Shape *in = shape_of(v, t->inputs[0]);
+      const Shape *weight = shape_of(v, t->inputs[1]);
+      const Shape *out = shape_of(v, t->outputs[0]);
+      require_width(v, t, "input", "hidden", x, in);
+      require_numel(v, t, "weight", x, "hidden", weight);
+      require_width(v, t, "output", "hidden", x, out);
     }
     break;
   case AMK_OP_ROPE:
     /* Rows of whole heads: [n, head_dim] as the reference reshapes them, or
      * the projection's [1, n_heads*head_dim] read directly. */
-    if (param_at_least(v, t, "head_dim", 1, &x)) {
+    if (param_at_least(v, t, pt, AMK_PARAM_head_dim, 1, &x)) {
       if (x % 2)
         bound_error(v, t, "head_dim=%" PRId64 " must be even", x);
-      Shape in = shape_of(v, t->inputs[0]);
-      Shape out = shape_of(v, t->outputs[0]);
-      if (in.ok && last_dim(&in) % x != 0)
+      const Shape *in = shape_of(v, t->inputs[0]);
+      const Shape *out = shape_of(v, t->outputs[0]);
+      if (in->ok && last_dim(in) % x != 0)
         bound_error(v, t,
                     "head_dim=%" PRId64 " does not divide the width %" PRId64
                     " of input buffer #%" PRId32 " ('%s')",
-                    x, last_dim(&in), in.id, in.name);
-      if (in.ok)
-        require_numel(v, t, "output", in.numel, "the input's size", &out);
+                    x, last_dim(in), in->id, in->name);
+      if (in->ok)
+        require_numel(v, t, "output", in->numel, "the input's size", out);
     }
     break;
   case AMK_OP_KV_APPEND:
-    if (param_at_least(v, t, "pos", 0, &x)) {
-      Shape cache = shape_of(v, t->outputs[0]);
-      Shape row = shape_of(v, t->inputs[0]);
-      if (cache.ok && x >= cache.dim[0])
+    if (param_at_least(v, t, pt, AMK_PARAM_pos, 0, &x)) {
+      const Shape *cache = shape_of(v, t->outputs[0]);
+      const Shape *row = shape_of(v, t->inputs[0]);
+      if (cache->ok && x >= cache->dim[0])
         bound_error(v, t,
                     "pos=%" PRId64 " is outside the %" PRId64
                     " rows of KV cache buffer #%" PRId32 " ('%s')",
-                    x, cache.dim[0], cache.id, cache.name);
-      if (cache.ok && row.ok)
-        require_numel(v, t, "appended", cache.numel / cache.dim[0],
-                      "one cache row", &row);
+                    x, cache->dim[0], cache->id, cache->name);
+      if (cache->ok && row->ok)
+        require_numel(v, t, "appended", cache->numel / cache->dim[0],
+                      "one cache row", row);
     }
     break;
   case AMK_OP_ATTENTION_TILE:
-    check_attention(v, t);
+    check_attention(v, t, pt);
     break;
   case AMK_OP_ADD:
   case AMK_OP_SILU_MUL:
@@ -262,12 +512,12 @@ static void check_task_bounds(AmkValidator *v, const AmkTask *t) {
   case AMK_OP_GELU:
   case AMK_OP_SOFTMAX:
   case AMK_OP_COPY: {
-    Shape out = shape_of(v, t->outputs[0]);
-    if (!out.ok)
+    const Shape *out = shape_of(v, t->outputs[0]);
+    if (!out->ok)
       break;
     for (uint32_t i = 0; i < t->n_inputs; i++) {
-      Shape in = shape_of(v, t->inputs[i]);
-      require_numel(v, t, "input", out.numel, "the output's size", &in);
+      const Shape *in = shape_of(v, t->inputs[i]);
+      require_numel(v, t, "input", out->numel, "the output's size", in);
     }
     break;
   }
@@ -282,7 +532,8 @@ void amk_validate_check_bounds(AmkValidator *v) {
   if (m->pages) {
     const AmkPageAllocation *pa = m->pages;
     AmkIdIndex pages;
-    amk_id_index_build(&pages, pa->pages, sizeof *pa->pages, pa->n_pages);
+    amk_id_index_build_in(&pages, pa->pages, sizeof *pa->pages, pa->n_pages,
+                          v->scratch);
     for (uint32_t i = 0; i < pa->n_bindings && !v->stopped; i++) {
       const AmkPageBinding *pb = &pa->bindings[i];
       if (amk_id_index_get(&v->bufs, pb->buffer) == AMK_NO_INDEX)
@@ -298,11 +549,16 @@ void amk_validate_check_bounds(AmkValidator *v) {
     }
     amk_id_index_free(&pages);
   }
+  v->shapes = amk_scratch_alloc(v->scratch, sizeof *v->shapes * (m->n_buffers + 1));
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    v->shapes[b] = compute_shape(v, b);
   for (uint32_t b = 0; b < m->n_buffers && !v->stopped; b++) {
     const AmkBuffer *buf = &m->buffers[b];
+    if (v->shapes[b].ok)
+      continue; /* every dim a positive INT */
     for (uint32_t i = 0; i < buf->rank; i++) {
       int64_t d;
-      if (amk_value_as_int(&buf->shape[i], &d) && d >= 1)
+      if (amk_validator_int(&buf->shape[i], &d) && d >= 1)
         continue;
       amk_value_repr(&buf->shape[i], repr, sizeof repr);
       amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
@@ -333,5 +589,5 @@ void amk_validate_check_bounds(AmkValidator *v) {
     return;
   for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++)
     if ((unsigned)m->tasks[t].op < AMK_OP_COUNT)
-      check_task_bounds(v, &m->tasks[t]);
+      check_task_bounds(v, t);
 }

@@ -9,6 +9,73 @@
 
 #include "amk/diag.h"
 
+/* ---- scratch memory ----------------------------------------------------- */
+
+struct AmkScratchBlock {
+  AmkScratchBlock *next;
+  size_t size, used;
+  _Alignas(16) unsigned char data[];
+};
+
+static AmkScratchBlock *scratch_block(size_t size) {
+  AmkScratchBlock *b = amk_xmalloc(sizeof *b + size);
+  b->next = NULL;
+  b->size = size;
+  b->used = 0;
+  return b;
+}
+
+void *amk_scratch_alloc(AmkScratch *s, size_t size) {
+  size = (size + 15) & ~(size_t)15;
+  if (size == 0)
+    size = 16;
+  AmkScratchBlock *b = s->head;
+  if (!b || b->size - b->used < size) {
+    size_t want = s->total > size ? s->total : size;
+    if (want < 16384)
+      want = 16384;
+    b = scratch_block(want);
+    b->next = s->head;
+    s->head = b;
+    s->total += want;
+  }
+  void *p = b->data + b->used;
+  b->used += size;
+  s->used_total += size;
+  return p;
+}
+
+void *amk_scratch_calloc(AmkScratch *s, size_t n, size_t size) {
+  AMK_ASSERT(size == 0 || n <= SIZE_MAX / size);
+  void *p = amk_scratch_alloc(s, n * size);
+  memset(p, 0, n * size);
+  return p;
+}
+
+void amk_scratch_reset(AmkScratch *s, size_t hint) {
+  size_t want = s->used_total > hint ? s->used_total : hint;
+  if (s->head && (s->head->next || s->head->size < want)) {
+    amk_scratch_free(s);
+    s->head = scratch_block(want);
+    s->total = want;
+  } else if (!s->head && want) {
+    s->head = scratch_block(want);
+    s->total = want;
+  }
+  if (s->head)
+    s->head->used = 0;
+  s->used_total = 0;
+}
+
+void amk_scratch_free(AmkScratch *s) {
+  for (AmkScratchBlock *b = s->head, *next; b; b = next) {
+    next = b->next;
+    free(b);
+  }
+  s->head = NULL;
+  s->total = s->used_total = 0;
+}
+
 /* ---- id map ------------------------------------------------------------- */
 
 static uint32_t hash_id(int32_t key) {
@@ -21,7 +88,7 @@ static uint32_t hash_id(int32_t key) {
   return x;
 }
 
-void amk_idmap_init(AmkIdMap *map, size_t expected) {
+void amk_idmap_init_in(AmkIdMap *map, size_t expected, AmkScratch *scratch) {
   uint32_t cap = 16;
   while (cap < expected * 2 + 2) {
     AMK_ASSERT(cap < (1u << 31));
@@ -29,14 +96,26 @@ void amk_idmap_init(AmkIdMap *map, size_t expected) {
   }
   map->cap = cap;
   map->count = 0;
-  map->keys = amk_xmalloc(sizeof *map->keys * cap);
-  map->vals = amk_xmalloc(sizeof *map->vals * cap);
+  map->scratch = scratch;
+  if (scratch) {
+    map->keys = amk_scratch_alloc(scratch, sizeof *map->keys * cap);
+    map->vals = amk_scratch_alloc(scratch, sizeof *map->vals * cap);
+  } else {
+    map->keys = amk_xmalloc(sizeof *map->keys * cap);
+    map->vals = amk_xmalloc(sizeof *map->vals * cap);
+  }
   memset(map->vals, 0xff, sizeof *map->vals * cap);
 }
 
+void amk_idmap_init(AmkIdMap *map, size_t expected) {
+  amk_idmap_init_in(map, expected, NULL);
+}
+
 void amk_idmap_free(AmkIdMap *map) {
-  free(map->keys);
-  free(map->vals);
+  if (!map->scratch) {
+    free(map->keys);
+    free(map->vals);
+  }
   map->keys = NULL;
   map->vals = NULL;
   map->cap = map->count = 0;
@@ -56,7 +135,7 @@ uint32_t amk_idmap_get(const AmkIdMap *map, int32_t key) {
 
 static void idmap_grow(AmkIdMap *map) {
   AmkIdMap bigger;
-  amk_idmap_init(&bigger, (size_t)map->cap);
+  amk_idmap_init_in(&bigger, (size_t)map->cap, map->scratch);
   for (uint32_t i = 0; i < map->cap; i++)
     if (map->vals[i] != AMK_NO_INDEX)
       amk_idmap_put(&bigger, map->keys[i], map->vals[i]);
@@ -67,7 +146,7 @@ static void idmap_grow(AmkIdMap *map) {
 uint32_t amk_idmap_put(AmkIdMap *map, int32_t key, uint32_t val) {
   AMK_ASSERT(val != AMK_NO_INDEX);
   if (map->cap == 0)
-    amk_idmap_init(map, 8);
+    amk_idmap_init_in(map, 8, map->scratch);
   if ((map->count + 1) * 2 > map->cap)
     idmap_grow(map);
   uint32_t mask = map->cap - 1;
@@ -85,6 +164,11 @@ uint32_t amk_idmap_put(AmkIdMap *map, int32_t key, uint32_t val) {
 
 void amk_id_index_build(AmkIdIndex *ix, const void *records, size_t stride,
                         uint32_t n) {
+  amk_id_index_build_in(ix, records, stride, n, NULL);
+}
+
+void amk_id_index_build_in(AmkIdIndex *ix, const void *records, size_t stride,
+                           uint32_t n, AmkScratch *scratch) {
   memset(ix, 0, sizeof *ix);
   ix->n = n;
   ix->identity = true;
@@ -99,7 +183,7 @@ void amk_id_index_build(AmkIdIndex *ix, const void *records, size_t stride,
   }
   if (ix->identity)
     return;
-  amk_idmap_init(&ix->map, n);
+  amk_idmap_init_in(&ix->map, n, scratch);
   for (uint32_t i = 0; i < n; i++) {
     int32_t id;
     memcpy(&id, base + (size_t)i * stride, sizeof id);
@@ -115,38 +199,83 @@ void amk_id_index_free(AmkIdIndex *ix) {
 
 /* ---- the task graph ----------------------------------------------------- */
 
+static void *graph_alloc(AmkTaskGraph *g, size_t size) {
+  return g->scratch ? amk_scratch_alloc(g->scratch, size) : amk_xmalloc(size);
+}
+static void *graph_calloc(AmkTaskGraph *g, size_t n, size_t size) {
+  return g->scratch ? amk_scratch_calloc(g->scratch, n, size)
+                    : amk_xcalloc(n, size);
+}
+
 void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
+  amk_graph_build_in(g, m, NULL);
+}
+
+/* Dense out_counter id -> slot table when the ids span little more than the
+ * task count (ids equal to positions, the usual case): no hashing. */
+static bool build_dense_slots(AmkTaskGraph *g, const AmkModule *m) {
+  uint32_t n = m->n_tasks;
+  if (n == 0)
+    return false;
+  int64_t lo = m->tasks[0].out_counter, hi = lo;
+  for (uint32_t t = 1; t < n; t++) {
+    int64_t c = m->tasks[t].out_counter;
+    lo = c < lo ? c : lo;
+    hi = c > hi ? c : hi;
+  }
+  if (hi - lo >= (int64_t)n * 4 + 64)
+    return false;
+  g->dense_lo = lo;
+  g->dense_n = (uint32_t)(hi - lo + 1);
+  g->dense_slot = graph_alloc(g, sizeof(uint32_t) * g->dense_n);
+  memset(g->dense_slot, 0xff, sizeof(uint32_t) * g->dense_n);
+  uint32_t ns = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    uint32_t *slot = &g->dense_slot[m->tasks[t].out_counter - lo];
+    if (*slot == AMK_NO_INDEX)
+      *slot = ns++;
+    g->task_slot[t] = *slot;
+  }
+  g->n_slots = ns;
+  return true;
+}
+
+void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
+                        AmkScratch *scratch) {
   memset(g, 0, sizeof *g);
+  g->scratch = scratch;
   uint32_t n = m->n_tasks;
   g->n_tasks = n;
-  amk_idmap_init(&g->slot_of_counter, 16);
-  g->task_slot = amk_xmalloc(sizeof(uint32_t) * (n + 1));
-  for (uint32_t t = 0; t < n; t++)
-    g->task_slot[t] = amk_idmap_put(&g->slot_of_counter,
-                                    m->tasks[t].out_counter,
-                                    g->slot_of_counter.count);
-  uint32_t ns = g->slot_of_counter.count;
-  g->n_slots = ns;
+  g->task_slot = graph_alloc(g, sizeof(uint32_t) * (n + 1));
+  if (!build_dense_slots(g, m)) {
+    amk_idmap_init_in(&g->slot_of_counter, 16, scratch);
+    for (uint32_t t = 0; t < n; t++)
+      g->task_slot[t] = amk_idmap_put(&g->slot_of_counter,
+                                      m->tasks[t].out_counter,
+                                      g->slot_of_counter.count);
+    g->n_slots = g->slot_of_counter.count;
+  }
+  uint32_t ns = g->n_slots;
 
   /* Producers per slot (counting sort keeps list order). */
-  g->prod_off = amk_xcalloc((size_t)ns + 1, sizeof(uint32_t));
-  g->prod = amk_xmalloc(sizeof(uint32_t) * (n + 1));
+  g->prod_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->prod = graph_alloc(g, sizeof(uint32_t) * (n + 1));
   for (uint32_t t = 0; t < n; t++)
     g->prod_off[g->task_slot[t] + 1]++;
   for (uint32_t s = 0; s < ns; s++)
     g->prod_off[s + 1] += g->prod_off[s];
-  uint32_t *fill = amk_xmalloc(sizeof(uint32_t) * (ns + 1));
+  uint32_t *fill = graph_alloc(g, sizeof(uint32_t) * (ns + 1));
   memcpy(fill, g->prod_off, sizeof(uint32_t) * ns);
   for (uint32_t t = 0; t < n; t++)
     g->prod[fill[g->task_slot[t]]++] = t;
 
   /* Distinct waited slots per task (slot_mark doubles as the dedup stamp). */
-  g->slot_mark = amk_xcalloc((size_t)ns + 1, sizeof(uint32_t));
-  g->tw_off = amk_xmalloc(sizeof(uint32_t) * (n + 1));
+  g->slot_mark = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->tw_off = graph_alloc(g, sizeof(uint32_t) * (n + 1));
   size_t total_waits = 0;
   for (uint32_t t = 0; t < n; t++)
     total_waits += m->tasks[t].n_waits;
-  g->tw_slot = amk_xmalloc(sizeof(uint32_t) * (total_waits + 1));
+  g->tw_slot = graph_alloc(g, sizeof(uint32_t) * (total_waits + 1));
   uint32_t k = 0;
   for (uint32_t t = 0; t < n; t++) {
     g->tw_off[t] = k;
@@ -163,8 +292,8 @@ void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
   memset(g->slot_mark, 0, sizeof(uint32_t) * (ns + 1));
 
   /* Waiters per slot: filled in task order, so ascending and distinct. */
-  g->wait_off = amk_xcalloc((size_t)ns + 1, sizeof(uint32_t));
-  g->waiter = amk_xmalloc(sizeof(uint32_t) * (k + 1));
+  g->wait_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->waiter = graph_alloc(g, sizeof(uint32_t) * (k + 1));
   for (uint32_t i = 0; i < k; i++)
     g->wait_off[g->tw_slot[i] + 1]++;
   for (uint32_t s = 0; s < ns; s++)
@@ -184,9 +313,9 @@ void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
   uint32_t *slot_left = fill; /* producers not yet taken, per slot */
   for (uint32_t s = 0; s < ns; s++)
     slot_left[s] = g->prod_off[s + 1] - g->prod_off[s];
-  uint32_t *task_left = amk_xmalloc(sizeof(uint32_t) * (n + 1));
-  g->topo = amk_xmalloc(sizeof(uint32_t) * (n + 1));
-  g->topo_pos = amk_xmalloc(sizeof(uint32_t) * (n + 1));
+  uint32_t *task_left = graph_alloc(g, sizeof(uint32_t) * (n + 1));
+  g->topo = graph_alloc(g, sizeof(uint32_t) * (n + 1));
+  g->topo_pos = graph_alloc(g, sizeof(uint32_t) * (n + 1));
   uint32_t head = 0, tail = 0;
   for (uint32_t t = 0; t < n; t++) {
     task_left[t] = g->tw_off[t + 1] - g->tw_off[t];
@@ -207,16 +336,23 @@ void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
     g->topo_pos[i] = AMK_NO_INDEX;
   for (uint32_t i = 0; i < tail; i++)
     g->topo_pos[g->topo[i]] = i;
-  free(task_left);
-  free(fill);
+  if (!scratch) {
+    free(task_left);
+    free(fill);
+  }
 
-  g->task_mark = amk_xcalloc((size_t)n + 1, sizeof(uint32_t));
-  g->stack = amk_xmalloc(sizeof(uint32_t) * (n + 1));
+  g->task_mark = graph_calloc(g, (size_t)n + 1, sizeof(uint32_t));
+  g->stack = graph_alloc(g, sizeof(uint32_t) * (n + 1));
   g->generation = 0;
 }
 
 void amk_graph_free(AmkTaskGraph *g) {
   amk_idmap_free(&g->slot_of_counter);
+  if (g->scratch) { /* nothing of ours to free */
+    memset(g, 0, sizeof *g);
+    return;
+  }
+  free(g->dense_slot);
   free(g->task_slot);
   free(g->prod_off);
   free(g->prod);

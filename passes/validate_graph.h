@@ -13,14 +13,35 @@
 
 #define AMK_NO_INDEX UINT32_MAX
 
+/* A bump allocator whose memory is kept between uses: amk_scratch_reset
+ * makes everything allocated so far reusable (one block sized to the
+ * largest use so far), so a validator run over a program of a size seen
+ * before allocates nothing. Blocks are 16-byte aligned, NOT zeroed. */
+typedef struct AmkScratchBlock AmkScratchBlock;
+typedef struct {
+  AmkScratchBlock *head; /* newest first */
+  size_t total;          /* bytes in all blocks */
+  size_t used_total;     /* bytes handed out since the last reset */
+} AmkScratch;
+
+void *amk_scratch_alloc(AmkScratch *s, size_t size);
+void *amk_scratch_calloc(AmkScratch *s, size_t n, size_t size);
+/* Reuse every block (merged into one when there were several); with
+ * `hint` bytes at least available afterwards. */
+void amk_scratch_reset(AmkScratch *s, size_t hint);
+void amk_scratch_free(AmkScratch *s);
+
 /* Open-addressing map int32 id -> uint32 index. */
 typedef struct {
   uint32_t cap, count;
   int32_t *keys;
   uint32_t *vals; /* AMK_NO_INDEX marks an empty slot */
+  AmkScratch *scratch; /* where keys/vals live; NULL: malloc */
 } AmkIdMap;
 
 void amk_idmap_init(AmkIdMap *map, size_t expected);
+/* The same with its storage in `scratch` (amk_idmap_free is then a no-op). */
+void amk_idmap_init_in(AmkIdMap *map, size_t expected, AmkScratch *scratch);
 void amk_idmap_free(AmkIdMap *map);
 uint32_t amk_idmap_get(const AmkIdMap *map, int32_t key);
 /* Inserts key -> val unless present; returns the stored value. */
@@ -38,6 +59,8 @@ typedef struct {
 /* Records whose first field is `int32_t id`, `stride` bytes apart. */
 void amk_id_index_build(AmkIdIndex *ix, const void *records, size_t stride,
                         uint32_t n);
+void amk_id_index_build_in(AmkIdIndex *ix, const void *records, size_t stride,
+                           uint32_t n, AmkScratch *scratch);
 void amk_id_index_free(AmkIdIndex *ix);
 static inline uint32_t amk_id_index_get(const AmkIdIndex *ix, int32_t id) {
   if (ix->identity)
@@ -49,7 +72,13 @@ static inline uint32_t amk_id_index_get(const AmkIdIndex *ix, int32_t id) {
  * reference's edge p -> t exists iff t waits on p's slot. */
 typedef struct {
   uint32_t n_tasks, n_slots;
-  AmkIdMap slot_of_counter;  /* out_counter id -> slot */
+  AmkScratch *scratch;       /* where the arrays live; NULL: malloc */
+  /* out_counter id -> slot: a dense table over [dense_lo, dense_lo +
+   * dense_n) when the ids are compact (the usual case), else the map. */
+  int64_t dense_lo;
+  uint32_t dense_n;
+  uint32_t *dense_slot;
+  AmkIdMap slot_of_counter;
   uint32_t *task_slot;       /* slot of each task's out_counter */
   uint32_t *prod_off, *prod; /* producers of each slot, in list order */
   uint32_t *wait_off, *waiter; /* distinct waiters of each slot, ascending */
@@ -64,9 +93,16 @@ typedef struct {
 } AmkTaskGraph;
 
 void amk_graph_build(AmkTaskGraph *g, const AmkModule *m);
+/* The same with every array in `scratch` (amk_graph_free then frees none). */
+void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
+                        AmkScratch *scratch);
 void amk_graph_free(AmkTaskGraph *g);
 static inline uint32_t amk_graph_counter_slot(const AmkTaskGraph *g,
                                               int32_t counter_id) {
+  if (g->dense_slot) {
+    int64_t i = (int64_t)counter_id - g->dense_lo;
+    return i >= 0 && i < (int64_t)g->dense_n ? g->dense_slot[i] : AMK_NO_INDEX;
+  }
   return amk_idmap_get(&g->slot_of_counter, counter_id);
 }
 static inline uint32_t amk_graph_producer_count(const AmkTaskGraph *g,

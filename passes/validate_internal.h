@@ -5,8 +5,20 @@
 #include "amk/validate.h"
 #include "validate_graph.h"
 
+/* A task's params by field (the last occurrence of a key wins, as in
+ * amk_task_param); built without a string compare per lookup. */
+typedef struct {
+  const AmkValue *v[AMK_PARAM_COUNT];
+} AmkParamTable;
+
+/* The field named `key`, or -1 (same answer as amk_param_from_name). */
+int amk_validator_param_field(const char *key);
+
+struct AmkValidatorShape; /* validate_bounds.c: one buffer's checked shape */
+
 typedef struct {
   const AmkModule *m;
+  AmkScratch *scratch; /* every array below lives here */
   AmkDiagEngine *diag;
   AmkValidateOptions opts;
   int64_t errors, warnings;
@@ -18,8 +30,23 @@ typedef struct {
   uint32_t *write_order; /* buffers by first write (the reference's order) */
   uint32_t n_write_order;
   uint32_t *writer_slot; /* the counter slot all writers share, or none */
-  uint32_t *scratch;     /* as many entries as there are writes */
+  uint32_t *scratch_ix;  /* as many entries as there are writes */
+  struct AmkValidatorShape *shapes; /* per buffer, built by the bounds checks */
+  uint32_t *pfield_off; /* per task: where its params' fields start in pfield */
+  uint8_t *pfield;      /* the AmkParamField of each param, UINT8_MAX unknown */
 } AmkValidator;
+
+/* Task `t`'s params by field; returns the mask of fields present. */
+uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
+                              AmkParamTable *pt);
+
+/* amk_value_as_int, inlined (the checks call it for every param and dim). */
+static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
+  if (!v || v->kind != AMK_VALUE_INT)
+    return false;
+  *out = v->as.i;
+  return true;
+}
 
 void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
                           const char *fmt, ...) AMK_PRINTF(4, 5);

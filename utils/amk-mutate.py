@@ -208,6 +208,150 @@ def shape_zero(p):
     buffer_named(p, "L0.an")["shape"][-1] = 0
 
 
+# ---- fused GEMV patterns (input: a tiled and fused program, e.g. from
+# `amk-opt test/validate/Inputs/fused-tiny -import -tile -fuse`) --------------
+
+def pattern_tiles(p, pattern):
+    ts = [t for t in p["tasks"] if t["op"] == "GEMV_TILE"
+          and t["params"].get("flags", 0) >> 16 == pattern]
+    if not ts:
+        sys.exit(f"amk-mutate: no GEMV tile with pattern {pattern}")
+    return ts
+
+
+def buffer_by_id(p, bid):
+    for b in p["buffers"]:
+        if b["id"] == bid:
+            return b
+    sys.exit(f"amk-mutate: no buffer {bid}")
+
+
+def new_const(p, name, shape):
+    bid = max(b["id"] for b in p["buffers"]) + 1
+    p["buffers"].append({"id": bid, "name": name, "kind": "CONST", "dtype": "F32",
+                         "shape": shape, "space": "HBM", "source": None})
+    return bid
+
+
+def pattern_unknown(p):
+    """A GEMV tile whose flags name pattern 9 (there are 8)."""
+    t = pattern_tiles(p, 1)[0]
+    t["params"]["flags"] = 9 << 16
+
+
+def pattern_inputs(p):
+    """A norm tile without its norm weight (2 inputs, the pattern reads 3)."""
+    t = pattern_tiles(p, 1)[0]
+    t["inputs"] = t["inputs"][:2]
+
+
+def pattern_norm_weight(p):
+    """A norm tile whose norm weight is not K elements."""
+    t = pattern_tiles(p, 1)[0]
+    t["inputs"][2] = new_const(p, "bad_norm", [32])
+
+
+def pattern_residual_size(p):
+    """A residual tile whose residual is not the output's size."""
+    t = pattern_tiles(p, 2)[0]
+    t["inputs"][2] = new_const(p, "bad_residual", [1, 32])
+
+
+def pattern_gu_shape(p):
+    """A silu_residual tile whose gate|up input is [3, K], not [2, K]."""
+    t = pattern_tiles(p, 4)[0]
+    k = t["params"]["K"]
+    t["inputs"][0] = new_const(p, "bad_gu", [3, k])
+
+
+def pattern_qkv_width(p):
+    """A rope_kv tile claiming more query heads than the qkv vector holds."""
+    t = pattern_tiles(p, 5)[0]
+    t["params"]["n_heads"] += 2 * t["params"]["n_kv_heads"]
+
+
+def pattern_inv_freq(p):
+    """rope_kv reads inverse frequencies that are not head_dim/2 long."""
+    t = pattern_tiles(p, 5)[0]
+    t["inputs"][1] = new_const(p, "bad_inv_freq", [t["params"]["head_dim"]])
+
+
+def pattern_rope_odd(p):
+    """A rope_kv tile with an odd head_dim."""
+    pattern_tiles(p, 5)[0]["params"]["head_dim"] -= 1
+
+
+def pattern_rope_cache(p):
+    """The combined cache is not [max_seq, 2, n_kv*head_dim]."""
+    t = pattern_tiles(p, 5)[0]
+    buffer_by_id(p, t["outputs"][0])["shape"][1] = 3
+
+
+def pattern_rope_heads(p):
+    """A rope_kv tile for a KV head past n_kv_heads."""
+    t = pattern_tiles(p, 5)[-1]
+    t["params"]["n_off"] = t["params"]["n_kv_heads"]
+
+
+def pattern_rope_pos(p):
+    """rope_kv appends at a row past the cache's end."""
+    t = pattern_tiles(p, 5)[0]
+    t["params"]["pos"] = buffer_by_id(p, t["outputs"][0])["shape"][0]
+
+
+def pattern_missing_param(p):
+    """A rope_kv tile without its pos param."""
+    del pattern_tiles(p, 5)[0]["params"]["pos"]
+
+
+def pattern_attn_heads(p):
+    """An attention_rope tile for query heads past n_heads."""
+    t = pattern_tiles(p, 7)[-1]
+    t["params"]["n_off"] += 1
+
+
+def pattern_attn_group(p):
+    """An attention_rope tile straddling two GQA groups (no overlap)."""
+    ts = pattern_tiles(p, 7)
+    group = ts[0]["params"]["N_tile"]
+    ts[0]["params"]["n_off"] = group - 1
+    ts[0]["params"]["N_tile"] = 2
+    ts[1]["params"]["n_off"] = group + 1
+    ts[1]["params"]["N_tile"] = group - 1
+
+
+def pattern_attn_window(p):
+    """An attention_rope tile whose window runs past the cache."""
+    t = pattern_tiles(p, 7)[0]
+    t["params"]["kv_len"] = buffer_by_id(p, t["inputs"][2])["shape"][0] + 1
+
+
+def pattern_attn_divisible(p):
+    """An attention_rope tile with n_heads not divisible by n_kv_heads."""
+    t = pattern_tiles(p, 7)[0]
+    t["params"]["n_kv_heads"] = t["params"]["n_heads"] - 1
+
+
+def pattern_attn_cache(p):
+    """An attention tile (pattern 6) whose caches do not hold n_kv_heads."""
+    t = pattern_tiles(p, 6)[0]
+    t["params"]["n_kv_heads"] = 1
+
+
+def pattern_attn_query(p):
+    """An attention tile (pattern 6) whose q is not n_heads*head_dim wide."""
+    t = pattern_tiles(p, 6)[0]
+    t["params"]["n_heads"] = t["params"]["n_kv_heads"]
+    t["params"]["n_off"] = 0
+    t["params"]["N_tile"] = 1
+
+
+def pattern_attn_partial(p):
+    """A split-KV attention tile writing its partial buffer as a whole one."""
+    t = pattern_tiles(p, 6)[0]
+    t["params"]["flags"] &= ~2
+
+
 MUTATIONS = {
     "waw-overlap": waw_overlap,
     "waw-unordered": waw_unordered,
@@ -233,6 +377,25 @@ MUTATIONS = {
     "rope-odd-head-dim": rope_odd_head_dim,
     "shape-float": shape_float,
     "shape-zero": shape_zero,
+    "pattern-unknown": pattern_unknown,
+    "pattern-inputs": pattern_inputs,
+    "pattern-norm-weight": pattern_norm_weight,
+    "pattern-residual-size": pattern_residual_size,
+    "pattern-gu-shape": pattern_gu_shape,
+    "pattern-qkv-width": pattern_qkv_width,
+    "pattern-inv-freq": pattern_inv_freq,
+    "pattern-rope-odd": pattern_rope_odd,
+    "pattern-rope-cache": pattern_rope_cache,
+    "pattern-rope-heads": pattern_rope_heads,
+    "pattern-rope-pos": pattern_rope_pos,
+    "pattern-missing-param": pattern_missing_param,
+    "pattern-attn-heads": pattern_attn_heads,
+    "pattern-attn-group": pattern_attn_group,
+    "pattern-attn-window": pattern_attn_window,
+    "pattern-attn-divisible": pattern_attn_divisible,
+    "pattern-attn-cache": pattern_attn_cache,
+    "pattern-attn-query": pattern_attn_query,
+    "pattern-attn-partial": pattern_attn_partial,
 }
 
 

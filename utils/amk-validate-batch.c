@@ -42,7 +42,7 @@ static void print_verdict(const char *name, const char *verdict,
 }
 
 static int run_one(const char *root, const char *name,
-                   const AmkValidateOptions *opts) {
+                   const AmkValidateOptions *opts, AmkValidatorWorkspace *ws) {
   char path[4096];
   if (root)
     snprintf(path, sizeof path, "%s/%s", root, name);
@@ -64,7 +64,7 @@ static int run_one(const char *root, const char *name,
     print_verdict(name, "LOAD-ERROR", first_error(diag));
   } else {
     AmkValidateResult r;
-    if (amk_validate_module(m, diag, opts, &r))
+    if (amk_validate_module_ws(ws, m, diag, opts, &r))
       print_verdict(name, "ACCEPT", NULL);
     else
       print_verdict(name, "REJECT", first_error(diag));
@@ -88,16 +88,18 @@ int main(int argc, char **argv) {
     else
       break;
   }
+  AmkValidatorWorkspace *ws = amk_validator_workspace_new();
   if (i < argc) {
     for (; i < argc; i++)
-      status |= run_one(root, argv[i], &opts);
+      status |= run_one(root, argv[i], &opts, ws);
   } else {
     char line[4096];
     while (fgets(line, sizeof line, stdin)) {
       line[strcspn(line, "\r\n")] = '\0';
       if (line[0])
-        status |= run_one(root, line, &opts);
+        status |= run_one(root, line, &opts, ws);
     }
   }
+  amk_validator_workspace_free(ws);
   return status;
 }

@@ -1,6 +1,6 @@
 /* fuzz_validate: random programs against verify, validate and the simulators.
  *
- *   fuzz_validate [--seconds S] [--seed N]
+ *   fuzz_validate [--seconds S] [--seed N] [--pages]
  *
  * Two generators: small random programs built in memory (dangling references,
  * cycles, huge and duplicate ids, odd threshold and param types, pages, SMs),
@@ -12,6 +12,12 @@
  * task-by-task edge matrix), then every wait, every read and every writer
  * pair checked against it. The validator must reject whatever the oracle
  * rejects. Exit 1 on the first disagreement, printing the seed.
+ *
+ * --pages: acyclic programs (chains, tiles sharing a counter and waits,
+ * buffers with several writers and readers) whose pages hold many buffers
+ * (duplicates, unwritten and missing ones included); the page-aliasing
+ * errors the validator reports must be exactly the unordered pairs of the
+ * brute-force all-pairs check, in the same order.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -262,15 +268,215 @@ static const char *oracle(const AmkModule *m) {
   return why;
 }
 
+/* ---- --pages: page aliasing against all pairs ----------------------------- */
+
+static AmkModule *random_paged_program(Rng *r) {
+  AmkModule *m = amk_module_new();
+  int nb = 2 + pick(r, 14), nt = 2 + pick(r, 30);
+  for (int i = 0; i < nb; i++) {
+    AmkBuffer *b = amk_module_add_buffer(m);
+    b->id = i;
+    b->name = "b";
+    b->kind = AMK_KIND_ACTIVATION;
+    b->dtype = AMK_DTYPE_F32;
+    b->rank = 1;
+    b->shape = amk_arena_alloc(&m->arena, sizeof(AmkValue));
+    b->shape[0] = amk_value_int(4);
+  }
+  int chain = pick(r, 100); /* how often a task waits on the one before */
+  int counters = 0;
+  for (int i = 0; i < nt; i++) {
+    AmkTask *t = amk_module_add_task(m);
+    t->id = i;
+    t->op = AMK_OP_NOP;
+    t->label = "";
+    const AmkTask *prev = i ? &m->tasks[i - 1] : NULL;
+    if (prev && chance(r, 30)) { /* a tile of the previous task's group */
+      t->out_counter = prev->out_counter;
+      t->n_waits = prev->n_waits;
+      t->waits = prev->waits;
+      t->n_outputs = prev->n_outputs;
+      t->outputs = prev->outputs;
+    } else {
+      t->out_counter = counters++;
+      t->n_outputs = (uint32_t)(chance(r, 80) ? 1 : 0);
+      t->outputs = amk_arena_alloc(&m->arena, sizeof(int32_t));
+      t->outputs[0] = pick(r, nb);
+      t->n_waits = 0;
+      t->waits = amk_arena_alloc(&m->arena, sizeof(AmkWait) * 3);
+      for (int k = 0; k < 3 && i > 0; k++) {
+        bool want = k == 0 ? chance(r, chain) : chance(r, 25);
+        if (!want)
+          continue;
+        int32_t c = k == 0 ? prev->out_counter : m->tasks[pick(r, i)].out_counter;
+        bool dup = false;
+        for (uint32_t w = 0; w < t->n_waits; w++)
+          dup = dup || t->waits[w].counter == c;
+        if (!dup)
+          t->waits[t->n_waits++].counter = c;
+      }
+    }
+    t->n_inputs = (uint32_t)pick(r, 3);
+    t->inputs = amk_arena_alloc(&m->arena, sizeof(int32_t) * 3);
+    for (uint32_t k = 0; k < t->n_inputs; k++)
+      t->inputs[k] = pick(r, nb);
+  }
+  /* All-join thresholds (the producer counts, now that tasks are final). */
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    for (uint32_t w = 0; w < m->tasks[t].n_waits; w++) {
+      int64_t producers = 0;
+      for (uint32_t p = 0; p < m->n_tasks; p++)
+        producers += m->tasks[p].out_counter == m->tasks[t].waits[w].counter;
+      m->tasks[t].waits[w].threshold = amk_value_int(producers);
+    }
+  for (int i = 0; i < counters; i++)
+    amk_module_add_counter(m)->id = i;
+  m->pages = amk_arena_alloc(&m->arena, sizeof *m->pages);
+  int np = 1 + pick(r, 3), nbind = 2 + pick(r, 20);
+  m->pages->n_pages = (uint32_t)np;
+  m->pages->pages = amk_arena_alloc(&m->arena, sizeof(AmkPage) * (size_t)np);
+  for (int i = 0; i < np; i++)
+    m->pages->pages[i].id = i;
+  m->pages->n_bindings = (uint32_t)nbind;
+  m->pages->bindings = amk_arena_alloc(&m->arena, sizeof(AmkPageBinding) * (size_t)nbind);
+  for (int i = 0; i < nbind; i++) {
+    m->pages->bindings[i].buffer = chance(r, 3) ? nb + 5 : pick(r, nb);
+    m->pages->bindings[i].page = pick(r, np);
+  }
+  return m;
+}
+
+static bool uses(const AmkTask *t, int32_t b) {
+  for (uint32_t k = 0; k < t->n_inputs; k++)
+    if (t->inputs[k] == b)
+      return true;
+  return writes(t, b);
+}
+
+/* Every use of a strictly before every writer of b (hb: the closure). */
+static bool all_uses_before_writers(const AmkModule *m, const unsigned char *hb,
+                                    int32_t a, int32_t b) {
+  uint32_t n = m->n_tasks;
+  for (uint32_t u = 0; u < n; u++)
+    for (uint32_t w = 0; w < n; w++)
+      if (uses(&m->tasks[u], a) && writes(&m->tasks[w], b) && !hb[u * n + w])
+        return false;
+  return true;
+}
+
+/* The page pairs the validator reports equal the brute-force list. */
+static bool check_pages_against_all_pairs(const AmkModule *m, AmkDiagEngine *d,
+                                          uint64_t seed, uint64_t iter) {
+  uint32_t n = m->n_tasks, nb = m->n_buffers;
+  unsigned char *hb = calloc((size_t)n * n + 1, 1);
+  for (uint32_t b = 0; b < n; b++)
+    for (uint32_t k = 0; k < m->tasks[b].n_waits; k++)
+      for (uint32_t a = 0; a < n; a++)
+        if (m->tasks[a].out_counter == m->tasks[b].waits[k].counter)
+          hb[a * n + b] = 1;
+  for (uint32_t k = 0; k < n; k++)
+    for (uint32_t i = 0; i < n; i++)
+      if (hb[i * n + k])
+        for (uint32_t j = 0; j < n; j++)
+          if (hb[k * n + j])
+            hb[i * n + j] = 1;
+  /* Expected pairs: pages in first-appearance order, bindings in order. */
+  const AmkPageAllocation *pa = m->pages;
+  size_t cap = (size_t)pa->n_bindings * pa->n_bindings + 1, n_expect = 0;
+  int32_t *expect = malloc(sizeof(int32_t) * 2 * cap);
+  bool *page_done = calloc((size_t)pa->n_pages + 1, 1);
+  for (uint32_t first = 0; first < pa->n_bindings; first++) {
+    int32_t page = pa->bindings[first].page;
+    if (page_done[page])
+      continue;
+    page_done[page] = true;
+    for (uint32_t i = first; i < pa->n_bindings; i++)
+      for (uint32_t j = i + 1; j < pa->n_bindings; j++) {
+        int32_t x = pa->bindings[i].buffer, y = pa->bindings[j].buffer;
+        if (pa->bindings[i].page != page || pa->bindings[j].page != page ||
+            x >= (int32_t)nb || y >= (int32_t)nb)
+          continue;
+        if (all_uses_before_writers(m, hb, x, y) || all_uses_before_writers(m, hb, y, x))
+          continue;
+        expect[2 * n_expect] = x;
+        expect[2 * n_expect + 1] = y;
+        n_expect++;
+      }
+  }
+  size_t n_got = 0;
+  bool same = true;
+  for (size_t i = 0; i < amk_diag_captured_count(d); i++) {
+    const AmkDiagnostic *diag = amk_diag_captured(d, i);
+    int page, x, y;
+    if (diag->severity != AMK_SEVERITY_ERROR ||
+        sscanf(diag->message, "page %d reused by buffers #%d ('%*[^']') and #%d", &page, &x,
+               &y) != 3)
+      continue;
+    if (n_got >= n_expect || expect[2 * n_got] != x || expect[2 * n_got + 1] != y)
+      same = false;
+    n_got++;
+  }
+  if (n_got != n_expect)
+    same = false;
+  if (!same)
+    fprintf(stderr,
+            "PAGE MISMATCH: seed %llu iteration %llu: validator reported %zu "
+            "page pairs, all-pairs check %zu\n",
+            (unsigned long long)seed, (unsigned long long)iter, n_got, n_expect);
+  free(expect);
+  free(page_done);
+  free(hb);
+  return same;
+}
+
+static int fuzz_pages(double seconds, uint64_t seed) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  AmkValidateOptions opts = amk_validate_default_options();
+  opts.max_errors = 1 << 20;
+  long programs = 0, with_errors = 0;
+  clock_t start = clock();
+  for (uint64_t iter = 0;; iter++) {
+    if ((iter & 63) == 0 && (double)(clock() - start) / CLOCKS_PER_SEC >= seconds)
+      break;
+    Rng r = {seed * 1000003u + iter};
+    AmkModule *m = random_paged_program(&r);
+    amk_diag_clear_captured(d);
+    amk_validate_module(m, d, &opts, NULL);
+    bool ok = check_pages_against_all_pairs(m, d, seed, iter);
+    amk_module_free(m);
+    if (!ok) {
+      amk_diag_free(d);
+      return 1;
+    }
+    programs++;
+    for (size_t i = 0; i < amk_diag_captured_count(d); i++)
+      if (strncmp(amk_diag_captured(d, i)->message, "page ", 5) == 0) {
+        with_errors++;
+        break;
+      }
+  }
+  printf("fuzz_validate --pages: seed %llu: %ld programs (%ld with unordered "
+         "page pairs), page errors identical to the all-pairs check\n",
+         (unsigned long long)seed, programs, with_errors);
+  amk_diag_free(d);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   double seconds = 10;
   uint64_t seed = (uint64_t)time(NULL);
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (strcmp(argv[i], "--seconds") == 0)
-      seconds = atof(argv[i + 1]);
-    else if (strcmp(argv[i], "--seed") == 0)
-      seed = strtoull(argv[i + 1], NULL, 10);
+  bool pages = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--pages") == 0)
+      pages = true;
+    else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+      seconds = atof(argv[++i]);
+    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 10);
   }
+  if (pages)
+    return fuzz_pages(seconds, seed);
   FILE *sink = fopen("/dev/null", "w");
   AmkDiagEngine *d = amk_diag_new(sink ? sink : stderr);
   long programs = 0, judged = 0, unsafe = 0, rejected = 0;

@@ -42,6 +42,17 @@ bool amk_validate_module(const AmkModule *m, AmkDiagEngine *diag,
                          const AmkValidateOptions *opts,
                          AmkValidateResult *out);
 
+/* Memory reused across validations (scratch arrays and indexes): a loop
+ * validating many programs with one workspace allocates only when a program
+ * needs more than any before it. Not thread-safe: one workspace per thread. */
+typedef struct AmkValidatorWorkspace AmkValidatorWorkspace;
+AmkValidatorWorkspace *amk_validator_workspace_new(void);
+void amk_validator_workspace_free(AmkValidatorWorkspace *ws); /* NULL ok */
+/* amk_validate_module with its memory from `ws` (same checks, same result). */
+bool amk_validate_module_ws(AmkValidatorWorkspace *ws, const AmkModule *m,
+                            AmkDiagEngine *diag, const AmkValidateOptions *opts,
+                            AmkValidateResult *out);
+
 /* `[VALID] {'tasks': 66, ...}` as the reference prints it (stats only). */
 void amk_validate_format_summary(const AmkValidateResult *r, char *buf,
                                  size_t size);

@@ -11,6 +11,7 @@
 #include "amk/synth.h"
 #include "amk/validate.h"
 #include "unit.h"
+#include "../../passes/validate_internal.h"
 
 /* The first captured error message, or "" when none. */
 static const char *first_error(const AmkDiagEngine *d) {
@@ -84,8 +85,69 @@ static AmkModule *chain(uint32_t n, bool close_cycle) {
   return m;
 }
 
+/* Validation through one reused workspace gives the same verdict, stats
+ * and messages as the one-off API, whatever ran in the workspace before. */
+static bool same_as_one_off(AmkValidatorWorkspace *ws, const AmkModule *m) {
+  AmkDiagEngine *a = capture(), *b = capture();
+  AmkValidateResult ra, rb;
+  bool oka = amk_validate_module(m, a, NULL, &ra);
+  bool okb = amk_validate_module_ws(ws, m, b, NULL, &rb);
+  bool same = oka == okb && ra.tasks == rb.tasks && ra.edges == rb.edges &&
+              ra.errors == rb.errors && ra.warnings == rb.warnings &&
+              amk_diag_captured_count(a) == amk_diag_captured_count(b);
+  for (size_t i = 0; same && i < amk_diag_captured_count(a); i++)
+    same = strcmp(amk_diag_captured(a, i)->message,
+                  amk_diag_captured(b, i)->message) == 0;
+  amk_diag_free(a);
+  amk_diag_free(b);
+  return same;
+}
+
+static void test_workspace_and_params(UnitCounts *c) {
+  /* The validator's param-name lookup agrees with the table's. */
+  static const char *const other[] = {"", "k", "kv", "kv_", "n", "n_", "n_o",
+                                      "N_til", "N_tiles", "K2", "hiddenx",
+                                      "n_kv", "n_kv_head", "posx", "recipe",
+                                      "M_", "scal", "thetas", "e", "zzz"};
+  bool agree = true;
+  for (int f = 0; f < AMK_PARAM_COUNT; f++)
+    agree = agree && amk_validator_param_field(amk_param_name((AmkParamField)f)) == f;
+  for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+    agree = agree && amk_validator_param_field(other[i]) ==
+                         amk_param_from_name(other[i]);
+  CHECK(c, agree && amk_validator_param_field(NULL) == -1);
+
+  AmkValidatorWorkspace *ws = amk_validator_workspace_new();
+  AmkSynthSpec toy = amk_synth_toy_spec();
+  AmkModule *big = amk_synth_llama(&toy);
+  AmkModule *small = chain(6, false);
+  small->tasks[2].n_waits = 0; /* a race: errors through the workspace */
+  AmkModule *sparse = chain(5, false);
+  for (uint32_t i = 0; i < sparse->n_counters; i++) /* no dense slot table */
+    sparse->counters[i].id = (int32_t)i * 100000;
+  for (uint32_t i = 0; i < sparse->n_tasks; i++) {
+    sparse->tasks[i].out_counter *= 100000;
+    if (sparse->tasks[i].n_waits)
+      sparse->tasks[i].waits[0].counter *= 100000;
+  }
+  CHECK(c, same_as_one_off(ws, big));
+  CHECK(c, same_as_one_off(ws, small));
+  CHECK(c, same_as_one_off(ws, big));
+  CHECK(c, same_as_one_off(ws, sparse));
+  AmkDiagEngine *d = capture();
+  CHECK(c, amk_validate_module_ws(ws, sparse, d, NULL, NULL));
+  CHECK(c, !amk_validate_module_ws(ws, small, d, NULL, NULL));
+  amk_diag_free(d);
+  amk_module_free(big);
+  amk_module_free(small);
+  amk_module_free(sparse);
+  amk_validator_workspace_free(ws);
+  amk_validator_workspace_free(NULL);
+}
+
 int main(void) {
   UnitCounts c = {0};
+  test_workspace_and_params(&c);
 
   /* The toy lowering: the reference's stats for toy2L_pos0.amk.json. */
   AmkSynthSpec toy = amk_synth_toy_spec();
