@@ -35,3 +35,34 @@ if os.path.isdir(os.path.join(config.amk_shared_dir, "conformance")):
     config.available_features.add("shared")
 if config.amk_sanitize in ("ON", "1", "TRUE", "True"):
     config.available_features.add("asan")
+
+# `nvrtc`: NVRTC can be loaded (programs compile to cubins, no GPU needed);
+# `cuda`: a GPU is present and the driver initialises. Tests REQUIRE them.
+import ctypes
+
+
+def _load_first(names):
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            pass
+    return None
+
+
+_nvrtc = _load_first([os.environ.get("AMK_NVRTC", ""), "libnvrtc.so", "libnvrtc.so.13",
+                      "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so"])
+if _nvrtc is not None:
+    config.available_features.add("nvrtc")
+_cuda = _load_first(["libcuda.so.1"])
+if _cuda is not None:
+    try:
+        _count = ctypes.c_int(0)
+        if _cuda.cuInit(0) == 0 and _cuda.cuDeviceGetCount(ctypes.byref(_count)) == 0 \
+                and _count.value > 0:
+            config.available_features.add("cuda")
+    except Exception:
+        pass
+for var in ("AMK_NVRTC", "CUDA_HOME", "LD_LIBRARY_PATH", "AMK_CUDA_TIMEOUT_MS"):
+    if var in os.environ:
+        config.environment[var] = os.environ[var]

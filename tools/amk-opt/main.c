@@ -13,11 +13,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "amk/backend.h"
 #include "amk/io.h"
 #include "amk/pass.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
-typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT } EmitKind;
+typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN } EmitKind;
 typedef enum { CHANGED_NONE, CHANGED_FULL, CHANGED_DIFF } PrintChanged;
 
 typedef struct {
@@ -31,6 +32,7 @@ typedef struct {
   InputFormat format;
   EmitKind emit;
   bool emit_given;
+  const char *arch; /* --arch for --emit=cubin */
   PipelineStep *steps;
   size_t n_steps;
   const char *print_before, *print_after;
@@ -64,7 +66,10 @@ static void print_help(FILE *out) {
         "GENERAL OPTIONS:\n"
         "  -o <file>              Write output to <file> (written only on success)\n"
         "  -x <amkir|json>        Input format (default: by extension; stdin is sniffed)\n"
-        "  --emit=<amkir|json|dot>  Output form (default amkir)\n"
+        "  --emit=<amkir|json|dot|cuda|cubin>  Output form (default amkir); cuda: the\n"
+        "                         generated megakernel source; cubin: that source\n"
+        "                         compiled by NVRTC (needs -o; no GPU needed)\n"
+        "  --arch=<sm_XY>         GPU architecture for --emit=cubin (default sm_90)\n"
         "  -passes=<p1,p2,...>    Run these passes in order (same as -p1 -p2 ...)\n"
         "  -disable-verify        Do not verify the input after parsing\n"
         "  -verify-each           Verify the module after every pass\n"
@@ -132,7 +137,7 @@ static size_t edit_distance(const char *a, const char *b) {
 }
 
 static const char *const driver_flags[] = {
-    "o", "x", "emit", "passes", "disable-verify", "verify-each", "disable-output",
+    "o", "x", "emit", "arch", "passes", "disable-verify", "verify-each", "disable-output",
     "print-before", "print-after", "print-before-all", "print-after-all",
     "print-changed", "time-passes", "stats", "split-input-file",
     "verify-diagnostics", "print-passes", "version", "help", NULL};
@@ -245,11 +250,20 @@ static int parse_args(int argc, char **argv, DriverOptions *o) {
         o->emit = EMIT_JSON;
       else if (strcmp(value, "dot") == 0)
         o->emit = EMIT_DOT;
+      else if (strcmp(value, "cuda") == 0)
+        o->emit = EMIT_CUDA;
+      else if (strcmp(value, "cubin") == 0)
+        o->emit = EMIT_CUBIN;
       else {
-        fprintf(stderr, "amk-opt: error: unknown --emit kind '%s' (expected amkir, json or dot)\n",
+        fprintf(stderr,
+                "amk-opt: error: unknown --emit kind '%s' (expected amkir, json, dot, cuda or "
+                "cubin)\n",
                 value);
         return 1;
       }
+    } else if (IS("arch")) {
+      NEED_VALUE();
+      o->arch = value;
     } else if (IS("passes")) {
       NEED_VALUE();
       char *list = amk_xstrdup(value);
@@ -327,6 +341,14 @@ static int parse_args(int argc, char **argv, DriverOptions *o) {
   }
   if (!o->input)
     o->input = "-";
+  if (o->emit == EMIT_CUBIN && (!o->output || strcmp(o->output, "-") == 0)) {
+    fprintf(stderr, "amk-opt: error: --emit=cubin writes a binary; give -o FILE\n");
+    return 1;
+  }
+  if (o->arch && o->emit != EMIT_CUBIN) {
+    fprintf(stderr, "amk-opt: error: --arch applies to --emit=cubin\n");
+    return 1;
+  }
   for (int k = 0; k < 2; k++) {
     const char *p = k ? o->print_after : o->print_before;
     if (p && !amk_pass_lookup(p)) {
@@ -727,6 +749,27 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
     case EMIT_DOT:
       amk_print_dot(m, out);
       break;
+    case EMIT_CUDA:
+    case EMIT_CUBIN: {
+      AmkCodegen cg;
+      if (!amk_cuda_codegen(m, NULL, &cg, diag)) {
+        ok = false;
+        break;
+      }
+      if (o->emit == EMIT_CUDA) {
+        amk_sb_puts(out, cg.source);
+      } else {
+        void *cubin = NULL;
+        size_t size = 0;
+        ok = amk_nvrtc_compile(cg.source, o->arch ? o->arch : "sm_90", true, &cubin, &size,
+                               diag);
+        if (ok)
+          amk_sb_putn(out, cubin, size);
+        free(cubin);
+      }
+      amk_cuda_codegen_free(&cg);
+      break;
+    }
     }
     timing_add(timings, "print", now_seconds() - t0);
     *printed_module = true;

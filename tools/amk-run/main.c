@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "amk/backend.h"
 #include "amk/io.h"
 #include "amk/pass.h"
 #include "amk/sampling.h"
@@ -38,6 +39,13 @@ typedef struct {
   int64_t max_seq; /* 0: the import default */
   AmkSamplingParams sampling;
   bool json;
+  bool check;          /* --check: the reference VM beside the GPU */
+  int64_t check_steps; /* compare only the first N steps (0: all) */
+  bool bench;
+  const char *bench_pos;
+  int64_t bench_steps, bench_warmup;
+  double timeout_ms;
+  bool verbose;
   bool random_weights;
   uint64_t random_seed;
 } RunOptions;
@@ -71,7 +79,23 @@ static void usage(FILE *out) {
         "  --dump-logits FILE       write the logits after every fed token as JSON\n"
         "                           [[...], ...] (row i after feeding token i)\n"
         "  --json                   print one JSON object on stdout: prompt, generated,\n"
-        "                           device, timing\n"
+        "                           device, timing (with --bench: the bench results)\n"
+        "  --check                  with the GPU: run the CPU reference VM beside it and\n"
+        "                           fail on the first step whose logits differ (f32: by\n"
+        "                           more than 1e-4 of the logit scale; bf16/f16: a\n"
+        "                           different greedy token)\n"
+        "  --check-steps N          compare only the first N steps (the VM is slow at\n"
+        "                           real shapes; the GPU decodes the rest alone)\n"
+        "  --bench                  time the GPU megakernel: warm-up, then per-token\n"
+        "                           kernel time (CUDA events) over --bench-steps steps at\n"
+        "                           each --bench-pos position, achieved GB/s against the\n"
+        "                           card's read bandwidth measured in the same run\n"
+        "  --bench-pos P,Q          positions to time (default 0)\n"
+        "  --bench-steps N          timed steps per position (default 128)\n"
+        "  --bench-warmup N         untimed steps first (default 10)\n"
+        "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
+        "                           exceeds it is aborted and reported as TIMEOUT (exit 3)\n"
+        "  -v, --verbose            print GPU and compile facts\n"
         "  -h, --help               show this help\n",
         out);
 }
@@ -120,6 +144,8 @@ static bool parse_prompt(const char *s, RunOptions *o) {
 /* Returns 0 to run, 1 on a usage error, 2 after --help. */
 static int parse_args(int argc, char **argv, RunOptions *o) {
   o->device = "auto";
+  o->bench_steps = 128;
+  o->bench_warmup = 10;
   o->pipeline = DEFAULT_PIPELINE;
   o->n_new = 16;
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
@@ -245,6 +271,42 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
         return 1;
     } else if (IS("--json")) {
       o->json = true;
+    } else if (IS("--check")) {
+      o->check = true;
+    } else if (IS("--check-steps")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &o->check_steps) || o->check_steps < 1) {
+        fprintf(stderr, "amk-run: error: --check-steps takes a count >= 1, not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("--bench")) {
+      o->bench = true;
+    } else if (IS("--bench-pos")) {
+      if (!(o->bench_pos = VALUE()))
+        return 1;
+    } else if (IS("--bench-steps") || IS("--bench-warmup")) {
+      bool steps = IS("--bench-steps");
+      int64_t n;
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_int64(v, &n) || n < (steps ? 1 : 0) || n > 100000) {
+        fprintf(stderr, "amk-run: error: %s takes a count, not '%s'\n", name, v);
+        return 1;
+      }
+      if (steps)
+        o->bench_steps = n;
+      else
+        o->bench_warmup = n;
+    } else if (IS("--timeout-ms")) {
+      if (!(v = VALUE()))
+        return 1;
+      if (!parse_double(v, &o->timeout_ms) || o->timeout_ms <= 0) {
+        fprintf(stderr, "amk-run: error: --timeout-ms takes a positive number, not '%s'\n", v);
+        return 1;
+      }
+    } else if (IS("-v") || IS("--verbose")) {
+      o->verbose = true;
     } else {
       fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", a);
       return 1;
@@ -261,6 +323,10 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
     o->prompt = amk_xmalloc(sizeof *o->prompt);
     o->prompt[0] = 1;
     o->n_prompt = 1;
+  }
+  if ((o->check || o->bench) && strcmp(o->device, "cpu") == 0) {
+    fprintf(stderr, "amk-run: error: --check and --bench need the GPU; not with --device cpu\n");
+    return 1;
   }
   if (o->weights && o->random_weights) {
     fprintf(stderr, "amk-run: error: --weights and --random-weights exclude each other\n");
@@ -387,6 +453,166 @@ static void print_timing_line(const char *what, double ms, int64_t count, const 
   fputc('\n', stderr);
 }
 
+/* ---- GPU helpers ------------------------------------------------------------- */
+
+/* Exit status of a GPU launch that the watchdog stopped (distinct from a
+ * rejected program or a failed check). */
+#define EXIT_TIMEOUT 3
+
+typedef struct {
+  double max_abs, scale;
+  int32_t ref_token, gpu_token;
+  bool pass;
+} CheckResult;
+
+static int32_t argmax_of(const float *v, size_t n) {
+  size_t best = 0;
+  for (size_t i = 1; i < n; i++)
+    if (v[i] > v[best] || (isnan(v[i]) && !isnan(v[best])))
+      best = i;
+  return (int32_t)best;
+}
+
+/* f32 programs: max |gpu - ref| <= 1e-4 * max(1, max |ref|). Lower
+ * precision: equal greedy tokens, unless the reference itself scores the two
+ * within one bf16 step of the logit scale (a tie the summation order may
+ * break either way). */
+static CheckResult compare_logits(const float *ref, const float *gpu, size_t n, bool low_precision) {
+  CheckResult r = {0};
+  for (size_t i = 0; i < n; i++) {
+    double d = fabs((double)gpu[i] - (double)ref[i]);
+    if (isnan(d))
+      d = INFINITY;
+    if (d > r.max_abs)
+      r.max_abs = d;
+    if (fabs((double)ref[i]) > r.scale)
+      r.scale = fabs((double)ref[i]);
+  }
+  r.ref_token = argmax_of(ref, n);
+  r.gpu_token = argmax_of(gpu, n);
+  double scale = r.scale > 1 ? r.scale : 1;
+  if (low_precision)
+    r.pass = r.ref_token == r.gpu_token ||
+             fabs((double)ref[r.ref_token] - (double)ref[r.gpu_token]) <= scale / 128.0;
+  else
+    r.pass = r.max_abs <= 1e-4 * scale;
+  return r;
+}
+
+static bool program_is_low_precision(const AmkModule *m) {
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_IO_OUTPUT ||
+         m->buffers[b].kind == AMK_KIND_ACTIVATION) &&
+        (m->buffers[b].dtype == AMK_DTYPE_BF16 || m->buffers[b].dtype == AMK_DTYPE_F16))
+      return true;
+  return false;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* --bench: for each position, one checked step against the reference VM,
+ * warm-up, then timed steps. Returns the exit status. */
+static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCudaVm *gpu,
+                     AmkDiagEngine *diag) {
+  int64_t positions[64];
+  size_t n_pos = 0;
+  const char *p = o->bench_pos ? o->bench_pos : "0";
+  while (*p && n_pos < 64) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end == p || v < 0 || (*end && *end != ',')) {
+      fprintf(stderr, "amk-run: error: --bench-pos takes positions like 0,1024, not '%s'\n",
+              o->bench_pos);
+      return 1;
+    }
+    positions[n_pos++] = v;
+    p = *end ? end + 1 : end;
+  }
+  bool low = program_is_low_precision(m);
+  int32_t token = o->prompt[0];
+  double read_bw = amk_cuda_vm_measure_read_bw(gpu, 0, 20, diag);
+  int64_t wbytes = amk_cuda_vm_weight_bytes(gpu);
+  double *times = amk_xmalloc((size_t)o->bench_steps * sizeof *times);
+  AmkStrBuf rows, js;
+  amk_sb_init(&rows);
+  amk_sb_init(&js);
+  int status = 0;
+  for (size_t k = 0; k < n_pos && status == 0; k++) {
+    int64_t pos = positions[k];
+    if (pos >= amk_vm_max_seq(vm)) {
+      fprintf(stderr, "amk-run: error: bench position %" PRId64 " is beyond the KV cache (%" PRId64
+                      " rows); compile with a larger --max-seq\n", pos, amk_vm_max_seq(vm));
+      status = 1;
+      break;
+    }
+    /* The correctness check of this run. */
+    AmkCudaStepStatus st = amk_cuda_vm_step(gpu, token, pos, NULL, diag);
+    if (st != AMK_CUDA_STEP_OK) {
+      status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+      break;
+    }
+    if (!amk_vm_step(vm, token, pos, diag)) {
+      status = 1;
+      break;
+    }
+    size_t nv = 0, ng = 0;
+    const float *ref = amk_vm_logits(vm, &nv);
+    const float *got = amk_cuda_vm_logits(gpu, &ng);
+    CheckResult cr = compare_logits(ref, got, nv < ng ? nv : ng, low);
+    for (int64_t i = 0; i < o->bench_warmup + o->bench_steps && status == 0; i++) {
+      float ms = 0;
+      st = amk_cuda_vm_step(gpu, token, pos, &ms, diag);
+      if (st != AMK_CUDA_STEP_OK)
+        status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+      else if (i >= o->bench_warmup)
+        times[i - o->bench_warmup] = ms;
+    }
+    if (status)
+      break;
+    size_t n = (size_t)o->bench_steps;
+    qsort(times, n, sizeof *times, cmp_double);
+    double med = times[n / 2], p10 = times[n / 10], p90 = times[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+    double gbs = med > 0 ? (double)wbytes / (med * 1e-3) / 1e9 : 0;
+    double pct = read_bw > 0 ? 100.0 * gbs / read_bw : 0;
+    amk_sb_printf(&rows, "| %6" PRId64 " | %5zu | %9.4f | %8.4f | %8.4f | %8.1f | %6.1f%% | %9.1f | %s |\n",
+                  pos, n, med, p10, p90, gbs, pct, med > 0 ? 1e3 / med : 0,
+                  cr.pass ? "PASS" : "FAIL");
+    amk_sb_printf(&js,
+                  "%s{\"pos\": %" PRId64 ", \"steps\": %zu, \"median_ms\": %.5f, \"p10_ms\": %.5f, "
+                  "\"p90_ms\": %.5f, \"gbs\": %.2f, \"pct_read_bw\": %.2f, \"tokens_per_s\": %.2f, "
+                  "\"check\": \"%s\", \"max_abs_diff\": %.6g, \"logit_scale\": %.6g, "
+                  "\"ref_token\": %d, \"gpu_token\": %d}",
+                  k ? ", " : "", pos, n, med, p10, p90, gbs, pct, med > 0 ? 1e3 / med : 0,
+                  cr.pass ? "PASS" : "FAIL", cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
+    if (!cr.pass) {
+      fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": max |diff| %.6g, "
+                      "logit scale %.6g, tokens ref %d gpu %d\n",
+              pos, cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
+      status = 2;
+    }
+  }
+  if (o->json) {
+    printf("{\"device\": \"cuda\", \"gpu\": \"%s\", \"weight_bytes\": %" PRId64
+           ", \"read_bw_gbs\": %.2f, \"results\": [%s]}\n",
+           amk_cuda_vm_describe(gpu), wbytes, read_bw, js.data ? js.data : "");
+  } else if (rows.data) {
+    printf("AMK CUDA bench: %s\n", amk_cuda_vm_describe(gpu));
+    printf("weights %.3f GB; read bandwidth %.1f GB/s (measured in this run, 1 GiB read, median "
+           "of 20)\n",
+           (double)wbytes / 1e9, read_bw);
+    printf("|    pos | steps | median ms |   p10 ms |   p90 ms |     GB/s | %% read bw |  tokens/s | check |\n");
+    printf("|--------|-------|-----------|----------|----------|----------|-----------|-----------|-------|\n");
+    fputs(rows.data, stdout);
+  }
+  amk_sb_free(&rows);
+  amk_sb_free(&js);
+  free(times);
+  return status;
+}
+
 int main(int argc, char **argv) {
   RunOptions o = {0};
   int rc = parse_args(argc, argv, &o);
@@ -397,15 +623,21 @@ int main(int argc, char **argv) {
   AmkDiagEngine *diag = amk_diag_new(stderr);
   amk_diag_set_source(diag, "amk-run", NULL, 0);
   const char *device = "cpu";
-  if (strcmp(o.device, "cuda") == 0) {
-    fprintf(stderr, "amk-run: error: --device cuda: this build has no CUDA backend yet; use "
-                    "--device cpu (the reference VM)\n");
-    amk_diag_free(diag);
-    free(o.prompt);
-    return 1;
+  bool try_gpu = strcmp(o.device, "cpu") != 0;
+  bool need_gpu = strcmp(o.device, "cuda") == 0 || o.check || o.bench;
+  if (try_gpu) {
+    char why[512];
+    if (amk_cuda_available(why, sizeof why)) {
+      device = "cuda";
+    } else if (need_gpu) {
+      fprintf(stderr, "amk-run: error: --device cuda: no usable GPU: %s\n", why);
+      amk_diag_free(diag);
+      free(o.prompt);
+      return 1;
+    } else if (!o.json) {
+      fprintf(stderr, "amk-run: no usable GPU (%s); decoding on the CPU reference VM\n", why);
+    }
   }
-  if (strcmp(o.device, "auto") == 0 && !o.json)
-    fprintf(stderr, "amk-run: no CUDA backend in this build; decoding on the CPU reference VM\n");
 
   double t_start = now_ms();
   char *text = NULL;
@@ -419,7 +651,38 @@ int main(int argc, char **argv) {
     vm = o.random_weights ? amk_vm_create_random(m, o.random_seed, diag)
                           : amk_vm_create(m, weights, diag);
   bool ok = vm != NULL;
+  int exit_status = 0;
+  AmkCudaVm *gpu = NULL;
+  if (ok && strcmp(device, "cuda") == 0) {
+    AmkCudaVmOptions copt = amk_cuda_vm_options_default();
+    if (o.timeout_ms > 0)
+      copt.timeout_ms = o.timeout_ms;
+    copt.verbose = o.verbose;
+    gpu = amk_cuda_vm_create(m, vm, &copt, diag);
+    if (!gpu && need_gpu) {
+      ok = false;
+    } else if (!gpu) {
+      device = "cpu";
+      if (!o.json)
+        fprintf(stderr, "amk-run: the CUDA backend cannot run this program (above); decoding "
+                        "on the CPU reference VM\n");
+    } else if (!o.json && !o.bench) {
+      fprintf(stderr, "amk-run: decoding on the GPU: %s\n", amk_cuda_vm_describe(gpu));
+    }
+  }
   double t_loaded = now_ms();
+  if (ok && o.bench) {
+    exit_status = run_bench(&o, m, vm, gpu, diag);
+    amk_cuda_vm_free(gpu);
+    amk_vm_free(vm);
+    amk_module_free(m);
+    free(weights);
+    free(text);
+    free(o.prompt);
+    amk_diag_free(diag);
+    return exit_status;
+  }
+  bool low = m && program_is_low_precision(m);
 
   int64_t total = (int64_t)o.n_prompt + o.n_new;
   int32_t *sequence = amk_xmalloc((size_t)(total > 0 ? total : 1) * sizeof *sequence);
@@ -429,8 +692,9 @@ int main(int argc, char **argv) {
   amk_sampler_init(&sampler, &o.sampling);
   AmkStrBuf dump;
   amk_sb_init(&dump);
-  double prompt_ms = 0, eval_ms = 0;
-  int64_t eval_steps = 0;
+  double prompt_ms = 0, eval_ms = 0, kernel_total = 0;
+  int64_t eval_steps = 0, checked = 0;
+  double worst_rel = 0;
   if (ok && total > amk_vm_max_seq(vm)) {
     fprintf(stderr, "amk-run: error: %" PRId64 " prompt and new tokens do not fit the KV cache "
                     "of %" PRId64 " positions; compile with a larger --max-seq\n",
@@ -442,16 +706,54 @@ int main(int argc, char **argv) {
    * fed too, so there is a row for every token of the sequence. */
   for (int64_t pos = 0; ok && pos < n_seq; pos++) {
     double t0 = now_ms();
-    ok = amk_vm_step(vm, sequence[pos], pos, diag);
+    const float *logits;
+    size_t vocab;
+    if (gpu) {
+      float kms = 0;
+      AmkCudaStepStatus st = amk_cuda_vm_step(gpu, sequence[pos], pos, &kms, diag);
+      if (st != AMK_CUDA_STEP_OK) {
+        ok = false;
+        exit_status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+        break;
+      }
+      kernel_total += kms;
+      logits = amk_cuda_vm_logits(gpu, &vocab);
+    } else {
+      ok = amk_vm_step(vm, sequence[pos], pos, diag);
+      if (!ok)
+        break;
+      logits = amk_vm_logits(vm, &vocab);
+    }
     double dt = now_ms() - t0;
-    if (!ok)
-      break;
+    if (gpu && o.check && (o.check_steps == 0 || checked < o.check_steps)) {
+      if (!amk_vm_step(vm, sequence[pos], pos, diag)) {
+        ok = false;
+        break;
+      }
+      size_t nv;
+      const float *ref = amk_vm_logits(vm, &nv);
+      CheckResult cr = compare_logits(ref, logits, nv < vocab ? nv : vocab, low);
+      double rel = cr.max_abs / (cr.scale > 1 ? cr.scale : 1);
+      if (rel > worst_rel)
+        worst_rel = rel;
+      checked++;
+      if (!cr.pass) {
+        fprintf(stderr,
+                "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 ", token %d): max "
+                "|gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy tokens ref %d, "
+                "gpu %d\n",
+                pos, pos, sequence[pos], cr.max_abs, cr.scale,
+                low ? "bf16/f16: greedy tokens must agree" : "f32 tolerance 1e-4 of the scale",
+                cr.ref_token, cr.gpu_token);
+        ok = false;
+        exit_status = 2;
+        break;
+      }
+    }
     if (pos < (int64_t)o.n_prompt)
       prompt_ms += dt;
     else
       eval_ms += dt, eval_steps++;
-    size_t vocab;
-    const float *logits = amk_vm_logits(vm, &vocab);
     if (o.dump_logits)
       write_logits_row(&dump, logits, vocab, pos == 0);
     if (pos == n_seq - 1 && n_seq < total) {
@@ -486,10 +788,13 @@ int main(int argc, char **argv) {
       printf("%s%d", i ? ", " : "", sequence[o.n_prompt + (size_t)i]);
     printf("], \"device\": \"%s\", \"timing\": {\"load_ms\": %.3f, \"prompt_ms\": %.3f, "
            "\"prompt_tokens\": %zu, \"eval_ms\": %.3f, \"eval_tokens\": %" PRId64
-           ", \"ms_per_token\": %.4f, \"tokens_per_second\": %.2f}}\n",
+           ", \"ms_per_token\": %.4f, \"tokens_per_second\": %.2f}",
            device, t_loaded - t_start, prompt_ms, o.n_prompt, eval_ms, eval_steps,
            eval_steps ? eval_ms / (double)eval_steps : 0.0,
            eval_ms > 0 ? 1e3 * (double)eval_steps / eval_ms : 0.0);
+    if (gpu && o.check)
+      printf(", \"check\": {\"steps\": %" PRId64 ", \"worst_rel_diff\": %.6g}", checked, worst_rel);
+    printf("}\n");
   }
   if (ok) {
     fprintf(stderr, "amk-run: %16s = %10.2f ms\n", "load time", t_loaded - t_start);
@@ -497,15 +802,24 @@ int main(int argc, char **argv) {
     print_timing_line("eval time", eval_ms, eval_steps, "runs");
     fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " tokens\n", "total time",
             t_end - t_start, n_seq);
+    if (gpu)
+      fprintf(stderr, "amk-run: %16s = %10.2f ms (CUDA events, %" PRId64 " launches)\n",
+              "kernel time", kernel_total, n_seq);
+    if (gpu && o.check)
+      fprintf(stderr, "amk-run: check PASS: %" PRId64 " steps against the reference VM, worst "
+                      "max|diff|/scale %.3g\n", checked, worst_rel);
   }
   amk_sb_free(&dump);
   amk_sampler_free(&sampler);
   free(sequence);
+  amk_cuda_vm_free(gpu);
   amk_vm_free(vm);
   amk_module_free(m);
   free(weights);
   free(text);
   free(o.prompt);
   amk_diag_free(diag);
-  return ok ? 0 : 1;
+  if (!ok && exit_status == 0)
+    exit_status = 1;
+  return exit_status;
 }

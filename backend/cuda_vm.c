@@ -1,0 +1,833 @@
+/* The CUDA device VM: loads a program onto the GPU and runs one cooperative
+ * persistent kernel per decoded token (include/amk/backend.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "amk/abi.h"
+#include "amk/backend.h"
+#include "amk/instructions.h"
+#include "amk/rope.h"
+#include "cuda_api.h"
+
+#define ALIGN 256
+
+struct AmkCudaVm {
+  const AmkModule *m;
+  AmkCudaDriver drv;
+  CUdevice dev;
+  CUcontext ctx;
+  bool ctx_retained;
+  CUmodule mod;
+  CUfunction kernel, bw_kernel;
+  CUstream stream;
+  CUevent ev0, ev1;
+  CUdeviceptr arena;   /* every buffer, page and ROPE frequency table */
+  CUdeviceptr tables;  /* buffers, instructions, aux, queues, counters, status */
+  size_t arena_bytes;
+  uint64_t *buf_addr;  /* device address of each buffer */
+  size_t *buf_bytes;
+  uint32_t *host_flags; /* host-mapped: [0] abort, [1] token, [2] pos */
+  CUdeviceptr host_flags_dev;
+  amk_program_t prog;
+  CUdeviceptr counters, status;
+  int n_counters;
+  int grid, threads;
+  size_t smem;
+  int token_buffer, pos_buffer, logits_buffer;
+  int64_t vocab, max_seq, weight_bytes;
+  void *logits_raw; /* pinned */
+  float *logits;
+  double timeout_ms;
+  bool dead; /* a launch that did not stop: the context is unusable */
+  char describe[400];
+};
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static bool cu_ok(AmkCudaVm *vm, CUresult r, const char *what, AmkDiagEngine *diag) {
+  if (r == 0)
+    return true;
+  char buf[256];
+  amk_error(diag, no_loc(), "CUDA: %s failed: %s", what,
+            amk_cuda_error_text(&vm->drv, r, buf, sizeof buf));
+  return false;
+}
+#define CU(call, what)                                                         \
+  do {                                                                         \
+    if (!cu_ok(vm, (call), (what), diag))                                      \
+      goto fail;                                                               \
+  } while (0)
+
+bool amk_cuda_available(char *why, size_t why_len) {
+  AmkCudaDriver d;
+  char buf[512];
+  bool ok = amk_cuda_driver_open(&d, buf, sizeof buf);
+  if (ok)
+    amk_cuda_driver_close(&d);
+  else if (why)
+    snprintf(why, why_len, "%s", buf);
+  return ok;
+}
+
+AmkCudaVmOptions amk_cuda_vm_options_default(void) {
+  AmkCudaVmOptions o = {.timeout_ms = 10000, .threads_per_block = 0, .use_cache = true,
+                        .verbose = false};
+  const char *env = getenv("AMK_CUDA_TIMEOUT_MS");
+  if (env && atof(env) > 0)
+    o.timeout_ms = atof(env);
+  return o;
+}
+
+void amk_cuda_vm_free(AmkCudaVm *vm) {
+  if (!vm)
+    return;
+  if (vm->drv.handle && !vm->dead) {
+    if (vm->ctx)
+      vm->drv.cuCtxSetCurrent(vm->ctx);
+    if (vm->stream)
+      vm->drv.cuStreamSynchronize(vm->stream);
+    if (vm->ev0)
+      vm->drv.cuEventDestroy(vm->ev0);
+    if (vm->ev1)
+      vm->drv.cuEventDestroy(vm->ev1);
+    if (vm->stream)
+      vm->drv.cuStreamDestroy(vm->stream);
+    if (vm->arena)
+      vm->drv.cuMemFree(vm->arena);
+    if (vm->tables)
+      vm->drv.cuMemFree(vm->tables);
+    if (vm->host_flags)
+      vm->drv.cuMemFreeHost(vm->host_flags);
+    if (vm->logits_raw)
+      vm->drv.cuMemFreeHost(vm->logits_raw);
+    if (vm->mod)
+      vm->drv.cuModuleUnload(vm->mod);
+    if (vm->ctx_retained)
+      vm->drv.cuDevicePrimaryCtxRelease(vm->dev);
+  }
+  if (vm->drv.handle && !vm->dead)
+    amk_cuda_driver_close(&vm->drv);
+  free(vm->buf_addr);
+  free(vm->buf_bytes);
+  free(vm->logits);
+  free(vm);
+}
+
+/* ---- schedule ------------------------------------------------------------------ */
+
+/* A global topological order: the task list when it is one, else Kahn's
+ * (FIFO). Every block walks its tasks in this order, so the earliest
+ * unfinished task is always runnable: no deadlock whatever the grid. */
+static bool topo_order(const AmkModule *m, uint32_t *order, AmkDiagEngine *diag) {
+  uint32_t n = m->n_tasks, nc = m->n_counters;
+  int64_t *last_producer = amk_xmalloc((nc ? nc : 1) * sizeof *last_producer);
+  uint32_t *producers = amk_xcalloc(nc ? nc : 1, sizeof *producers);
+  for (uint32_t c = 0; c < nc; c++)
+    last_producer[c] = -1;
+  for (uint32_t t = 0; t < n; t++) {
+    const AmkCounter *c = amk_module_counter(m, m->tasks[t].out_counter);
+    if (c) {
+      last_producer[c - m->counters] = t;
+      producers[c - m->counters]++;
+    }
+  }
+  bool list_ok = true;
+  for (uint32_t t = 0; t < n && list_ok; t++)
+    for (uint32_t w = 0; w < m->tasks[t].n_waits; w++) {
+      const AmkCounter *c = amk_module_counter(m, m->tasks[t].waits[w].counter);
+      if (!c || last_producer[c - m->counters] >= (int64_t)t)
+        list_ok = false;
+    }
+  bool ok = true;
+  if (list_ok) {
+    for (uint32_t t = 0; t < n; t++)
+      order[t] = t;
+  } else {
+    /* Kahn over counters: a task is ready when each waited counter's
+     * producers have all been placed. */
+    uint32_t *placed = amk_xcalloc(nc ? nc : 1, sizeof *placed);
+    bool *done = amk_xcalloc(n ? n : 1, sizeof *done);
+    uint32_t k = 0;
+    bool progress = true;
+    while (k < n && progress) {
+      progress = false;
+      for (uint32_t t = 0; t < n; t++) {
+        if (done[t])
+          continue;
+        bool ready = true;
+        for (uint32_t w = 0; w < m->tasks[t].n_waits && ready; w++) {
+          const AmkCounter *c = amk_module_counter(m, m->tasks[t].waits[w].counter);
+          ready = c && placed[c - m->counters] == producers[c - m->counters];
+        }
+        if (!ready)
+          continue;
+        done[t] = true;
+        order[k++] = t;
+        const AmkCounter *c = amk_module_counter(m, m->tasks[t].out_counter);
+        if (c)
+          placed[c - m->counters]++;
+        progress = true;
+      }
+    }
+    if (k < n) {
+      amk_error(diag, no_loc(), "the program's dependency graph has a cycle; nothing to launch");
+      ok = false;
+    }
+    free(placed);
+    free(done);
+  }
+  free(last_producer);
+  free(producers);
+  return ok;
+}
+
+static int64_t pattern_of(const AmkInstParams *p) {
+  return (int64_t)(uint32_t)(amk_inst_param_has(p, AMK_PARAM_flags) ? p->flags.i : 0) >>
+         AMK_PATTERN_SHIFT;
+}
+
+static bool is_attention(const AmkTask *t, const AmkInstParams *p) {
+  int64_t pat = pattern_of(p);
+  return t->op == AMK_OP_ATTENTION_TILE ||
+         (t->op == AMK_OP_GEMV_TILE &&
+          (pat == AMK_PATTERN_ATTENTION || pat == AMK_PATTERN_ATTENTION_ROPE));
+}
+
+/* ---- creation -------------------------------------------------------------------- */
+
+static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
+                              const AmkCudaVmOptions *opt_in, AmkDiagEngine *diag) {
+  AmkCudaVmOptions opt = opt_in ? *opt_in : amk_cuda_vm_options_default();
+  if (opt.timeout_ms <= 0)
+    opt.timeout_ms = 10000;
+  AmkCudaVm *vm = amk_xcalloc(1, sizeof *vm);
+  vm->m = m;
+  vm->timeout_ms = opt.timeout_ms;
+  AmkCodegen cg = {0};
+  void *cubin = NULL;
+  size_t cubin_size = 0;
+  uint32_t n = m->n_tasks, nb = m->n_buffers;
+  uint32_t *order = NULL;
+  int32_t *queue_of = NULL;
+  void *host_tables = NULL;
+  AmkInstParams *params = NULL;
+  float *freq_host = NULL;
+  size_t *offset = NULL, *freq_off = NULL;
+  bool *paged = NULL;
+  char why[512];
+  if (!amk_cuda_driver_open(&vm->drv, why, sizeof why)) {
+    amk_error(diag, no_loc(), "%s", why);
+    goto fail;
+  }
+  CU(vm->drv.cuDeviceGet(&vm->dev, 0), "cuDeviceGet");
+  char name[128] = "?";
+  vm->drv.cuDeviceGetName(name, sizeof name, vm->dev);
+  int cc_major = 0, cc_minor = 0, n_sms = 0, coop = 0, smem_optin = 0;
+  CU(vm->drv.cuDeviceGetAttribute(&cc_major, AMK_CU_ATTR_CC_MAJOR, vm->dev), "attributes");
+  CU(vm->drv.cuDeviceGetAttribute(&cc_minor, AMK_CU_ATTR_CC_MINOR, vm->dev), "attributes");
+  CU(vm->drv.cuDeviceGetAttribute(&n_sms, AMK_CU_ATTR_MULTIPROCESSOR_COUNT, vm->dev),
+     "attributes");
+  CU(vm->drv.cuDeviceGetAttribute(&coop, AMK_CU_ATTR_COOPERATIVE_LAUNCH, vm->dev), "attributes");
+  CU(vm->drv.cuDeviceGetAttribute(&smem_optin, AMK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, vm->dev),
+     "attributes");
+  if (!coop) {
+    amk_error(diag, no_loc(), "GPU '%s' does not support cooperative launches", name);
+    goto fail;
+  }
+  CU(vm->drv.cuDevicePrimaryCtxRetain(&vm->ctx, vm->dev), "cuDevicePrimaryCtxRetain");
+  vm->ctx_retained = true;
+  CU(vm->drv.cuCtxSetCurrent(vm->ctx), "cuCtxSetCurrent");
+
+  /* Codegen and NVRTC for this GPU. */
+  AmkCodegenOptions cgo = {.threads_per_block = opt.threads_per_block};
+  if (!amk_cuda_codegen(m, &cgo, &cg, diag))
+    goto fail;
+  char arch[32];
+  snprintf(arch, sizeof arch, "sm_%d%d", cc_major, cc_minor);
+  double t0 = now_ms();
+  if (!amk_nvrtc_compile(cg.source, arch, opt.use_cache, &cubin, &cubin_size, diag))
+    goto fail;
+  double compile_ms = now_ms() - t0;
+  CU(vm->drv.cuModuleLoadData(&vm->mod, cubin), "cuModuleLoadData");
+  CU(vm->drv.cuModuleGetFunction(&vm->kernel, vm->mod, "amk_megakernel"), "get amk_megakernel");
+  CU(vm->drv.cuModuleGetFunction(&vm->bw_kernel, vm->mod, "amk_read_bw"), "get amk_read_bw");
+  vm->threads = cg.threads_per_block;
+  vm->smem = cg.smem_bytes;
+  if ((int64_t)vm->smem > smem_optin) {
+    amk_error(diag, no_loc(), "the program needs %zu bytes of shared memory; '%s' allows %d",
+              vm->smem, name, smem_optin);
+    goto fail;
+  }
+  if (vm->smem > 48 * 1024)
+    CU(vm->drv.cuFuncSetAttribute(vm->kernel, AMK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)vm->smem),
+       "cuFuncSetAttribute(max dynamic shared memory)");
+  int per_sm = 0, regs = 0, local = 0;
+  CU(vm->drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vm->kernel, vm->threads,
+                                                         vm->smem),
+     "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  vm->drv.cuFuncGetAttribute(&regs, AMK_CU_FUNC_ATTR_NUM_REGS, vm->kernel);
+  vm->drv.cuFuncGetAttribute(&local, AMK_CU_FUNC_ATTR_LOCAL_SIZE, vm->kernel);
+  if (per_sm < 1) {
+    amk_error(diag, no_loc(), "the megakernel (%d threads, %zu bytes of shared memory, %d "
+                              "registers) cannot be resident on '%s'",
+              vm->threads, vm->smem, regs, name);
+    goto fail;
+  }
+  int max_blocks = per_sm * n_sms;
+
+  /* Queues: one per block. A task's queue is its sm (folded onto the grid
+   * when the program names more SMs than can be resident), or round robin
+   * in topological order when unassigned. */
+  order = amk_xmalloc((n ? n : 1) * sizeof *order);
+  if (!topo_order(m, order, diag))
+    goto fail;
+  int max_sm = -1;
+  bool all_assigned = n > 0;
+  for (uint32_t t = 0; t < n; t++) {
+    if (m->tasks[t].has_sm && m->tasks[t].sm >= 0) {
+      if (m->tasks[t].sm > max_sm)
+        max_sm = m->tasks[t].sm;
+    } else {
+      all_assigned = false;
+    }
+  }
+  int want = all_assigned ? max_sm + 1 : (n < (uint32_t)n_sms ? (int)n : n_sms);
+  vm->grid = want < 1 ? 1 : (want > max_blocks ? max_blocks : want);
+  queue_of = amk_xmalloc((n ? n : 1) * sizeof *queue_of);
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t t = order[k];
+    queue_of[t] = all_assigned ? m->tasks[t].sm % vm->grid : (int32_t)(k % (uint32_t)vm->grid);
+  }
+
+  /* Device memory: pages, then every buffer not bound to a page, then the
+   * ROPE frequency tables. */
+  vm->buf_addr = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_addr);
+  vm->buf_bytes = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_bytes);
+  offset = amk_xcalloc(nb ? nb : 1, sizeof *offset);
+  paged = amk_xcalloc(nb ? nb : 1, sizeof *paged);
+  size_t total = 0;
+  size_t *page_off = NULL;
+  uint32_t n_pages = m->pages ? m->pages->n_pages : 0;
+  if (n_pages) {
+    page_off = amk_xcalloc(n_pages, sizeof *page_off);
+    for (uint32_t p = 0; p < n_pages; p++) {
+      page_off[p] = total;
+      total += align_up((size_t)(m->pages->pages[p].nbytes > 0 ? m->pages->pages[p].nbytes : 1));
+    }
+    for (uint32_t k = 0; k < m->pages->n_bindings; k++) {
+      const AmkPageBinding *bind = &m->pages->bindings[k];
+      const AmkBuffer *b = amk_module_buffer(m, bind->buffer);
+      for (uint32_t p = 0; b && p < n_pages; p++)
+        if (m->pages->pages[p].id == bind->page) {
+          offset[b - m->buffers] = page_off[p];
+          paged[b - m->buffers] = true;
+        }
+    }
+  }
+  free(page_off);
+  for (uint32_t b = 0; b < nb; b++) {
+    int64_t nbytes = 0;
+    amk_buffer_nbytes(&m->buffers[b], &nbytes);
+    vm->buf_bytes[b] = (size_t)(nbytes > 0 ? nbytes : 0);
+    if (!paged[b]) {
+      offset[b] = total;
+      total += align_up(vm->buf_bytes[b] ? vm->buf_bytes[b] : 1);
+    }
+    if (m->buffers[b].kind == AMK_KIND_WEIGHT)
+      vm->weight_bytes += nbytes;
+  }
+  params = amk_xcalloc(n ? n : 1, sizeof *params);
+  freq_off = amk_xcalloc(n ? n : 1, sizeof *freq_off);
+  size_t freq_floats = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    char perr[256];
+    if (amk_inst_params_from_task(&m->tasks[t], &params[t], perr, sizeof perr) != 0) {
+      amk_error(diag, m->tasks[t].loc, "task %d: %s", m->tasks[t].id, perr);
+      goto fail;
+    }
+    if (m->tasks[t].op == AMK_OP_ROPE && m->tasks[t].n_inputs < 3) {
+      freq_off[t] = freq_floats;
+      int half = params[t].head_dim.i / 2;
+      freq_floats += (size_t)(half > 0 ? half : 1);
+    }
+  }
+  size_t freq_base = total;
+  total += align_up(freq_floats * 4 + 4);
+  vm->arena_bytes = total;
+  CU(vm->drv.cuMemAlloc(&vm->arena, total), "cuMemAlloc (buffers)");
+  CU(vm->drv.cuMemsetD8(vm->arena, 0, total), "cuMemsetD8");
+  for (uint32_t b = 0; b < nb; b++)
+    vm->buf_addr[b] = vm->arena + offset[b];
+  /* Weights: the reference VM's host bytes. */
+  for (uint32_t b = 0; b < nb; b++) {
+    AmkBufferKind kind = m->buffers[b].kind;
+    if (kind != AMK_KIND_WEIGHT && kind != AMK_KIND_CONST)
+      continue;
+    size_t hb = 0;
+    const void *data = amk_vm_buffer_host(host, b, &hb);
+    if (!data || hb < vm->buf_bytes[b]) {
+      amk_error(diag, no_loc(), "the reference VM holds no data for buffer '%s'",
+                m->buffers[b].name);
+      goto fail;
+    }
+    if (vm->buf_bytes[b])
+      CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]), "upload weights");
+  }
+  freq_host = amk_xcalloc(freq_floats + 1, sizeof *freq_host);
+  for (uint32_t t = 0; t < n; t++) {
+    if (m->tasks[t].op != AMK_OP_ROPE || m->tasks[t].n_inputs >= 3)
+      continue;
+    int half = params[t].head_dim.i / 2;
+    AmkRopeSpec spec;
+    const char *rwhy = NULL;
+    if (amk_rope_spec_from_task(&m->tasks[t], &spec, &rwhy) && spec.kind == AMK_ROPE_LLAMA3 &&
+        half > 0) {
+      double *f = amk_xmalloc((size_t)half * sizeof *f);
+      amk_rope_inv_freq(&spec, f, half);
+      for (int i = 0; i < half; i++)
+        freq_host[freq_off[t] + (size_t)i] = (float)f[i];
+      free(f);
+    } else {
+      float theta = params[t].theta.f;
+      for (int i = 0; i < half; i++)
+        freq_host[freq_off[t] + (size_t)i] = 1.0f / powf(theta, (float)i / (float)half);
+    }
+  }
+  CU(vm->drv.cuMemcpyHtoD(vm->arena + freq_base, freq_host, freq_floats * 4 + 4),
+     "upload rope frequencies");
+
+  /* Tables. */
+  vm->n_counters = (int)m->n_counters;
+  size_t sz_buf = align_up((size_t)(nb ? nb : 1) * sizeof(amk_buffer_t));
+  size_t sz_inst = align_up((size_t)(n ? n : 1) * sizeof(amk_instruction_t));
+  size_t sz_aux = align_up((size_t)(n ? n : 1) * sizeof(amk_inst_aux_t));
+  size_t sz_qo = align_up((size_t)(vm->grid + 1) * sizeof(int32_t));
+  size_t sz_q = align_up((size_t)(n ? n : 1) * sizeof(int32_t));
+  size_t sz_cnt = align_up((size_t)(m->n_counters ? m->n_counters : 1) * sizeof(uint32_t));
+  size_t sz_st = align_up(8 * sizeof(uint32_t));
+  size_t tables_bytes = sz_buf + sz_inst + sz_aux + sz_qo + sz_q + sz_cnt + sz_st;
+  host_tables = amk_xcalloc(1, tables_bytes);
+  char *ht = host_tables;
+  amk_buffer_t *hbuf = (amk_buffer_t *)ht;
+  amk_instruction_t *hinst = (amk_instruction_t *)(ht + sz_buf);
+  amk_inst_aux_t *haux = (amk_inst_aux_t *)(ht + sz_buf + sz_inst);
+  int32_t *hqo = (int32_t *)(ht + sz_buf + sz_inst + sz_aux);
+  int32_t *hq = (int32_t *)(ht + sz_buf + sz_inst + sz_aux + sz_qo);
+  for (uint32_t b = 0; b < nb; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    amk_buffer_t *d = &hbuf[b];
+    d->ptr = vm->buf_addr[b];
+    amk_buffer_numel(buf, &d->numel);
+    d->rank = (int32_t)buf->rank;
+    d->dtype = (int32_t)buf->dtype;
+    d->space = (int32_t)buf->space;
+    int64_t stride = 1;
+    for (int r = (int)buf->rank - 1; r >= 0 && r < AMK_MAX_RANK; r--) {
+      amk_value_as_int(&buf->shape[r], &d->shape[r]);
+      d->stride[r] = stride;
+      stride *= d->shape[r];
+    }
+  }
+  for (uint32_t t = 0; t < n; t++) {
+    const AmkTask *task = &m->tasks[t];
+    amk_instruction_t *d = &hinst[t];
+    if (task->n_inputs > AMK_MAX_INPUTS || task->n_outputs > AMK_MAX_OUTPUTS ||
+        task->n_waits > AMK_MAX_WAITS) {
+      amk_error(diag, task->loc, "task %d exceeds the ABI caps", task->id);
+      goto fail;
+    }
+    d->op = (int32_t)task->op;
+    d->n_inputs = (int32_t)task->n_inputs;
+    d->n_outputs = (int32_t)task->n_outputs;
+    d->n_waits = (int32_t)task->n_waits;
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      const AmkBuffer *b = amk_module_buffer(m, task->inputs[i]);
+      d->inputs[i] = b ? (int32_t)(b - m->buffers) : 0;
+    }
+    for (uint32_t i = 0; i < task->n_outputs; i++) {
+      const AmkBuffer *b = amk_module_buffer(m, task->outputs[i]);
+      d->outputs[i] = b ? (int32_t)(b - m->buffers) : 0;
+    }
+    for (uint32_t w = 0; w < task->n_waits; w++) {
+      const AmkCounter *c = amk_module_counter(m, task->waits[w].counter);
+      int64_t th = 0;
+      amk_value_as_int(&task->waits[w].threshold, &th);
+      d->wait_counter[w] = c ? (int32_t)(c - m->counters) : 0;
+      d->wait_threshold[w] = (int32_t)th;
+    }
+    const AmkCounter *oc = amk_module_counter(m, task->out_counter);
+    d->out_counter = oc ? (int32_t)(oc - m->counters) : 0;
+    d->sm = queue_of[t];
+#define X(name, type) memcpy(&d->params.name, &params[t].name, 4);
+    AMK_PARAMS(X)
+#undef X
+    amk_inst_aux_t *a = &haux[t];
+    a->variant = cg.variant_of[t];
+    int64_t pat = pattern_of(&params[t]);
+    if (task->op == AMK_OP_KV_APPEND || (task->op == AMK_OP_GEMV_TILE && pat == AMK_PATTERN_ROPE_KV))
+      a->follow = AMK_FOLLOW_KV_ROW;
+    else if (is_attention(task, &params[t]))
+      a->follow = (params[t].flags.i & 2) ? AMK_FOLLOW_PARTITION : AMK_FOLLOW_WINDOW;
+    if (task->op == AMK_OP_ROPE && task->n_inputs < 3)
+      a->inv_freq = vm->arena + freq_base + freq_off[t] * 4;
+    if ((task->op == AMK_OP_GEMV_TILE && pat <= AMK_PATTERN_SILU_RESIDUAL) ||
+        task->op == AMK_OP_GEMM_TILE) {
+      const AmkBuffer *w = task->n_inputs > 1 ? amk_module_buffer(m, task->inputs[1]) : NULL;
+      if (w) {
+        size_t wi = (size_t)(w - m->buffers);
+        size_t row_bytes = (size_t)amk_dtype_nbytes(w->dtype, params[t].K.i);
+        size_t off = (size_t)params[t].n_off.i * row_bytes;
+        size_t len = (size_t)params[t].N_tile.i * row_bytes;
+        if (off < vm->buf_bytes[wi]) {
+          if (off + len > vm->buf_bytes[wi])
+            len = vm->buf_bytes[wi] - off;
+          a->prefetch_ptr = vm->buf_addr[wi] + off;
+          a->prefetch_bytes = (int64_t)len;
+        }
+      }
+    }
+  }
+  /* Split-KV partitions, as the reference VM derives them. */
+  for (uint32_t t = 0; t < n; t++) {
+    if (haux[t].follow != AMK_FOLLOW_PARTITION || m->tasks[t].n_outputs < 1)
+      continue;
+    int32_t out = hinst[t].outputs[0];
+    for (uint32_t c = 0; c < n; c++)
+      if (m->tasks[c].op == AMK_OP_ATTENTION_COMBINE)
+        for (uint32_t i = 0; i < m->tasks[c].n_inputs; i++)
+          if (hinst[c].inputs[i] == out) {
+            haux[t].part_index = (int32_t)i;
+            haux[t].part_count = (int32_t)m->tasks[c].n_inputs;
+          }
+    if (haux[t].part_count == 0 && m->tasks[t].n_inputs >= 2) {
+      int32_t cache = hinst[t].inputs[1];
+      int64_t mine = params[t].kv_start.i;
+      int64_t next = hbuf[cache].rank ? hbuf[cache].shape[0] : 0;
+      for (uint32_t u = 0; u < n; u++)
+        if (haux[u].follow == AMK_FOLLOW_PARTITION && m->tasks[u].n_inputs >= 2 &&
+            hinst[u].inputs[1] == cache && params[u].kv_start.i > mine &&
+            params[u].kv_start.i < next)
+          next = params[u].kv_start.i;
+      haux[t].span = (int32_t)(next - mine);
+    }
+  }
+  /* Queues in topological order. */
+  for (uint32_t k = 0; k < n; k++)
+    hqo[queue_of[order[k]] + 1]++;
+  for (int b = 0; b < vm->grid; b++)
+    hqo[b + 1] += hqo[b];
+  int32_t *fill = amk_xcalloc((size_t)vm->grid, sizeof *fill);
+  for (uint32_t k = 0; k < n; k++) {
+    int32_t qi = queue_of[order[k]];
+    hq[hqo[qi] + fill[qi]++] = (int32_t)order[k];
+  }
+  free(fill);
+  CU(vm->drv.cuMemAlloc(&vm->tables, tables_bytes), "cuMemAlloc (tables)");
+  CU(vm->drv.cuMemcpyHtoD(vm->tables, host_tables, tables_bytes), "upload tables");
+  vm->counters = vm->tables + sz_buf + sz_inst + sz_aux + sz_qo + sz_q;
+  vm->status = vm->counters + sz_cnt;
+  CU(vm->drv.cuMemHostAlloc((void **)&vm->host_flags, 64, AMK_CU_MEMHOSTALLOC_DEVICEMAP),
+     "cuMemHostAlloc");
+  memset(vm->host_flags, 0, 64);
+  CU(vm->drv.cuMemHostGetDevicePointer(&vm->host_flags_dev, vm->host_flags, 0),
+     "cuMemHostGetDevicePointer");
+  vm->prog = (amk_program_t){.buffers = vm->tables,
+                             .counters = vm->counters,
+                             .instructions = vm->tables + sz_buf,
+                             .aux = vm->tables + sz_buf + sz_inst,
+                             .queue_offsets = vm->tables + sz_buf + sz_inst + sz_aux,
+                             .queue = vm->tables + sz_buf + sz_inst + sz_aux + sz_qo,
+                             .abort_flag = vm->host_flags_dev,
+                             .status = vm->status,
+                             .n_buffers = (int32_t)nb,
+                             .n_counters = (int32_t)m->n_counters,
+                             .n_instructions = (int32_t)n,
+                             .n_queues = vm->grid,
+                             .spin_limit_ns = (int64_t)(opt.timeout_ms * 1e6)};
+
+  /* IO, as the reference VM finds it. */
+  vm->token_buffer = vm->pos_buffer = vm->logits_buffer = -1;
+  for (uint32_t b = 0; b < nb; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "token_id") == 0)
+      vm->token_buffer = (int)b;
+    else if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "pos") == 0)
+      vm->pos_buffer = (int)b;
+    else if (buf->kind == AMK_KIND_IO_OUTPUT && vm->logits_buffer < 0)
+      vm->logits_buffer = (int)b;
+  }
+  if (vm->token_buffer < 0 || vm->logits_buffer < 0) {
+    amk_error(diag, no_loc(), "the program has no IO_INPUT 'token_id' or no IO_OUTPUT");
+    goto fail;
+  }
+  vm->vocab = hbuf[vm->logits_buffer].numel;
+  vm->max_seq = amk_vm_max_seq(host);
+  CU(vm->drv.cuMemHostAlloc(&vm->logits_raw, vm->buf_bytes[vm->logits_buffer] + 16, 0),
+     "cuMemHostAlloc (logits)");
+  vm->logits = amk_xcalloc((size_t)(vm->vocab > 0 ? vm->vocab : 1), sizeof *vm->logits);
+  CU(vm->drv.cuStreamCreate(&vm->stream, AMK_CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  CU(vm->drv.cuEventCreate(&vm->ev0, AMK_CU_EVENT_DEFAULT), "cuEventCreate");
+  CU(vm->drv.cuEventCreate(&vm->ev1, AMK_CU_EVENT_DEFAULT), "cuEventCreate");
+  snprintf(vm->describe, sizeof vm->describe,
+           "%s %s, %d SMs; %d blocks x %d threads, %zu B shared, %d regs, %d B local; "
+           "%d variants; compile %.0f ms%s",
+           name, arch, n_sms, vm->grid, vm->threads, vm->smem, regs, local, cg.n_variants,
+           compile_ms, compile_ms < 50 ? " (cached)" : "");
+  if (opt.verbose)
+    fprintf(stderr, "amk: cuda: %s\n", vm->describe);
+  free(order);
+  free(queue_of);
+  free(host_tables);
+  free(params);
+  free(freq_host);
+  free(offset);
+  free(paged);
+  free(freq_off);
+  free(cubin);
+  amk_cuda_codegen_free(&cg);
+  return vm;
+fail:
+  free(offset);
+  free(paged);
+  free(freq_off);
+  free(order);
+  free(queue_of);
+  free(host_tables);
+  free(params);
+  free(freq_host);
+  free(cubin);
+  amk_cuda_codegen_free(&cg);
+  amk_cuda_vm_free(vm);
+  return NULL;
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static const char *status_name(uint32_t code) {
+  switch (code) {
+  case AMK_STATUS_ABORTED:
+    return "aborted by the host watchdog";
+  case AMK_STATUS_INDEX:
+    return "a data-dependent index (token, position, KV window) is out of range";
+  case AMK_STATUS_SHAPE:
+    return "a tile or head range outside the shapes it was compiled for";
+  case AMK_STATUS_SPIN:
+    return "a counter wait exceeded the time limit";
+  default:
+    return "unknown device error";
+  }
+}
+
+AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
+                                   AmkDiagEngine *diag) {
+  if (vm->dead) {
+    amk_error(diag, no_loc(), "the GPU context is unusable after an earlier timeout");
+    return AMK_CUDA_STEP_ERROR;
+  }
+  if (token < 0 || token >= vm->vocab) {
+    amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")", token,
+              vm->vocab);
+    return AMK_CUDA_STEP_ERROR;
+  }
+  if (pos < 0 || pos >= vm->max_seq || pos > INT32_MAX - 1) {
+    amk_error(diag, no_loc(), "position %" PRId64 " is beyond the KV cache (%" PRId64 " rows)",
+              pos, vm->max_seq);
+    return AMK_CUDA_STEP_ERROR;
+  }
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  vm->host_flags[0] = 0;
+  vm->host_flags[1] = (uint32_t)token;
+  vm->host_flags[2] = (uint32_t)pos;
+  if (!cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->token_buffer], &vm->host_flags[1], 4,
+                                           vm->stream),
+             "write token", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (vm->pos_buffer >= 0 &&
+      !cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], &vm->host_flags[2], 4,
+                                           vm->stream),
+             "write pos", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (!cu_ok(vm, vm->drv.cuMemsetD32Async(vm->counters, 0, (size_t)(vm->n_counters ? vm->n_counters : 1),
+                                          vm->stream),
+             "zero counters", diag) ||
+      !cu_ok(vm, vm->drv.cuMemsetD32Async(vm->status, 0, 8, vm->stream), "zero status", diag))
+    return AMK_CUDA_STEP_ERROR;
+  int pos32 = (int)pos;
+  void *args[] = {&vm->prog, &pos32};
+  vm->drv.cuEventRecord(vm->ev0, vm->stream);
+  CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
+                                                 (unsigned)vm->threads, 1, 1, (unsigned)vm->smem,
+                                                 vm->stream, args);
+  if (!cu_ok(vm, r, "cuLaunchCooperativeKernel", diag))
+    return AMK_CUDA_STEP_ERROR;
+  vm->drv.cuEventRecord(vm->ev1, vm->stream);
+  vm->drv.cuMemcpyDtoHAsync(vm->logits_raw, vm->buf_addr[vm->logits_buffer],
+                            vm->buf_bytes[vm->logits_buffer], vm->stream);
+  uint32_t status[8] = {0};
+  /* The watchdog: poll; past the limit raise the abort flag, which every
+   * waiting block polls, and give the kernel a moment to stop. */
+  double start = now_ms();
+  bool timed_out = false;
+  for (;;) {
+    r = vm->drv.cuStreamQuery(vm->stream);
+    if (r != AMK_CUDA_ERROR_NOT_READY)
+      break;
+    double elapsed = now_ms() - start;
+    if (!timed_out && elapsed > vm->timeout_ms) {
+      timed_out = true;
+      __atomic_store_n(&vm->host_flags[0], 1u, __ATOMIC_SEQ_CST);
+    }
+    if (timed_out && elapsed > vm->timeout_ms + 5000) {
+      vm->dead = true;
+      amk_error(diag, no_loc(),
+                "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and did not stop "
+                "after the abort flag was raised; the GPU context is abandoned",
+                pos, vm->timeout_ms);
+      return AMK_CUDA_STEP_TIMEOUT;
+    }
+    struct timespec ts = {0, elapsed < 2 ? 2000 : 50000};
+    nanosleep(&ts, NULL);
+  }
+  if (r == AMK_CUDA_ERROR_LAUNCH_TIMEOUT) {
+    char buf[200];
+    amk_error(diag, no_loc(), "TIMEOUT: the driver stopped the launch at position %" PRId64 ": %s",
+              pos, amk_cuda_error_text(&vm->drv, r, buf, sizeof buf));
+    vm->dead = true;
+    return AMK_CUDA_STEP_TIMEOUT;
+  }
+  if (!cu_ok(vm, r, "the megakernel launch", diag)) {
+    vm->dead = true; /* a sticky launch error */
+    return AMK_CUDA_STEP_ERROR;
+  }
+  if (!cu_ok(vm, vm->drv.cuMemcpyDtoH(status, vm->status, sizeof status), "read status", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (timed_out || status[0] == AMK_STATUS_ABORTED || status[0] == AMK_STATUS_SPIN) {
+    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
+    amk_error(diag, no_loc(),
+              "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and was aborted%s%s%s "
+              "(waiting on counter %u for %u)",
+              pos, vm->timeout_ms, t ? "; a block was waiting in task '" : "",
+              t && t->label ? t->label : "", t ? "'" : "", status[2], status[3]);
+    return AMK_CUDA_STEP_TIMEOUT;
+  }
+  if (status[0] != 0) {
+    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
+    amk_error(diag, no_loc(), "the GPU reported an error at position %" PRId64
+                              " in task %d ('%s'): %s (%d, %d)",
+              pos, t ? t->id : -1, t && t->label ? t->label : "?", status_name(status[0]),
+              (int)status[2], (int)status[3]);
+    return AMK_CUDA_STEP_ERROR;
+  }
+  float ms = 0;
+  vm->drv.cuEventElapsedTime(&ms, vm->ev0, vm->ev1);
+  if (kernel_ms)
+    *kernel_ms = ms;
+  AmkDType dt = vm->m->buffers[vm->logits_buffer].dtype;
+  for (int64_t i = 0; i < vm->vocab; i++) {
+    if (dt == AMK_DTYPE_F32) {
+      vm->logits[i] = ((const float *)vm->logits_raw)[i];
+    } else {
+      uint16_t h = ((const uint16_t *)vm->logits_raw)[i];
+      if (dt == AMK_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        memcpy(&vm->logits[i], &u, 4);
+      } else {
+        /* f16 -> f32 */
+        uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+        float f;
+        if (exp == 0)
+          f = ldexpf((float)man, -24);
+        else if (exp == 31)
+          f = man ? NAN : INFINITY;
+        else
+          f = ldexpf((float)(man | 0x400), (int)exp - 25);
+        vm->logits[i] = sign ? -f : f;
+      }
+    }
+  }
+  return AMK_CUDA_STEP_OK;
+}
+
+const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n) {
+  *n = (size_t)vm->vocab;
+  return vm->logits;
+}
+
+bool amk_cuda_vm_reset(AmkCudaVm *vm, AmkDiagEngine *diag) {
+  if (vm->dead)
+    return false;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  for (uint32_t b = 0; b < vm->m->n_buffers; b++)
+    if (vm->m->buffers[b].kind == AMK_KIND_KV_CACHE && vm->buf_bytes[b] &&
+        !cu_ok(vm, vm->drv.cuMemsetD8(vm->buf_addr[b], 0, vm->buf_bytes[b]), "clear KV", diag))
+      return false;
+  return true;
+}
+
+const char *amk_cuda_vm_describe(const AmkCudaVm *vm) { return vm->describe; }
+int64_t amk_cuda_vm_weight_bytes(const AmkCudaVm *vm) { return vm->weight_bytes; }
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps, AmkDiagEngine *diag) {
+  if (vm->dead)
+    return -1;
+  if (bytes == 0)
+    bytes = (size_t)1 << 30;
+  bytes &= ~(size_t)15;
+  if (reps < 3)
+    reps = 3;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  CUdeviceptr src = 0, sink = 0;
+  float *times = amk_xcalloc((size_t)reps, sizeof *times);
+  double gbs = -1;
+  int per_sm = 0, n_sms = 0;
+  if (!cu_ok(vm, vm->drv.cuMemAlloc(&src, bytes), "cuMemAlloc (bandwidth)", diag) ||
+      !cu_ok(vm, vm->drv.cuMemAlloc(&sink, 16), "cuMemAlloc", diag) ||
+      !cu_ok(vm, vm->drv.cuMemsetD32(src, 0x3f8ccccdu, bytes / 4), "cuMemsetD32", diag))
+    goto done;
+  vm->drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vm->bw_kernel, vm->threads, 0);
+  vm->drv.cuDeviceGetAttribute(&n_sms, AMK_CU_ATTR_MULTIPROCESSOR_COUNT, vm->dev);
+  unsigned grid = (unsigned)((per_sm > 0 ? per_sm : 1) * (n_sms > 0 ? n_sms : 1));
+  unsigned long long n16 = bytes / 16;
+  void *args[] = {&src, &n16, &sink};
+  for (int i = -2; i < reps; i++) {
+    vm->drv.cuEventRecord(vm->ev0, vm->stream);
+    if (!cu_ok(vm, vm->drv.cuLaunchKernel(vm->bw_kernel, grid, 1, 1, (unsigned)vm->threads, 1, 1,
+                                          0, vm->stream, args, NULL),
+               "launch amk_read_bw", diag))
+      goto done;
+    vm->drv.cuEventRecord(vm->ev1, vm->stream);
+    if (!cu_ok(vm, vm->drv.cuEventSynchronize(vm->ev1), "bandwidth kernel", diag))
+      goto done;
+    float ms = 0;
+    vm->drv.cuEventElapsedTime(&ms, vm->ev0, vm->ev1);
+    if (i >= 0)
+      times[i] = ms;
+  }
+  qsort(times, (size_t)reps, sizeof *times, cmp_float);
+  if (times[reps / 2] > 0)
+    gbs = (double)bytes / ((double)times[reps / 2] * 1e-3) / 1e9;
+done:
+  if (src)
+    vm->drv.cuMemFree(src);
+  if (sink)
+    vm->drv.cuMemFree(sink);
+  free(times);
+  return gbs;
+}

@@ -1,0 +1,1065 @@
+// The device library of the AMK megakernel (CUDA C++, compiled by NVRTC at
+// run time; the backend embeds this file and pastes it into each program's
+// generated source after tables.h and abi.h). The generated part defines
+// AMK_NT (threads per block) before it and, after it, one wrapper per
+// variant plus amk_dispatch.
+//
+// Numerics follow the CPU reference (docs/Instructions.md): fp32 compute
+// and accumulation, outputs rounded to the buffer's dtype, fused patterns
+// rounding their intermediates to the dtype of the unfused buffer. Only the
+// order of the sums differs (parallel reductions).
+
+#ifndef AMK_NT
+#define AMK_NT 256
+#endif
+#define AMK_NWARPS (AMK_NT / 32)
+
+typedef const amk_program_t &AmkP;
+typedef const amk_instruction_t &AmkI;
+typedef const amk_inst_aux_t &AmkA;
+
+// ---- conversions --------------------------------------------------------------
+
+__device__ __forceinline__ float amk_bf2f(unsigned short h) {
+  return __uint_as_float(((unsigned int)h) << 16);
+}
+__device__ __forceinline__ unsigned short amk_f2bf(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+__device__ __forceinline__ float amk_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short amk_f2h(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+// Integer stores truncate toward zero, saturating, NaN as 0.
+__device__ __forceinline__ long long amk_f2int(float v, long long lo, long long hi) {
+  if (v != v)
+    return 0;
+  if (v <= (float)lo)
+    return lo;
+  if (v >= (float)hi)
+    return hi;
+  return (long long)v;
+}
+
+// Element i of a buffer of dtype DT, widened to fp32 (L2, never a stale L1
+// line: activations are written by other blocks during the launch).
+template <int DT> __device__ __forceinline__ float amk_ld(const void *p, long long i) {
+  if constexpr (DT == AMK_ABI_DTYPE_F32)
+    return __ldcg((const float *)p + i);
+  else if constexpr (DT == AMK_ABI_DTYPE_F16)
+    return amk_h2f(__ldcg((const unsigned short *)p + i));
+  else if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    return amk_bf2f(__ldcg((const unsigned short *)p + i));
+  else if constexpr (DT == AMK_ABI_DTYPE_I32)
+    return (float)__ldcg((const int *)p + i);
+  else if constexpr (DT == AMK_ABI_DTYPE_I8)
+    return (float)((const signed char *)p)[i];
+  else
+    return (float)((const unsigned char *)p)[i];
+}
+template <int DT> __device__ __forceinline__ long long amk_ldi(const void *p, long long i) {
+  if constexpr (DT == AMK_ABI_DTYPE_I32)
+    return (long long)__ldcg((const int *)p + i);
+  else if constexpr (DT == AMK_ABI_DTYPE_I8)
+    return (long long)((const signed char *)p)[i];
+  else if constexpr (DT == AMK_ABI_DTYPE_U8 || DT == AMK_ABI_DTYPE_BOOL)
+    return (long long)((const unsigned char *)p)[i];
+  else
+    return (long long)amk_ld<DT>(p, i);
+}
+template <int DT> __device__ __forceinline__ void amk_st(void *p, long long i, float v) {
+  if constexpr (DT == AMK_ABI_DTYPE_F32)
+    __stcg((float *)p + i, v);
+  else if constexpr (DT == AMK_ABI_DTYPE_F16)
+    __stcg((unsigned short *)p + i, amk_f2h(v));
+  else if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    __stcg((unsigned short *)p + i, amk_f2bf(v));
+  else if constexpr (DT == AMK_ABI_DTYPE_I32)
+    __stcg((int *)p + i, (int)amk_f2int(v, -2147483647LL - 1, 2147483647LL));
+  else if constexpr (DT == AMK_ABI_DTYPE_I8)
+    ((signed char *)p)[i] = (signed char)amk_f2int(v, -128, 127);
+  else
+    ((unsigned char *)p)[i] = (unsigned char)amk_f2int(v, 0, 255);
+}
+// v rounded as a store to DT and a load back would round it.
+template <int DT> __device__ __forceinline__ float amk_round(float v) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    return amk_bf2f(amk_f2bf(v));
+  else if constexpr (DT == AMK_ABI_DTYPE_F16)
+    return amk_h2f(amk_f2h(v));
+  else if constexpr (DT == AMK_ABI_DTYPE_F32)
+    return v;
+  else
+    return (float)amk_f2int(v, -2147483647LL - 1, 2147483647LL);
+}
+
+// ---- program access, errors, counters -------------------------------------------
+
+__device__ __forceinline__ const amk_buffer_t &amk_buf(AmkP P, int b) {
+  return ((const amk_buffer_t *)P.buffers)[b];
+}
+__device__ __forceinline__ void *amk_in(AmkP P, AmkI I, int k) {
+  return (void *)amk_buf(P, I.inputs[k]).ptr;
+}
+__device__ __forceinline__ void *amk_out(AmkP P, AmkI I, int k) {
+  return (void *)amk_buf(P, I.outputs[k]).ptr;
+}
+
+// Records the first error and raises the device abort flag; every block
+// polls it while waiting, so a failed launch ends instead of hanging.
+__device__ __noinline__ void amk_fail(AmkP P, int code, int inst, int a, int b) {
+  unsigned int *st = (unsigned int *)P.status;
+  if (atomicCAS(st, 0u, (unsigned int)code) == 0u) {
+    st[1] = (unsigned int)inst;
+    st[2] = (unsigned int)a;
+    st[3] = (unsigned int)b;
+  }
+  __threadfence();
+  atomicExch(st + 4, 1u);
+}
+
+__device__ __forceinline__ unsigned int amk_ld_acquire(const unsigned int *p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void amk_red_release(unsigned int *p) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
+}
+__device__ __forceinline__ unsigned long long amk_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 spins (acquire loads, exponential nanosleep backoff, abort-flag
+// polls) until every wait holds, then a barrier. False: abort.
+__device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
+  __shared__ int s_ok;
+  if (threadIdx.x == 0) {
+    int ok = 1;
+    const unsigned int *C = (const unsigned int *)P.counters;
+    volatile unsigned int *st = (volatile unsigned int *)P.status;
+    volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
+    for (int w = 0; w < I.n_waits && ok; w++) {
+      const unsigned int *c = C + I.wait_counter[w];
+      unsigned int want = (unsigned int)I.wait_threshold[w];
+      if (amk_ld_acquire(c) >= want)
+        continue;
+      unsigned long long t0 = amk_globaltimer();
+      unsigned int ns = 20, iter = 0;
+      while (amk_ld_acquire(c) < want) {
+        if (st[4] != 0u) {
+          ok = 0;
+          break;
+        }
+        if ((++iter & 63u) == 0u) {
+          if (*host_abort != 0u) {
+            amk_fail(P, AMK_STATUS_ABORTED, idx, I.wait_counter[w], (int)want);
+            ok = 0;
+            break;
+          }
+          if (P.spin_limit_ns > 0 &&
+              (long long)(amk_globaltimer() - t0) > P.spin_limit_ns) {
+            amk_fail(P, AMK_STATUS_SPIN, idx, I.wait_counter[w], (int)want);
+            ok = 0;
+            break;
+          }
+        }
+        __nanosleep(ns);
+        if (ns < 256)
+          ns <<= 1;
+      }
+    }
+    if (ok && st[4] != 0u)
+      ok = 0;
+    s_ok = ok;
+  }
+  __syncthreads();
+  int ok = s_ok;
+  __syncthreads();
+  return ok != 0;
+}
+
+// All threads' writes, then thread 0: release fence + one increment.
+__device__ __forceinline__ void amk_signal(AmkP P, AmkI I) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    amk_red_release((unsigned int *)P.counters + I.out_counter);
+  }
+}
+
+// Streams up to 128 KiB of an instruction's weights into L2 (no wait).
+__device__ __forceinline__ void amk_prefetch(AmkA A) {
+  const char *p = (const char *)A.prefetch_ptr;
+  long long n = A.prefetch_bytes;
+  if (n > 131072)
+    n = 131072;
+  for (long long o = (long long)threadIdx.x * 128; o < n; o += (long long)AMK_NT * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+}
+
+// ---- block reductions ----------------------------------------------------------
+
+__device__ __forceinline__ float amk_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float amk_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block; every thread gets it. red: AMK_NWARPS floats.
+__device__ __forceinline__ float amk_block_sum(float v, float *red) {
+  v = amk_warp_sum(v);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < AMK_NWARPS; w++)
+    s += red[w];
+  return s;
+}
+__device__ __forceinline__ float amk_block_max(float v, float *red) {
+  v = amk_warp_max(v);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  float s = red[0];
+#pragma unroll
+  for (int w = 1; w < AMK_NWARPS; w++)
+    s = fmaxf(s, red[w]);
+  return s;
+}
+
+// The step's params (positions follow the decode step, docs/Runtime.md).
+struct AmkWindow {
+  int kv_start, kv_len, pos;
+};
+__device__ __forceinline__ AmkWindow amk_window(AmkI I, AmkA A, int pos) {
+  AmkWindow w;
+  w.kv_start = I.params.kv_start.i;
+  w.kv_len = I.params.kv_len.i;
+  w.pos = I.params.pos.i;
+  if (A.follow == AMK_FOLLOW_KV_ROW) {
+    w.pos = pos;
+  } else if (A.follow == AMK_FOLLOW_WINDOW) {
+    w.kv_start = 0;
+    w.kv_len = pos + 1;
+    w.pos = pos;
+  } else if (A.follow == AMK_FOLLOW_PARTITION) {
+    // Partition p of P covers [p*c, min(W, (p+1)*c)), W = pos+1, c = ceil(W/P);
+    // a partial no combine reads keeps kv_start and its compiled span.
+    long long window = (long long)pos + 1, start, end;
+    if (A.part_count > 0) {
+      long long chunk = (window + A.part_count - 1) / A.part_count;
+      start = (long long)A.part_index * chunk;
+      if (start > window)
+        start = window;
+      end = start + chunk < window ? start + chunk : window;
+    } else {
+      start = w.kv_start;
+      end = start + A.span < window ? start + A.span : window;
+    }
+    w.kv_start = (int)start;
+    w.kv_len = (int)(end > start ? end - start : 0);
+    w.pos = pos;
+  }
+  return w;
+}
+
+// ---- GEMV tiles (plain and the fused patterns 1-4) -----------------------------
+
+// 16-byte weight loads that do not allocate in L1 (streamed once).
+__device__ __forceinline__ uint4 amk_ldw16(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+template <int WDT> __device__ __forceinline__ float amk_dot16(uint4 q, const float *x) {
+  if constexpr (WDT == AMK_ABI_DTYPE_F32) {
+    return __uint_as_float(q.x) * x[0] + __uint_as_float(q.y) * x[1] +
+           __uint_as_float(q.z) * x[2] + __uint_as_float(q.w) * x[3];
+  } else {
+    unsigned int w[4] = {q.x, q.y, q.z, q.w};
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float lo, hi;
+      if constexpr (WDT == AMK_ABI_DTYPE_BF16) {
+        lo = __uint_as_float(w[k] << 16);
+        hi = __uint_as_float(w[k] & 0xffff0000u);
+      } else {
+        lo = amk_h2f((unsigned short)(w[k] & 0xffffu));
+        hi = amk_h2f((unsigned short)(w[k] >> 16));
+      }
+      s += lo * x[2 * k] + hi * x[2 * k + 1];
+    }
+    return s;
+  }
+}
+
+// One warp's dot of weight row `row` (K elements) with xs (fp32 in smem).
+template <int WDT, int K>
+__device__ __forceinline__ float amk_row_dot(const void *W, long long row, const float *xs) {
+  int lane = threadIdx.x & 31;
+  float acc = 0.0f;
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  constexpr int VEC = 16 / ESZ;
+  if constexpr (K % VEC == 0 && (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 ||
+                                 WDT == AMK_ABI_DTYPE_F16)) {
+    constexpr int NV = K / VEC;
+    constexpr int PER = (NV + 31) / 32;
+    constexpr int U = PER >= 8 ? 8 : (PER >= 4 ? 4 : (PER >= 2 ? 2 : 1));
+    const char *base = (const char *)W + row * (long long)K * ESZ;
+    int v = lane;
+    for (; v + 32 * (U - 1) < NV; v += 32 * U) {
+      uint4 q[U];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        acc += amk_dot16<WDT>(q[u], xs + (v + 32 * u) * VEC);
+    }
+    for (; v < NV; v += 32)
+      acc += amk_dot16<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * VEC);
+  } else {
+    for (int k = lane; k < K; k += 32)
+      acc += amk_ld<WDT>(W, row * (long long)K + k) * xs[k];
+  }
+  return amk_warp_sum(acc);
+}
+
+// PAT: AMK_PATTERN_PLAIN, NORM, RESIDUAL, SILU, SILU_RESIDUAL.
+// Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
+// M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
+// GEMM: rows [m_off, m_off + M_tile) only.
+template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
+          int BIAS, int GEMM>
+__device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(P, I, 0);
+  const void *W = amk_in(P, I, 1);
+  const void *aux = I.n_inputs > 2 ? amk_in(P, I, 2) : nullptr;
+  void *out = amk_out(P, I, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  int m_begin = 0, m_count = M;
+  if constexpr (GEMM) {
+    m_begin = I.params.m_off.i;
+    m_count = I.params.M_tile.i;
+  }
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT || m_begin < 0 || m_count < 0 ||
+      m_begin + m_count > M) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  float *xs = smem;                // M * K (SILU: K)
+  float *red = smem + M * K;       // AMK_NWARPS
+  // Stage the input vector(s) in fp32, applying the fused prologue.
+  if constexpr (PAT == AMK_ABI_PATTERN_NORM) {
+    float eps = I.params.eps.f;
+    for (int m = 0; m < M; m++) {
+      float ss = 0.0f;
+      for (int k = threadIdx.x; k < K; k += AMK_NT) {
+        float v = amk_ld<XDT>(x, (long long)m * K + k);
+        xs[m * K + k] = v;
+        ss += v * v;
+      }
+      ss = amk_block_sum(ss, red);
+      float inv = 1.0f / sqrtf(ss / (float)K + eps);
+      for (int k = threadIdx.x; k < K; k += AMK_NT)
+        xs[m * K + k] = amk_round<ODT>(xs[m * K + k] * inv * amk_ld<ADT>(aux, k));
+    }
+  } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
+    for (int k = threadIdx.x; k < K; k += AMK_NT) {
+      float g = amk_ld<XDT>(x, k), u = amk_ld<XDT>(x, (long long)K + k);
+      xs[k] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
+    }
+  } else {
+    for (int k = threadIdx.x; k < M * K; k += AMK_NT)
+      xs[k] = amk_ld<XDT>(x, k);
+  }
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = STACK * n_tile;
+  for (int m = m_begin; m < m_begin + m_count; m++) {
+    for (int r = warp; r < rows; r += AMK_NWARPS) {
+      int s = r / n_tile, j = r - s * n_tile;
+      long long wrow = (long long)s * NOUT + n_off + j;
+      float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
+      if (lane == 0) {
+        long long o = (STACK > 1) ? wrow : (long long)m * NOUT + n_off + j;
+        if constexpr (BIAS)
+          acc += amk_ld<ADT>(aux, wrow);
+        if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+          acc = amk_round<ODT>(acc) + amk_ld<ADT>(aux, o);
+        amk_st<ODT>(out, o, acc);
+      }
+    }
+  }
+}
+
+// ---- attention ---------------------------------------------------------------
+
+// The 16 bytes of a row as 16/ESZ floats.
+template <int DT> __device__ __forceinline__ void amk_unpack16(uint4 q, float *f) {
+  unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    if constexpr (DT == AMK_ABI_DTYPE_F32) {
+      f[k] = __uint_as_float(w[k]);
+    } else if constexpr (DT == AMK_ABI_DTYPE_BF16) {
+      f[2 * k] = __uint_as_float(w[k] << 16);
+      f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      f[2 * k] = amk_h2f((unsigned short)(w[k] & 0xffffu));
+      f[2 * k + 1] = amk_h2f((unsigned short)(w[k] >> 16));
+    }
+  }
+}
+
+template <int DT> struct AmkVec {
+  static constexpr int ESZ = (DT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  static constexpr int VE = 16 / ESZ;
+  static constexpr bool OK =
+      DT == AMK_ABI_DTYPE_F32 || DT == AMK_ABI_DTYPE_BF16 || DT == AMK_ABI_DTYPE_F16;
+};
+
+// s[q] = dot(qs[q * HD ..], cache[off .. off + HD]) for GQ query heads.
+template <int KDT, int HD, int GQ>
+__device__ __forceinline__ void amk_kdot_n(const void *cache, long long off, const float *qs,
+                                           float *s) {
+#pragma unroll
+  for (int q = 0; q < GQ; q++)
+    s[q] = 0.0f;
+  constexpr int VE = AmkVec<KDT>::VE;
+  if constexpr (AmkVec<KDT>::OK && HD % VE == 0) {
+    const uint4 *p = (const uint4 *)((const char *)cache + off * AmkVec<KDT>::ESZ);
+    uint4 raw[HD / VE];
+#pragma unroll
+    for (int v = 0; v < HD / VE; v++)
+      raw[v] = __ldcg(p + v);
+#pragma unroll
+    for (int v = 0; v < HD / VE; v++) {
+      float k[VE];
+      amk_unpack16<KDT>(raw[v], k);
+#pragma unroll
+      for (int q = 0; q < GQ; q++)
+#pragma unroll
+        for (int e = 0; e < VE; e++)
+          s[q] += k[e] * qs[q * HD + v * VE + e];
+    }
+  } else {
+    for (int d = 0; d < HD; d++) {
+      float k = amk_ld<KDT>(cache, off + d);
+#pragma unroll
+      for (int q = 0; q < GQ; q++)
+        s[q] += k * qs[q * HD + d];
+    }
+  }
+}
+
+// Block-wide max / sum of GQ values at once; red: AMK_NWARPS * GQ floats.
+template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(float *v, float *red) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int q = 0; q < GQ; q++)
+    v[q] = MAX ? amk_warp_max(v[q]) : amk_warp_sum(v[q]);
+  __syncthreads();
+  if (lane == 0) {
+#pragma unroll
+    for (int q = 0; q < GQ; q++)
+      red[warp * GQ + q] = v[q];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < GQ; q++) {
+    float r = red[q];
+    for (int w = 1; w < AMK_NWARPS; w++)
+      r = MAX ? fmaxf(r, red[w * GQ + q]) : r + red[w * GQ + q];
+    v[q] = r;
+  }
+}
+
+#define AMK_ATTN_CHUNK 1024
+#define AMK_ATTN_GQ_MAX 4
+
+// MODE 0: ATTENTION_TILE (q, k cache, v cache; every head).
+// MODE 1: pattern attention (q, k cache, v cache; heads [n_off, n_off+N_tile)).
+// MODE 2: pattern attention_rope (qkv, inv_freq, combined cache; heads as 1).
+// PARTIAL: write [n_heads, HD + 2] rows acc | m | l.
+// The query heads of one KV head (up to AMK_ATTN_GQ_MAX at a time) share one
+// pass over the keys and values: scores one key per thread (16-byte loads),
+// chunked online softmax, then the V pass with each thread owning 16 bytes
+// of a value row for a strided subset of the keys.
+template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
+          int PARTIAL>
+__device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *qsrc = amk_in(P, I, 0);
+  const void *kc = MODE == 2 ? amk_in(P, I, 2) : amk_in(P, I, 1);
+  const void *vc = MODE == 2 ? kc : amk_in(P, I, 2);
+  const void *freq = MODE == 2 ? amk_in(P, I, 1) : nullptr;
+  void *out = amk_out(P, I, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  int h_first = 0, h_count = NH;
+  if constexpr (MODE != 0) {
+    h_first = I.params.n_off.i;
+    h_count = I.params.N_tile.i;
+  }
+  if (h_first < 0 || h_count < 0 || h_first + h_count > NH) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, h_first, h_count);
+    return;
+  }
+  if (win.kv_start < 0 || win.kv_len < 0 || win.kv_start > ROWS - win.kv_len) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
+    return;
+  }
+  constexpr int KVW = NKV * HD;                       // one plane of a cache row
+  constexpr long long RSTRIDE = MODE == 2 ? 2 * KVW : KVW;
+  constexpr long long VOFF = MODE == 2 ? KVW : 0;
+  constexpr int GROUP = NH / NKV;
+  constexpr int GQ = GROUP < AMK_ATTN_GQ_MAX ? GROUP : AMK_ATTN_GQ_MAX;
+  constexpr int ESZ = AmkVec<KDT>::ESZ;
+  constexpr bool VECV = AmkVec<KDT>::OK && HD % AmkVec<KDT>::VE == 0;
+  constexpr int VE = VECV ? AmkVec<KDT>::VE : 1;
+  constexpr int CH = HD / VE;                          // 16-byte chunks per row
+  constexpr int G = AMK_NT / CH > 0 ? AMK_NT / CH : 1; // key groups of the V pass
+  float scale = I.params.scale.f;
+  float *qs = smem;                        // GQ * HD
+  float *sc = qs + GQ * HD;                // GQ * AMK_ATTN_CHUNK
+  float *red = sc + GQ * AMK_ATTN_CHUNK;   // AMK_NWARPS * GQ
+  float *accr = red + AMK_NWARPS * GQ;     // G * HD (<= AMK_NT * 8)
+  int tid = threadIdx.x;
+  int c = tid % CH, g = tid / CH;
+  bool vthread = CH <= AMK_NT && g < G;
+  int h_end = h_first + h_count;
+  for (int h0 = h_first; h0 < h_end;) {
+    int kvh = h0 / GROUP;
+    int lim = (kvh + 1) * GROUP < h_end ? (kvh + 1) * GROUP : h_end;
+    int nb = lim - h0 < GQ ? lim - h0 : GQ; // heads in this pass, all of KV head kvh
+    __syncthreads();
+    if constexpr (MODE == 2) {
+      constexpr int HALF = HD / 2;
+      for (int i = tid; i < GQ * HALF; i += AMK_NT) {
+        int q = i / HALF, k = i - q * HALF;
+        float r1 = 0.0f, r2 = 0.0f;
+        if (q < nb) {
+          long long b = (long long)(h0 + q) * HD;
+          float x1 = amk_ld<QDT>(qsrc, b + k), x2 = amk_ld<QDT>(qsrc, b + HALF + k);
+          float ang = (float)pos * amk_ld<FDT>(freq, k);
+          float cs = cosf(ang), sn = sinf(ang);
+          r1 = amk_round<QDT>(x1 * cs - x2 * sn);
+          r2 = amk_round<QDT>(x2 * cs + x1 * sn);
+        }
+        qs[q * HD + k] = r1;
+        qs[q * HD + HALF + k] = r2;
+      }
+    } else {
+      for (int i = tid; i < GQ * HD; i += AMK_NT) {
+        int q = i / HD;
+        qs[i] = q < nb ? amk_ld<QDT>(qsrc, (long long)h0 * HD + i) : 0.0f;
+      }
+    }
+    __syncthreads();
+    float run_m[GQ], run_l[GQ], acc[GQ][VE];
+#pragma unroll
+    for (int q = 0; q < GQ; q++) {
+      run_m[q] = -INFINITY;
+      run_l[q] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < VE; e++)
+        acc[q][e] = 0.0f;
+    }
+    for (int c0 = 0; c0 < win.kv_len; c0 += AMK_ATTN_CHUNK) {
+      int n = win.kv_len - c0 < AMK_ATTN_CHUNK ? win.kv_len - c0 : AMK_ATTN_CHUNK;
+      float cm[GQ];
+#pragma unroll
+      for (int q = 0; q < GQ; q++)
+        cm[q] = -INFINITY;
+      for (int jj = tid; jj < n; jj += AMK_NT) {
+        long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + (long long)kvh * HD;
+        float sv[GQ];
+        amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
+#pragma unroll
+        for (int q = 0; q < GQ; q++) {
+          float s = sv[q] * scale;
+          sc[q * AMK_ATTN_CHUNK + jj] = s;
+          cm[q] = fmaxf(cm[q], s);
+        }
+      }
+      amk_block_reduce_n<GQ, true>(cm, red);
+      float ls[GQ];
+#pragma unroll
+      for (int q = 0; q < GQ; q++) {
+        cm[q] = fmaxf(run_m[q], cm[q]); // the new running max
+        ls[q] = 0.0f;
+      }
+      for (int jj = tid; jj < n; jj += AMK_NT) {
+#pragma unroll
+        for (int q = 0; q < GQ; q++) {
+          float e = expf(sc[q * AMK_ATTN_CHUNK + jj] - cm[q]);
+          sc[q * AMK_ATTN_CHUNK + jj] = e;
+          ls[q] += e;
+        }
+      }
+      amk_block_reduce_n<GQ, false>(ls, red); // its barriers also publish sc
+#pragma unroll
+      for (int q = 0; q < GQ; q++) {
+        float corr = run_m[q] == -INFINITY ? 0.0f : expf(run_m[q] - cm[q]);
+        run_l[q] = run_l[q] * corr + ls[q];
+        run_m[q] = cm[q];
+#pragma unroll
+        for (int e = 0; e < VE; e++)
+          acc[q][e] *= corr;
+      }
+      if (vthread) {
+        if constexpr (VECV) {
+          const char *vbase = (const char *)vc +
+                              ((long long)(win.kv_start + c0) * RSTRIDE + VOFF +
+                               (long long)kvh * HD + (long long)c * VE) * ESZ;
+          int jj = g;
+          for (; jj + 3 * G < n; jj += 4 * G) {
+            uint4 raw[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+              raw[u] = __ldcg((const uint4 *)(vbase + (long long)(jj + u * G) * RSTRIDE * ESZ));
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+              float vv[VE];
+              amk_unpack16<KDT>(raw[u], vv);
+#pragma unroll
+              for (int q = 0; q < GQ; q++) {
+                float pj = sc[q * AMK_ATTN_CHUNK + jj + u * G];
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                  acc[q][e] += pj * vv[e];
+              }
+            }
+          }
+          for (; jj < n; jj += G) {
+            float vv[VE];
+            amk_unpack16<KDT>(__ldcg((const uint4 *)(vbase + (long long)jj * RSTRIDE * ESZ)), vv);
+#pragma unroll
+            for (int q = 0; q < GQ; q++) {
+              float pj = sc[q * AMK_ATTN_CHUNK + jj];
+#pragma unroll
+              for (int e = 0; e < VE; e++)
+                acc[q][e] += pj * vv[e];
+            }
+          }
+        } else {
+          long long row0 = (long long)(win.kv_start + c0) * RSTRIDE + VOFF + (long long)kvh * HD + c;
+          for (int jj = g; jj < n; jj += G) {
+            float v = amk_ld<KDT>(vc, row0 + (long long)jj * RSTRIDE);
+#pragma unroll
+            for (int q = 0; q < GQ; q++)
+              acc[q][0] += sc[q * AMK_ATTN_CHUNK + jj] * v;
+          }
+        }
+      }
+      __syncthreads();
+    }
+#pragma unroll
+    for (int q = 0; q < GQ; q++) {
+      if (q < nb) { // uniform across the block
+        if (vthread) {
+#pragma unroll
+          for (int e = 0; e < VE; e++)
+            accr[g * HD + c * VE + e] = acc[q][e];
+        }
+        __syncthreads();
+        if (tid < HD) {
+          float a = 0.0f;
+          for (int k = 0; k < G; k++)
+            a += accr[k * HD + tid];
+          int h = h0 + q;
+          if constexpr (PARTIAL) {
+            long long o = (long long)h * (HD + 2);
+            amk_st<ODT>(out, o + tid, a);
+            if (tid == 0) {
+              amk_st<ODT>(out, o + HD, run_m[q]);
+              amk_st<ODT>(out, o + HD + 1, run_l[q]);
+            }
+          } else {
+            amk_st<ODT>(out, (long long)h * HD + tid, run_l[q] > 0.0f ? a / run_l[q] : 0.0f);
+          }
+        }
+        __syncthreads();
+      }
+    }
+    h0 += nb;
+  }
+}
+
+// ATTENTION_COMBINE: NP partials [NH, HD + 2] -> [NH * HD].
+template <int PDT, int ODT, int HD, int NH, int NP>
+__device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  for (int i = threadIdx.x; i < NH * HD; i += AMK_NT) {
+    int h = i / HD, d = i - h * HD;
+    long long base = (long long)h * (HD + 2);
+    float m = -INFINITY;
+    for (int p = 0; p < NP; p++)
+      m = fmaxf(m, amk_ld<PDT>(amk_in(P, I, p), base + HD));
+    float denom = 0.0f, acc = 0.0f;
+    for (int p = 0; p < NP; p++) {
+      const void *part = amk_in(P, I, p);
+      float mp = amk_ld<PDT>(part, base + HD), lp = amk_ld<PDT>(part, base + HD + 1);
+      float w = lp > 0.0f ? expf(mp - m) : 0.0f;
+      denom += lp * w;
+      acc += amk_ld<PDT>(part, base + d) * w;
+    }
+    if (denom < 1e-20f)
+      denom = 1e-20f;
+    amk_st<ODT>(amk_out(P, I, 0), i, acc / denom);
+  }
+}
+
+// rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position
+// (rounded to the qkv dtype) and v into row pos of [ROWS, 2, NKV * HD].
+template <int QDT, int FDT, int CDT, int HD, int NH, int NKV, int ROWS>
+__device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *qkv = amk_in(P, I, 0);
+  const void *freq = amk_in(P, I, 1);
+  void *cache = amk_out(P, I, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  int first = I.params.n_off.i, count = I.params.N_tile.i;
+  if (first < 0 || count < 0 || first + count > NKV) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, first, count);
+    return;
+  }
+  if (win.pos < 0 || win.pos >= ROWS) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.pos, ROWS);
+    return;
+  }
+  constexpr int KVW = NKV * HD, HALF = HD / 2;
+  long long row = (long long)win.pos * 2 * KVW;
+  for (int i = threadIdx.x; i < count * HD; i += AMK_NT) {
+    int h = first + i / HD, dd = i % HD;
+    long long kb = (long long)NH * HD + (long long)h * HD;
+    int fi = dd < HALF ? dd : dd - HALF;
+    float ang = (float)win.pos * amk_ld<FDT>(freq, fi);
+    float c = cosf(ang), s = sinf(ang);
+    float x1 = amk_ld<QDT>(qkv, kb + fi), x2 = amk_ld<QDT>(qkv, kb + HALF + fi);
+    float k = dd < HALF ? x1 * c - x2 * s : x2 * c + x1 * s;
+    amk_st<CDT>(cache, row + (long long)h * HD + dd, amk_round<QDT>(k));
+    amk_st<CDT>(cache, row + KVW + (long long)h * HD + dd,
+                amk_ld<QDT>(qkv, (long long)(NH + NKV) * HD + (long long)h * HD + dd));
+  }
+}
+
+// ---- single-block ops ------------------------------------------------------------
+
+template <int IDT, int TDT, int ODT, long long ROWLEN, long long V, long long NIDS>
+__device__ void amk_embed(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *ids = amk_in(P, I, 0), *table = amk_in(P, I, 1);
+  void *out = amk_out(P, I, 0);
+  __shared__ int s_bad;
+  if (threadIdx.x == 0) {
+    s_bad = 0;
+    for (long long t = 0; t < NIDS; t++) {
+      long long id = amk_ldi<IDT>(ids, t);
+      if (id < 0 || id >= V) {
+        s_bad = 1;
+        amk_fail(P, AMK_STATUS_INDEX, idx, (int)id, (int)V);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (s_bad)
+    return;
+  for (long long t = 0; t < NIDS; t++) {
+    long long id = amk_ldi<IDT>(ids, t);
+    for (long long j = threadIdx.x; j < ROWLEN; j += AMK_NT)
+      amk_st<ODT>(out, t * ROWLEN + j, amk_ld<TDT>(table, id * ROWLEN + j));
+  }
+}
+
+template <int XDT, int WDT, int ODT, int BDT, int HIDDEN, long long ROWS, int LAYER, int BIAS>
+__device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(P, I, 0), *w = amk_in(P, I, 1);
+  const void *b = BIAS ? amk_in(P, I, 2) : nullptr;
+  void *out = amk_out(P, I, 0);
+  float eps = I.params.eps.f;
+  float *red = smem;
+  for (long long r = 0; r < ROWS; r++) {
+    long long base = r * HIDDEN;
+    float mean = 0.0f;
+    if constexpr (LAYER) {
+      float s = 0.0f;
+      for (int j = threadIdx.x; j < HIDDEN; j += AMK_NT)
+        s += amk_ld<XDT>(x, base + j);
+      mean = amk_block_sum(s, red) / (float)HIDDEN;
+    }
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < HIDDEN; j += AMK_NT) {
+      float v = amk_ld<XDT>(x, base + j) - mean;
+      ss += v * v;
+    }
+    ss = amk_block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)HIDDEN + eps);
+    for (int j = threadIdx.x; j < HIDDEN; j += AMK_NT) {
+      float y = (amk_ld<XDT>(x, base + j) - mean) * inv * amk_ld<WDT>(w, j);
+      if constexpr (BIAS)
+        y += amk_ld<BDT>(b, j);
+      amk_st<ODT>(out, base + j, y);
+    }
+  }
+}
+
+// ROPE: NPOS rows of ROWLEN (whole heads of HD), row p at position ids[p].
+template <int XDT, int PDT, int ODT, int FDT, int HD, long long NPOS, long long ROWLEN,
+          int FREQ_INPUT>
+__device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(P, I, 0), *ids = amk_in(P, I, 1);
+  const void *freq = FREQ_INPUT ? amk_in(P, I, 2) : (const void *)A.inv_freq;
+  void *out = amk_out(P, I, 0);
+  constexpr int HALF = HD / 2;
+  constexpr long long PAIRS = NPOS * ROWLEN / 2;
+  for (long long i = threadIdx.x; i < PAIRS; i += AMK_NT) {
+    long long e = (i / HALF) * HD + (i % HALF); // first-half element
+    long long p = e / ROWLEN;
+    int k = (int)(i % HALF);
+    float ps = (float)amk_ldi<PDT>(ids, p);
+    float f = FREQ_INPUT ? amk_ld<FDT>(freq, k) : ((const float *)freq)[k];
+    float ang = ps * f;
+    float c = cosf(ang), s = sinf(ang);
+    float x1 = amk_ld<XDT>(x, e), x2 = amk_ld<XDT>(x, e + HALF);
+    amk_st<ODT>(out, e, x1 * c - x2 * s);
+    amk_st<ODT>(out, e + HALF, x2 * c + x1 * s);
+  }
+}
+
+// Elementwise: OPK 0 silu_mul, 1 add, 2 mul, 3 mul by scale, 4 gelu, 5 copy.
+// TILED: only columns [n_off, n_off + N_tile) of each row of WIDTH.
+template <int OPK, int ADT, int BDT, int ODT, long long NUMEL, long long WIDTH, int TILED>
+__device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *a = amk_in(P, I, 0);
+  const void *b = (OPK <= 2) ? amk_in(P, I, 1) : nullptr;
+  void *out = amk_out(P, I, 0);
+  long long c0 = 0, cn = WIDTH;
+  if constexpr (TILED) {
+    c0 = I.params.n_off.i;
+    cn = I.params.N_tile.i;
+    if (c0 < 0 || cn < 0 || c0 + cn > WIDTH) {
+      if (threadIdx.x == 0)
+        amk_fail(P, AMK_STATUS_SHAPE, idx, (int)c0, (int)cn);
+      return;
+    }
+  }
+  float scale = (OPK == 3) ? I.params.scale.f : 1.0f;
+  constexpr long long ROWS = NUMEL / WIDTH;
+  for (long long t = threadIdx.x; t < ROWS * cn; t += AMK_NT) {
+    long long i = (t / cn) * WIDTH + c0 + t % cn;
+    float v = amk_ld<ADT>(a, i), r;
+    if constexpr (OPK == 0) {
+      r = v / (1.0f + expf(-v)) * amk_ld<BDT>(b, i);
+    } else if constexpr (OPK == 1) {
+      r = v + amk_ld<BDT>(b, i);
+    } else if constexpr (OPK == 2) {
+      r = v * amk_ld<BDT>(b, i);
+    } else if constexpr (OPK == 3) {
+      r = v * scale;
+    } else if constexpr (OPK == 4) {
+      r = v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    } else {
+      r = v;
+    }
+    amk_st<ODT>(out, i, r);
+  }
+}
+
+// COPY of identical dtypes: bytes.
+template <long long NBYTES>
+__device__ void amk_copy_bytes(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const unsigned char *s = (const unsigned char *)amk_in(P, I, 0);
+  unsigned char *o = (unsigned char *)amk_out(P, I, 0);
+  for (long long i = threadIdx.x; i < NBYTES; i += AMK_NT)
+    o[i] = __ldcg(s + i);
+}
+
+// SOFTMAX along a dim of N with OUTER x INNER lines, one thread per line.
+template <int XDT, int ODT, long long OUTER, long long N, long long INNER>
+__device__ void amk_softmax(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(P, I, 0);
+  void *out = amk_out(P, I, 0);
+  for (long long line = threadIdx.x; line < OUTER * INNER; line += AMK_NT) {
+    long long base = (line / INNER) * N * INNER + line % INNER;
+    float m = -INFINITY;
+    for (long long j = 0; j < N; j++)
+      m = fmaxf(m, amk_ld<XDT>(x, base + j * INNER));
+    float s = 0.0f;
+    for (long long j = 0; j < N; j++)
+      s += expf(amk_ld<XDT>(x, base + j * INNER) - m);
+    for (long long j = 0; j < N; j++)
+      amk_st<ODT>(out, base + j * INNER, expf(amk_ld<XDT>(x, base + j * INNER) - m) / s);
+  }
+}
+
+template <int DT, int ODT, long long NUMEL, int NIN>
+__device__ void amk_allreduce(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  for (long long i = threadIdx.x; i < NUMEL; i += AMK_NT) {
+    float s = 0.0f;
+    for (int k = 0; k < NIN; k++)
+      s += amk_ld<DT>(amk_in(P, I, k), i);
+    amk_st<ODT>(amk_out(P, I, 0), i, s);
+  }
+}
+
+// KV_APPEND: NFRESH elements (whole rows of ROWLEN) into row pos of the cache.
+template <int FDT, int CDT, long long NFRESH, long long ROWLEN, long long ROWS>
+__device__ void amk_kv_append(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *fresh = amk_in(P, I, 0);
+  const void *cin = amk_in(P, I, 1);
+  void *cache = amk_out(P, I, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  constexpr long long NROWS = NFRESH / ROWLEN;
+  if (win.pos < 0 || win.pos > ROWS - NROWS) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.pos, (int)ROWS);
+    return;
+  }
+  if (cin != (const void *)cache) {
+    constexpr long long ESZ = (CDT == AMK_ABI_DTYPE_F32 || CDT == AMK_ABI_DTYPE_I32) ? 4
+                              : (CDT == AMK_ABI_DTYPE_F16 || CDT == AMK_ABI_DTYPE_BF16) ? 2
+                                                                                        : 1;
+    for (long long i = threadIdx.x; i < ROWS * ROWLEN * ESZ; i += AMK_NT)
+      ((unsigned char *)cache)[i] = __ldcg((const unsigned char *)cin + i);
+    __syncthreads();
+  }
+  for (long long i = threadIdx.x; i < NFRESH; i += AMK_NT)
+    amk_st<CDT>(cache, (long long)win.pos * ROWLEN + i, amk_ld<FDT>(fresh, i));
+}
+
+// SAMPLE_ARGMAX: per row of V, the index of the maximum (lowest on ties,
+// NaN counts as the maximum).
+template <int XDT, int ODT, long long ROWS, long long V>
+__device__ void amk_argmax(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(P, I, 0);
+  void *out = amk_out(P, I, 0);
+  float *bv = smem;
+  long long *bi = (long long *)(smem + 2 * AMK_NT);
+  for (long long r = 0; r < ROWS; r++) {
+    float best = 0.0f;
+    long long besti = -1;
+    for (long long j = threadIdx.x; j < V; j += AMK_NT) {
+      float v = amk_ld<XDT>(x, r * V + j);
+      bool better = besti < 0 || (v != v && best == best) || v > best;
+      if (better) {
+        best = v;
+        besti = j;
+      }
+    }
+    __syncthreads();
+    bv[threadIdx.x] = best;
+    bi[threadIdx.x] = besti;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float b = 0.0f;
+      long long k = -1;
+      for (int t = 0; t < AMK_NT; t++) {
+        long long ti = bi[t];
+        if (ti < 0)
+          continue;
+        float v = bv[t];
+        bool better = k < 0 || (v != v && b == b) || v > b ||
+                      (((v == b) || (v != v && b != b)) && ti < k);
+        if (better) {
+          b = v;
+          k = ti;
+        }
+      }
+      if constexpr (ODT == AMK_ABI_DTYPE_I32)
+        ((int *)out)[r] = (int)k;
+      else
+        amk_st<ODT>(out, r, (float)k);
+    }
+  }
+}
+
+__device__ void amk_nop(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {}
+
+// ---- the persistent megakernel ---------------------------------------------------
+
+__device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem);
+
+// One block per queue (the host sizes the grid to the queues, all
+// co-resident: a cooperative launch). Each block walks its queue: prefetch
+// the weights of this and the next instruction into L2, wait on the
+// counters, run, signal. No grid-wide barrier.
+extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
+    amk_megakernel(const amk_program_t P, int pos) {
+  extern __shared__ float4 amk_smem4[];
+  float *smem = (float *)amk_smem4;
+  const int *qo = (const int *)P.queue_offsets;
+  const int *q = (const int *)P.queue;
+  const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
+  const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
+  for (int b = blockIdx.x; b < P.n_queues; b += gridDim.x) {
+    int end = qo[b + 1];
+    for (int k = qo[b]; k < end; k++) {
+      int idx = q[k];
+      if (idx < 0 || idx >= P.n_instructions) {
+        if (threadIdx.x == 0)
+          amk_fail(P, AMK_STATUS_SHAPE, idx, b, k);
+        return;
+      }
+      const amk_instruction_t &I = insts[idx];
+      const amk_inst_aux_t &A = aux[idx];
+      amk_prefetch(A);
+      if (k + 1 < end)
+        amk_prefetch(aux[q[k + 1]]);
+      if (!amk_wait(P, I, idx))
+        return;
+      amk_dispatch(P, I, A, idx, pos, smem);
+      amk_signal(P, I);
+    }
+  }
+}
+
+// Read bandwidth probe: every byte of src read once with 16-byte loads.
+extern "C" __global__ void __launch_bounds__(AMK_NT)
+    amk_read_bw(const uint4 *src, unsigned long long n16, unsigned int *sink) {
+  unsigned int acc = 0;
+  unsigned long long stride = (unsigned long long)gridDim.x * AMK_NT;
+  unsigned long long i = (unsigned long long)blockIdx.x * AMK_NT + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 a = amk_ldw16(src + i), b = amk_ldw16(src + i + stride);
+    uint4 c = amk_ldw16(src + i + 2 * stride), d = amk_ldw16(src + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+           d.z ^ d.w;
+  }
+  for (; i < n16; i += stride) {
+    uint4 a = amk_ldw16(src + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9e3779b9u)
+    sink[0] = acc;
+}

@@ -1,0 +1,125 @@
+/* The CUDA backend: codegen, NVRTC, the Driver API loader and the device VM.
+ *
+ * Nothing here needs the CUDA headers or libraries at build time: libcuda
+ * (libcuda.so.1) and libnvrtc are opened with dlopen at run time, driver
+ * entry points come from cuGetProcAddress, and every function fails with a
+ * clear message (never a crash) when they are absent.
+ *
+ *   codegen   amk_cuda_codegen: CUDA C++ for one program (one device function
+ *             per distinct op/pattern and compile-time shape, the dispatch,
+ *             the counter protocol and the persistent megakernel).
+ *   nvrtc     amk_nvrtc_compile: source -> cubin for an sm_XX, with an
+ *             on-disk cache ($AMK_CACHE_DIR, default ~/.cache/amk).
+ *   device    AmkCudaVm: upload a program (weights taken from a loaded
+ *             reference VM, so both see identical bytes), launch one
+ *             cooperative kernel per decoded token, with a host watchdog.
+ */
+#ifndef AMK_BACKEND_H
+#define AMK_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amk/diag.h"
+#include "amk/ir.h"
+#include "amk/vm.h"
+
+/* ---- codegen ---------------------------------------------------------------- */
+
+typedef struct {
+  int threads_per_block; /* 0: the program's config, else 256 */
+} AmkCodegenOptions;
+
+typedef struct {
+  char *source;           /* malloc'd CUDA C++ */
+  int n_variants;         /* distinct device functions */
+  int threads_per_block;
+  size_t smem_bytes;      /* dynamic shared memory the kernel needs */
+  int32_t *variant_of;    /* malloc'd, per task (list position) */
+  char *error;            /* malloc'd message when codegen fails */
+} AmkCodegen;
+
+/* Generates the megakernel source for a program (it need not be validated;
+ * unsupported ops or shapes fail with a message naming the task). Returns
+ * false after reporting through diag. Free with amk_cuda_codegen_free. */
+bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt,
+                      AmkCodegen *out, AmkDiagEngine *diag);
+void amk_cuda_codegen_free(AmkCodegen *cg);
+
+/* The embedded text of include/amk/tables.h and include/amk/abi.h (the
+ * generated source pastes them). */
+const char *amk_cuda_embedded_tables_h(void);
+const char *amk_cuda_embedded_abi_h(void);
+
+/* ---- NVRTC ------------------------------------------------------------------ */
+
+/* True when libnvrtc can be opened; *why (may be NULL) gets the reason
+ * otherwise. */
+bool amk_nvrtc_available(char *why, size_t why_len);
+
+/* Compiles `source` to a cubin for `arch` ("sm_90"). With use_cache the
+ * cubin is looked up in / written to the cache directory, keyed by a hash
+ * of source, options and the NVRTC version. On an NVRTC error the log is
+ * printed with the offending generated source lines. *cubin is malloc'd. */
+bool amk_nvrtc_compile(const char *source, const char *arch, bool use_cache,
+                       void **cubin, size_t *cubin_size, AmkDiagEngine *diag);
+
+/* The cache directory in use ($AMK_CACHE_DIR, else $XDG_CACHE_HOME/amk,
+ * else $HOME/.cache/amk), written into buf. */
+void amk_nvrtc_cache_dir(char *buf, size_t len);
+
+/* ---- the device ----------------------------------------------------------- */
+
+/* True when libcuda loads, initialises and shows at least one GPU; *why
+ * gets the reason otherwise ("libcuda.so.1 not found", "no CUDA device"). */
+bool amk_cuda_available(char *why, size_t why_len);
+
+typedef struct AmkCudaVm AmkCudaVm;
+
+typedef struct {
+  double timeout_ms;  /* host watchdog per launch (0: 10000) */
+  int threads_per_block; /* 0: default */
+  bool use_cache;     /* NVRTC cubin cache (default true via amk_cuda_vm_options_default) */
+  bool verbose;       /* print device, grid and compile facts to stderr */
+} AmkCudaVmOptions;
+
+AmkCudaVmOptions amk_cuda_vm_options_default(void);
+
+/* Generates, compiles and loads the program on GPU 0 and uploads the
+ * weights from `host` (a reference VM created for the same module: its
+ * WEIGHT and CONST buffers are copied byte for byte). `m` and `host` must
+ * outlive the returned VM. NULL after reporting. */
+AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
+                              const AmkCudaVmOptions *opt, AmkDiagEngine *diag);
+void amk_cuda_vm_free(AmkCudaVm *vm);
+
+typedef enum {
+  AMK_CUDA_STEP_OK = 0,
+  AMK_CUDA_STEP_ERROR = 1,   /* a driver or device-reported error */
+  AMK_CUDA_STEP_TIMEOUT = 2, /* the watchdog aborted the launch */
+} AmkCudaStepStatus;
+
+/* One decode step on the GPU: token at position pos. kernel_ms (may be
+ * NULL) receives the kernel time measured with CUDA events. */
+AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos,
+                                   float *kernel_ms, AmkDiagEngine *diag);
+/* The logits of the last step as fp32. */
+const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n);
+/* Clears the KV caches. */
+bool amk_cuda_vm_reset(AmkCudaVm *vm, AmkDiagEngine *diag);
+/* A line describing the device and launch ("NVIDIA H200 sm_90, 132 blocks x
+ * 256 threads, ..."). */
+const char *amk_cuda_vm_describe(const AmkCudaVm *vm);
+/* Bytes of WEIGHT buffers (what one token must read). */
+int64_t amk_cuda_vm_weight_bytes(const AmkCudaVm *vm);
+/* Measures the card's read bandwidth in GB/s with a read-only kernel over
+ * `bytes` (0: 1 GiB), median of `reps` runs. Returns <= 0 on failure. */
+double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps,
+                                   AmkDiagEngine *diag);
+
+/* The reference VM's host memory of buffer `index` (list position), which
+ * the CUDA backend uploads (defined in runtime/vm.c). */
+const void *amk_vm_buffer_host(const AmkVm *vm, uint32_t index, size_t *nbytes);
+
+#endif

@@ -1,0 +1,37 @@
+#!/usr/bin/env python3
+"""Compile every fixture x pipeline variant x dtype to a cubin with amk-opt."""
+import os
+import subprocess
+import sys
+
+VARIANTS = [
+    ["-import"],
+    ["-import", "-tile"],
+    ["-import", "-tile", "-fuse"],
+    ["-import", "-tile", "-fuse", "-sm-assign", "--sm-assignment=round_robin", "-color"],
+    ["-import", "-tile", "-fuse", "-sm-assign", "--sm-assignment=load_balance", "-color"],
+    ["-import", "-tile", "--kv-partitions=2", "-fuse", "-sm-assign", "-color"],
+]
+
+
+def main():
+    out, root = sys.argv[1], sys.argv[2]
+    env = dict(os.environ, AMK_CACHE_DIR=os.path.join(out, "cache"))
+    n = failed = 0
+    for fixture in sorted(os.listdir(root)):
+        for v, passes in enumerate(VARIANTS):
+            for dtype in ("f32", "bf16"):
+                n += 1
+                cubin = os.path.join(out, f"{fixture}-{v}-{dtype}.cubin")
+                cmd = ["amk-opt", os.path.join(root, fixture)] + passes + [
+                    f"--dtype={dtype}", "--emit=cubin", "--arch=sm_90", "-o", cubin]
+                p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                if p.returncode != 0:
+                    failed += 1
+                    print(f"FAIL {fixture} {' '.join(passes)} {dtype}\n{p.stderr}")
+    print(f"compiled {n} programs, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

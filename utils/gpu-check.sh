@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The CUDA backend's whole GPU check in one call (issue 6, items 6 and 7).
+#
+#   utils/gpu-check.sh            run from the repository root on the GPU machine
+#
+# Needs the build folder carried (default build/, or $AMK_BUILD): binaries with
+# RPATH $ORIGIN/../lib and libcjson.so.1 beside them in build/lib. Fixtures
+# come from $AMK_FIXTURES, else ../shared/fixtures/hf, else shared/fixtures/hf
+# (the in-tree examples/llama-tiny is always checked too).
+#
+# Steps (each bounded by `timeout`, so a hang costs minutes, not the lease):
+#   0. environment: nvidia-smi, NVRTC, the driver, the build
+#   1. smoke: the in-tree example on the GPU under --check (f32, bf16, unfused);
+#      on failure the matrix is skipped and the logs are printed
+#   2. compute-sanitizer memcheck of one small run, when the tool is there
+#   3. every fixture x {untiled, tiled, fused, round-robin, load-balanced,
+#      split-KV} x {f32, bf16}: the golden greedy tokens on the GPU
+#      (utils/check_golden.py --device cuda; f32 also the golden logits) and
+#      amk-run --check against the reference VM
+#   4. Llama-3.2-1B shape, bf16, random weights: 256 tokens on the GPU under
+#      --check (the reference VM checks the first $AMK_1B_CHECK_STEPS steps;
+#      it needs seconds per token at this size), no hang
+#   5. --bench at positions 0 and 1024 (Llama-3.2-1B shape, bf16)
+# Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+BUILD=${AMK_BUILD:-build}
+BIN=$ROOT/$BUILD/bin
+LOG=${OUT:-/tmp/amk-gpu-check}
+mkdir -p "$LOG"
+export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
+export AMK_CUDA_TIMEOUT_MS=${AMK_CUDA_TIMEOUT_MS:-20000}
+STEP_TIMEOUT=${AMK_STEP_TIMEOUT:-180}
+CHECK_1B=${AMK_1B_CHECK_STEPS:-8}
+SUMMARY=$LOG/summary.txt
+: >"$SUMMARY"
+FAILS=0
+T0=$(date +%s)
+
+row() { # status, what, detail
+  printf '| %-7s | %-58s | %s\n' "$1" "$2" "$3" | tee -a "$SUMMARY" >/dev/null
+  [ "$1" = PASS ] || [ "$1" = SKIP ] || [ "$1" = INFO ] || FAILS=$((FAILS + 1))
+}
+# Runs a command with a time limit, its output in $LOG/$1.log; echoes the status.
+run_logged() {
+  local name=$1
+  shift
+  timeout --kill-after=10 "$STEP_TIMEOUT" "$@" >"$LOG/$name.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then echo HANG; elif [ $rc -eq 3 ]; then echo TIMEOUT
+  elif [ $rc -eq 0 ]; then echo PASS; else echo FAIL; fi
+}
+
+echo "== 0. environment"
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1
+  ls -la "$BIN" "$ROOT/$BUILD/lib" 2>&1
+  ldd "$BIN/amk-run" 2>&1
+} >"$LOG/env.log"
+cat "$LOG/env.log" | head -5
+if [ ! -x "$BIN/amk-run" ] || ! "$BIN/amk-run" --help >/dev/null 2>&1; then
+  echo "amk-run from $BIN does not start; see $LOG/env.log"
+  cat "$LOG/env.log"
+  exit 1
+fi
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+row INFO "GPU" "${GPU_NAME:-unknown}"
+
+FIXTURES=${AMK_FIXTURES:-}
+for d in ../shared/fixtures/hf shared/fixtures/hf; do
+  [ -z "$FIXTURES" ] && [ -d "$d" ] && FIXTURES=$(cd "$d" && pwd)
+done
+
+echo "== 1. smoke"
+EX=$ROOT/examples/llama-tiny
+s=$(run_logged smoke-f32 "$BIN/amk-run" "$EX" --device cuda --check -v --prompt-ids 1,17,42,99,3 -n 8)
+row "$s" "smoke: examples/llama-tiny fused f32 --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/smoke-f32.log" | head -1)"
+SMOKE=$s
+s=$(run_logged smoke-bf16 "$BIN/amk-run" "$EX" --dtype bf16 --device cuda --check -n 8)
+row "$s" "smoke: examples/llama-tiny fused bf16 --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/smoke-bf16.log" | head -1)"
+s=$(run_logged smoke-import "$BIN/amk-run" "$EX" --passes import --device cuda --check -n 8)
+row "$s" "smoke: examples/llama-tiny unfused f32 --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/smoke-import.log" | head -1)"
+if [ "$SMOKE" != PASS ]; then
+  echo "-- the smoke run failed; its log:"
+  cat "$LOG/smoke-f32.log"
+  echo "-- skipping the matrix and the 1B runs to save device time"
+  cat "$SUMMARY"
+  exit 1
+fi
+
+echo "== 2. compute-sanitizer"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  s=$(run_logged memcheck compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BIN/amk-run" "$EX" --device cuda -n 2)
+  row "$s" "compute-sanitizer memcheck (llama-tiny fused, 3 steps)" "$(grep -h 'ERROR SUMMARY' "$LOG/memcheck.log" | head -1)"
+else
+  row SKIP "compute-sanitizer memcheck" "not installed"
+fi
+
+echo "== 3. fixtures"
+VARIANTS=("untiled|-import|-sm-assign|-color"
+          "tiled|-import|-tile|-sm-assign|-color"
+          "fused|-import|-tile|-fuse|-sm-assign|-color"
+          "round-robin|-import|-tile|-fuse|-sm-assign|--sm-assignment=round_robin|-color"
+          "load-balanced|-import|-tile|-fuse|-sm-assign|--sm-assignment=load_balance|-color"
+          "split-kv|-import|-tile|--kv-partitions=2|-fuse|-sm-assign|-color")
+FIX_LIST=("$EX")
+if [ -n "$FIXTURES" ]; then
+  for f in "$FIXTURES"/*/; do [ -f "$f/golden.json" ] && FIX_LIST+=("${f%/}"); done
+else
+  row SKIP "fixtures" "no ../shared/fixtures/hf here (set AMK_FIXTURES); in-tree example only"
+fi
+for fx in "${FIX_LIST[@]}"; do
+  name=$(basename "$fx")
+  prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt'])))" "$fx/golden.json")
+  ngen=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['generated']))" "$fx/golden.json")
+  for v in "${VARIANTS[@]}"; do
+    IFS='|' read -r -a parts <<<"$v"
+    vname=${parts[0]}
+    passes=("${parts[@]:1}")
+    for dt in f32 bf16; do
+      tag="$name-$vname-$dt"
+      prog=$LOG/$tag.amkir
+      if ! timeout 120 "$BIN/amk-opt" "$fx" "${passes[@]}" --dtype=$dt -o "$prog" >"$LOG/$tag.compile.log" 2>&1; then
+        row FAIL "$tag: amk-opt" "$(tail -1 "$LOG/$tag.compile.log")"
+        continue
+      fi
+      if [ $dt = f32 ]; then
+        s=$(run_logged "$tag.golden" python3 utils/check_golden.py "$BIN/amk-run" "$prog" \
+          --golden "$fx/golden.json" --device cuda)
+      else
+        s=$(run_logged "$tag.golden" python3 utils/check_golden.py "$BIN/amk-run" "$prog" \
+          --golden "$fx/golden.json" --device cuda --first-tokens 4)
+      fi
+      row "$s" "$tag: golden tokens on the GPU" "$(grep -h '^PASS\|^FAIL' "$LOG/$tag.golden.log" | tr '\n' ' ' | cut -c1-150)"
+      s=$(run_logged "$tag.check" "$BIN/amk-run" "$prog" --device cuda --check \
+        --prompt-ids "$prompt" -n "$ngen")
+      row "$s" "$tag: --check vs the reference VM" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/$tag.check.log" | head -1 | cut -c1-150)"
+    done
+  done
+done
+
+echo "== 4. Llama-3.2-1B shape, bf16, random weights, 256 tokens"
+L1B=$ROOT/examples/configs/llama-3.2-1b
+s=$(STEP_TIMEOUT=400 run_logged l1b-check "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
+  --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1)
+row "$s" "1B bf16: 256 tokens, --check (first $CHECK_1B steps vs the VM)" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|kernel time\|error' "$LOG/l1b-check.log" | tr '\n' ' ' | cut -c1-170)"
+
+echo "== 5. bench"
+s=$(STEP_TIMEOUT=400 run_logged l1b-bench "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
+  --max-seq 2048 --bench --bench-pos 0,1024 --bench-steps 128 --bench-warmup 10 --json)
+row "$s" "1B bf16 --bench at positions 0 and 1024" "see below"
+BENCH_JSON=$(grep -h '^{' "$LOG/l1b-bench.log" | tail -1)
+
+T1=$(date +%s)
+echo
+echo "================ AMK CUDA backend: GPU check summary ($((T1 - T0)) s) ================"
+printf '| %-7s | %-58s | %s\n' status check detail
+printf '|---------|------------------------------------------------------------|--------\n'
+cat "$SUMMARY"
+if [ -n "$BENCH_JSON" ]; then
+  python3 - "$BENCH_JSON" <<'PY'
+import json, sys
+d = json.loads(sys.argv[1])
+print()
+print(f"bench: {d['gpu']}")
+print(f"weights {d['weight_bytes']/1e9:.3f} GB; measured read bandwidth {d['read_bw_gbs']:.0f} GB/s")
+print("|  pos | median ms | p10 ms | p90 ms |  GB/s | % of read bw | tokens/s | check | bar (30%) |")
+for r in d["results"]:
+    print(f"| {r['pos']:4d} | {r['median_ms']:9.4f} | {r['p10_ms']:6.4f} | {r['p90_ms']:6.4f} |"
+          f" {r['gbs']:5.0f} | {r['pct_read_bw']:11.1f}% | {r['tokens_per_s']:8.1f} | {r['check']} |"
+          f" {'MET' if r['pct_read_bw'] >= 30 else 'not met'} |")
+PY
+else
+  echo "bench: no result; tail of its log:"
+  tail -20 "$LOG/l1b-bench.log"
+fi
+echo "failures: $FAILS (logs in $LOG)"
+[ "$FAILS" -eq 0 ]
