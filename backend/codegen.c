@@ -206,7 +206,7 @@ static bool head_params(Gen *g, const AmkTask *t, const AmkInstParams *p, int64_
 /* mode 0: ATTENTION_TILE, 1: pattern attention, 2: pattern attention_rope. */
 static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int mode,
                           AmkStrBuf *inst) {
-  int64_t hd, nh, nkv;
+  int64_t hd = 0, nh = 0, nkv = 0;
   if (!head_params(g, t, p, &hd, &nh, &nkv))
     return false;
   if (!amk_inst_param_has(p, AMK_PARAM_scale) || !amk_inst_param_has(p, AMK_PARAM_kv_start) ||
@@ -265,7 +265,7 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
 }
 
 static bool gen_rope_kv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
-  int64_t hd, nh, nkv;
+  int64_t hd = 0, nh = 0, nkv = 0;
   if (!head_params(g, t, p, &hd, &nh, &nkv))
     return false;
   if (hd % 2 != 0)

@@ -125,7 +125,7 @@ typedef struct _nvrtcProgram *nvrtcProgram;
 
 typedef struct {
   void *handle;
-  char path[256];
+  char path[512];
 #define X(name, ret, args) ret(*name) args;
   AMK_NVRTC_FUNCS(X)
 #undef X

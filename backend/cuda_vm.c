@@ -345,9 +345,8 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
       offset[b] = total;
       total += align_up(vm->buf_bytes[b] ? vm->buf_bytes[b] : 1);
     }
-    if (m->buffers[b].kind == AMK_KIND_WEIGHT)
-      vm->weight_bytes += nbytes;
   }
+  vm->weight_bytes = amk_module_streamed_weight_bytes(m);
   params = amk_xcalloc(n ? n : 1, sizeof *params);
   freq_off = amk_xcalloc(n ? n : 1, sizeof *freq_off);
   size_t freq_floats = 0;

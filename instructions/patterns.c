@@ -303,7 +303,7 @@ static int rope_heads(const AmkInstCall *call, int64_t pattern,
 static int run_rope_kv(const AmkInstCall *call, int64_t pattern) {
   int rc;
   HeadTile t;
-  int64_t rows, pos;
+  int64_t rows = 0, pos = 0;
   const AmkTensorView *qkv = &call->in[0], *positions = &call->in[2];
   AmkTensorView *cache = &call->out[0];
   if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, pos")) ||
@@ -390,7 +390,7 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   int rc;
   HeadTile t;
   InstAttention a;
-  int64_t rows, pos;
+  int64_t rows = 0, pos = 0;
   const AmkTensorView *qkv = &call->in[0], *cache = &call->in[2];
   if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, kv_cache")) ||
       (rc = attention_tile(call, pattern, &t, &a)) ||

@@ -215,3 +215,37 @@ int64_t amk_module_weight_bytes(const AmkModule *m) {
   }
   return total;
 }
+
+int64_t amk_module_streamed_weight_bytes(const AmkModule *m) {
+  /* Readers of each weight: whether any is not an EMBED (which gathers one
+   * row), and how many EMBED reads there are. */
+  bool *full = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *full);
+  int64_t *rows_read = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *rows_read);
+  for (uint32_t t = 0; t < m->n_tasks; t++) {
+    const AmkTask *task = &m->tasks[t];
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      const AmkBuffer *b = amk_module_buffer(m, task->inputs[i]);
+      if (!b)
+        continue;
+      size_t k = (size_t)(b - m->buffers);
+      if (task->op == AMK_OP_EMBED && i == 1)
+        rows_read[k]++;
+      else
+        full[k] = true;
+    }
+  }
+  int64_t total = 0;
+  for (uint32_t k = 0; k < m->n_buffers; k++) {
+    const AmkBuffer *b = &m->buffers[k];
+    int64_t nbytes, rows;
+    if (b->kind != AMK_KIND_WEIGHT || !amk_buffer_nbytes(b, &nbytes))
+      continue;
+    if (full[k])
+      total += nbytes;
+    else if (rows_read[k] && b->rank >= 1 && amk_value_as_int(&b->shape[0], &rows) && rows > 0)
+      total += nbytes / rows * rows_read[k];
+  }
+  free(full);
+  free(rows_read);
+  return total;
+}

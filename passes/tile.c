@@ -24,7 +24,7 @@
 
 static const AmkLoc no_loc = {0, 0};
 
-enum { MIN_TILE_ROWS = 16, TILE_ROW_MULTIPLE = 16, MAX_KV_PARTITIONS = 8 };
+enum { MIN_TILE_ROWS = 16, TILE_ROW_MULTIPLE = 16, MAX_KV_PARTITIONS = 8, LONG_CACHE_ROWS = 1024 };
 enum { ATTENTION_PARTIAL_FLAG = 2 };
 
 typedef struct {
@@ -213,6 +213,21 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   if (k <= 0)
     k = n_heads * head_dim;
   int64_t parts = plan->kv_partitions;
+  if (parts == 0) {
+    /* Chosen for the target: with a long cache, attention at a late
+     * position is the step's longest task, so split the window over enough
+     * partitions that the KV heads x partitions cover about half the SMs
+     * (the other half keep streaming weights); short caches stay whole. */
+    const AmkBuffer *cache = src->n_inputs > 1 ? amk_module_buffer(m, src->inputs[1]) : NULL;
+    int64_t rows = 0;
+    if (cache && cache->rank >= 1)
+      amk_value_as_int(&cache->shape[0], &rows);
+    parts = 1;
+    if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
+      parts = plan->num_sms / (2 * n_kv);
+      parts = parts < 1 ? 1 : parts > MAX_KV_PARTITIONS ? MAX_KV_PARTITIONS : parts;
+    }
+  }
   if (parts <= 1) {
     for (int64_t g = 0; g < n_kv; g++) {
       AmkTask *t = clone_task(m, e, src, pos);
@@ -309,12 +324,14 @@ static bool ids_are_positions(const AmkModule *m) {
 }
 
 bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
-  TilePlan plan = {.n_tile = 0, .num_sms = 0, .kv_partitions = 1};
+  TilePlan plan = {.n_tile = 0, .num_sms = 0, .kv_partitions = 0};
   if (!read_setting(m, ctx, "gemv-n-tile", "gemv", "N_tile", 1, INT32_MAX,
                     &plan.n_tile) ||
       !read_setting(m, ctx, "kv-partitions", "attention", "kv_partitions", 1,
                     MAX_KV_PARTITIONS, &plan.kv_partitions))
     return false;
+  if (m->target && m->target->num_sms > 0 && m->target->num_sms <= 1000000)
+    plan.num_sms = m->target->num_sms;
   if (!plan.n_tile) {
     if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
       amk_error(ctx->diag, no_loc,
@@ -372,7 +389,11 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       amk_stat_int(ctx->stats, "tile", "GEMV N_tile", plan.n_tile);
     else
       amk_stat_str(ctx->stats, "tile", "GEMV N_tile", "auto (about one tile per SM)");
-    amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
+    if (plan.kv_partitions)
+      amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
+    else
+      amk_stat_str(ctx->stats, "tile", "KV partitions",
+                   "auto (split when the KV cache has 1024 rows or more)");
     amk_stat_int(ctx->stats, "tile", "tasks before", tasks_before);
     amk_stat_int(ctx->stats, "tile", "tasks after", m->n_tasks);
     amk_stat_int(ctx->stats, "tile", "GEMV tasks split", counts.gemv_split);

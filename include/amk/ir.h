@@ -361,4 +361,10 @@ bool amk_buffer_nbytes(const AmkBuffer *b, int64_t *out);
 /* Sum of the bytes of all WEIGHT buffers. */
 int64_t amk_module_weight_bytes(const AmkModule *m);
 
+/* The weight bytes one decode step reads: every WEIGHT buffer in full,
+ * except tables read only by EMBED, which gathers one row per read. This is
+ * the numerator of achieved bandwidth (a tied embedding table is then
+ * counted once, by the lm_head that streams it). */
+int64_t amk_module_streamed_weight_bytes(const AmkModule *m);
+
 #endif

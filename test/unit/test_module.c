@@ -68,5 +68,37 @@ int main(void) {
   char *s = amk_arena_strndup(&m->arena, "abcdef", 3);
   CHECK_STR(&c, s, "abc");
   amk_module_free(m);
+
+  /* Streamed weight bytes: an embedding table read only by EMBED counts one
+   * row per read; the same table read by a GEMV (a tied lm_head) counts in
+   * full, once. */
+  AmkModule *w = amk_module_new();
+  for (int i = 0; i < 2; i++) {
+    AmkBuffer *b = amk_module_add_buffer(w);
+    b->name = i ? "head" : "table";
+    b->kind = AMK_KIND_WEIGHT;
+    b->dtype = AMK_DTYPE_BF16;
+    b->rank = 2;
+    b->shape = amk_arena_alloc(&w->arena, 2 * sizeof *b->shape);
+    b->shape[0] = amk_value_int(100);
+    b->shape[1] = amk_value_int(8);
+  }
+  AmkTask *embed = amk_module_add_task(w);
+  embed->op = AMK_OP_EMBED;
+  embed->n_inputs = 2;
+  embed->inputs = amk_arena_alloc(&w->arena, 2 * sizeof(int32_t));
+  embed->inputs[0] = 1; /* (any buffer as the ids) */
+  embed->inputs[1] = 0;
+  CHECK(&c, amk_module_weight_bytes(w) == 2 * 100 * 8 * 2);
+  /* head: read as the ids input, so in full; table: one 8-element row. */
+  CHECK(&c, amk_module_streamed_weight_bytes(w) == 100 * 8 * 2 + 8 * 2);
+  AmkTask *gemv = amk_module_add_task(w);
+  gemv->op = AMK_OP_GEMV_TILE;
+  gemv->n_inputs = 2;
+  gemv->inputs = amk_arena_alloc(&w->arena, 2 * sizeof(int32_t));
+  gemv->inputs[0] = 1;
+  gemv->inputs[1] = 0;
+  CHECK(&c, amk_module_streamed_weight_bytes(w) == 2 * 100 * 8 * 2);
+  amk_module_free(w);
   return unit_finish("test_module", &c);
 }

@@ -473,10 +473,13 @@ static int32_t argmax_of(const float *v, size_t n) {
   return (int32_t)best;
 }
 
-/* f32 programs: max |gpu - ref| <= 1e-4 * max(1, max |ref|). Lower
- * precision: equal greedy tokens, unless the reference itself scores the two
- * within one bf16 step of the logit scale (a tie the summation order may
- * break either way). */
+/* f32 programs: max |gpu - ref| <= 1e-4 * max(1, max |ref|).
+ * Lower precision: the logits agree within 5% of the scale (the two sum in
+ * different orders, and bf16 rounding between ops amplifies that), and the
+ * greedy tokens are equal, unless the reference scores the two tokens closer
+ * than twice the largest difference measured at this step: such a pair can
+ * swap order through rounding alone, while a wider gap cannot, so a swap
+ * there is a failure. */
 static CheckResult compare_logits(const float *ref, const float *gpu, size_t n, bool low_precision) {
   CheckResult r = {0};
   for (size_t i = 0; i < n; i++) {
@@ -492,8 +495,9 @@ static CheckResult compare_logits(const float *ref, const float *gpu, size_t n, 
   r.gpu_token = argmax_of(gpu, n);
   double scale = r.scale > 1 ? r.scale : 1;
   if (low_precision)
-    r.pass = r.ref_token == r.gpu_token ||
-             fabs((double)ref[r.ref_token] - (double)ref[r.gpu_token]) <= scale / 128.0;
+    r.pass = r.max_abs <= 0.05 * scale &&
+             (r.ref_token == r.gpu_token ||
+              fabs((double)ref[r.ref_token] - (double)ref[r.gpu_token]) <= 2 * r.max_abs);
   else
     r.pass = r.max_abs <= 1e-4 * scale;
   return r;
@@ -743,7 +747,7 @@ int main(int argc, char **argv) {
                 "|gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy tokens ref %d, "
                 "gpu %d\n",
                 pos, pos, sequence[pos], cr.max_abs, cr.scale,
-                low ? "bf16/f16: greedy tokens must agree" : "f32 tolerance 1e-4 of the scale",
+                low ? "bf16/f16: within 5% of the scale, greedy tokens equal unless a rounding tie" : "f32 tolerance 1e-4 of the scale",
                 cr.ref_token, cr.gpu_token);
         ok = false;
         exit_status = 2;
