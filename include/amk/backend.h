@@ -122,4 +122,16 @@ double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps,
  * the CUDA backend uploads (defined in runtime/vm.c). */
 const void *amk_vm_buffer_host(const AmkVm *vm, uint32_t index, size_t *nbytes);
 
+/* One step of amk-run --check: the logits of a backend against the
+ * reference VM's. max_abs is max |got - ref|, scale max |ref|; pass follows
+ * the rule for the program's precision (docs/Backend.md). */
+typedef struct {
+  double max_abs, scale;
+  int32_t ref_token, gpu_token;
+  bool pass;
+} AmkLogitCheck;
+
+AmkLogitCheck amk_check_logits(const float *ref, const float *got, size_t n,
+                               bool low_precision);
+
 #endif

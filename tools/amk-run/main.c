@@ -459,50 +459,6 @@ static void print_timing_line(const char *what, double ms, int64_t count, const 
  * rejected program or a failed check). */
 #define EXIT_TIMEOUT 3
 
-typedef struct {
-  double max_abs, scale;
-  int32_t ref_token, gpu_token;
-  bool pass;
-} CheckResult;
-
-static int32_t argmax_of(const float *v, size_t n) {
-  size_t best = 0;
-  for (size_t i = 1; i < n; i++)
-    if (v[i] > v[best] || (isnan(v[i]) && !isnan(v[best])))
-      best = i;
-  return (int32_t)best;
-}
-
-/* f32 programs: max |gpu - ref| <= 1e-4 * max(1, max |ref|).
- * Lower precision: the logits agree within 5% of the scale (the two sum in
- * different orders, and bf16 rounding between ops amplifies that), and the
- * greedy tokens are equal, unless the reference scores the two tokens closer
- * than twice the largest difference measured at this step: such a pair can
- * swap order through rounding alone, while a wider gap cannot, so a swap
- * there is a failure. */
-static CheckResult compare_logits(const float *ref, const float *gpu, size_t n, bool low_precision) {
-  CheckResult r = {0};
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)gpu[i] - (double)ref[i]);
-    if (isnan(d))
-      d = INFINITY;
-    if (d > r.max_abs)
-      r.max_abs = d;
-    if (fabs((double)ref[i]) > r.scale)
-      r.scale = fabs((double)ref[i]);
-  }
-  r.ref_token = argmax_of(ref, n);
-  r.gpu_token = argmax_of(gpu, n);
-  double scale = r.scale > 1 ? r.scale : 1;
-  if (low_precision)
-    r.pass = r.max_abs <= 0.05 * scale &&
-             (r.ref_token == r.gpu_token ||
-              fabs((double)ref[r.ref_token] - (double)ref[r.gpu_token]) <= 2 * r.max_abs);
-  else
-    r.pass = r.max_abs <= 1e-4 * scale;
-  return r;
-}
-
 static bool program_is_low_precision(const AmkModule *m) {
   for (uint32_t b = 0; b < m->n_buffers; b++)
     if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_IO_OUTPUT ||
@@ -565,7 +521,7 @@ static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCuda
     size_t nv = 0, ng = 0;
     const float *ref = amk_vm_logits(vm, &nv);
     const float *got = amk_cuda_vm_logits(gpu, &ng);
-    CheckResult cr = compare_logits(ref, got, nv < ng ? nv : ng, low);
+    AmkLogitCheck cr = amk_check_logits(ref, got, nv < ng ? nv : ng, low);
     for (int64_t i = 0; i < o->bench_warmup + o->bench_steps && status == 0; i++) {
       float ms = 0;
       st = amk_cuda_vm_step(gpu, token, pos, &ms, diag);
@@ -736,7 +692,7 @@ int main(int argc, char **argv) {
       }
       size_t nv;
       const float *ref = amk_vm_logits(vm, &nv);
-      CheckResult cr = compare_logits(ref, logits, nv < vocab ? nv : vocab, low);
+      AmkLogitCheck cr = amk_check_logits(ref, logits, nv < vocab ? nv : vocab, low);
       double rel = cr.max_abs / (cr.scale > 1 ? cr.scale : 1);
       if (rel > worst_rel)
         worst_rel = rel;
