@@ -439,6 +439,12 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
       stride *= d->shape[r];
     }
   }
+  const char *stall_env = getenv("AMK_CUDA_TEST_STALL");
+  bool stall_test = stall_env && strcmp(stall_env, "1") == 0;
+  uint32_t stall_task = 0;
+  for (uint32_t t = 0; t < n; t++)
+    if (m->tasks[t].n_waits)
+      stall_task = t;
   for (uint32_t t = 0; t < n; t++) {
     const AmkTask *task = &m->tasks[t];
     amk_instruction_t *d = &hinst[t];
@@ -466,6 +472,11 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
       d->wait_counter[w] = c ? (int32_t)(c - m->counters) : 0;
       d->wait_threshold[w] = (int32_t)th;
     }
+    /* AMK_CUDA_TEST_STALL=1 makes the last waiting task wait for a count no
+     * producer can reach, only in the device's copy of the tables: the one
+     * way to exercise the watchdog, since validate rejects such a program. */
+    if (stall_test && task->n_waits && t == stall_task)
+      d->wait_threshold[0] = INT32_MAX;
     const AmkCounter *oc = amk_module_counter(m, task->out_counter);
     d->out_counter = oc ? (int32_t)(oc - m->counters) : 0;
     d->sm = queue_of[t];

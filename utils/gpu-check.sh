@@ -20,6 +20,8 @@
 #   4. Llama-3.2-1B shape, bf16, random weights: 256 tokens on the GPU under
 #      --check (the reference VM checks the first $AMK_1B_CHECK_STEPS steps;
 #      it needs seconds per token at this size), no hang
+#   4b. the watchdog: AMK_CUDA_TEST_STALL=1 makes one wait unreachable in the
+#      device tables; the launch must end as TIMEOUT (exit 3), not hang
 #   5. --bench at positions 0 and 1024 (Llama-3.2-1B shape, bf16)
 # Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
 set -u
@@ -146,6 +148,13 @@ L1B=$ROOT/examples/configs/llama-3.2-1b
 s=$(STEP_TIMEOUT=400 run_logged l1b-check "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
   --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1)
 row "$s" "1B bf16: 256 tokens, --check (first $CHECK_1B steps vs the VM)" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|kernel time\|error' "$LOG/l1b-check.log" | tr '\n' ' ' | cut -c1-170)"
+
+echo "== 4b. watchdog: a launch that cannot finish ends as TIMEOUT (exit 3)"
+AMK_CUDA_TEST_STALL=1 AMK_CUDA_TIMEOUT_MS=2000 timeout 120 "$BIN/amk-run" "$EX" --device cuda -n 2 \
+  >"$LOG/watchdog.log" 2>&1
+rc=$?
+if [ $rc -eq 3 ] && grep -q "TIMEOUT" "$LOG/watchdog.log"; then s=PASS; else s=FAIL; fi
+row "$s" "watchdog: stalled launch reports TIMEOUT, exit 3 (got $rc)" "$(grep -h TIMEOUT "$LOG/watchdog.log" | head -1 | cut -c1-150)"
 
 echo "== 5. bench"
 s=$(STEP_TIMEOUT=400 run_logged l1b-bench "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
