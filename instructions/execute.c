@@ -233,6 +233,29 @@ float inst_load(const AmkTensorView *v, int64_t i) {
   }
 }
 
+void inst_load_row(const AmkTensorView *v, int64_t start, int64_t count, float *dst) {
+  switch (v->dtype) {
+  case AMK_DTYPE_F32:
+    memcpy(dst, (const char *)v->data + start * 4, (size_t)count * 4);
+    return;
+  case AMK_DTYPE_BF16: {
+    /* bf16 is the upper half of an fp32: widening is exact. */
+    const unsigned char *src = (const unsigned char *)v->data + start * 2;
+    for (int64_t k = 0; k < count; k++) {
+      uint16_t h;
+      memcpy(&h, src + k * 2, 2);
+      uint32_t bits = (uint32_t)h << 16;
+      memcpy(&dst[k], &bits, 4);
+    }
+    return;
+  }
+  default:
+    for (int64_t k = 0; k < count; k++)
+      dst[k] = inst_load(v, start + k);
+    return;
+  }
+}
+
 int64_t inst_load_int(const AmkTensorView *v, int64_t i) {
   switch (v->dtype) {
   case AMK_DTYPE_I32: {

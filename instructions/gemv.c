@@ -19,8 +19,7 @@ typedef struct {
 static void load_weight_row(const TileWeights *w, int64_t row, int64_t k_len,
                             float *dst) {
   if (w->fp) {
-    for (int64_t k = 0; k < k_len; k++)
-      dst[k] = inst_load(w->fp, row * k_len + k);
+    inst_load_row(w->fp, row * k_len, k_len, dst);
   } else {
     inst_quant_row(&w->quant, row, dst);
   }
@@ -120,28 +119,49 @@ static int run_matmul_tile(const AmkInstCall *call, bool tiled_rows) {
                        bias->numel, w.rows);
   }
 
-  /* x rows widened once; one weight row at a time. */
+  /* x rows widened once; weight rows ROW_BLOCK at a time. Each output keeps
+   * its own accumulator summed in ascending k (the frozen order); working on
+   * several rows at once only overlaps their independent add chains. */
+  enum { ROW_BLOCK = 4 };
   int64_t m_count = m_end - m_begin;
-  float *x_rows = malloc((size_t)(m_count * k_len + k_len) * sizeof(float));
+  float *x_rows = malloc((size_t)(m_count * k_len + ROW_BLOCK * k_len) * sizeof(float));
   if (!x_rows)
     return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  float *w_row = x_rows + m_count * k_len;
-  for (int64_t i = 0; i < m_count * k_len; i++)
-    x_rows[i] = inst_load(x, m_begin * k_len + i);
-  for (int64_t r = 0; r < stack; r++)
-    for (int64_t j = 0; j < n_tile; j++) {
-      int64_t n = r * n_out + n_off + j; /* weight row; also the column when r = 0 */
-      load_weight_row(&w, n, k_len, w_row);
-      for (int64_t m = 0; m < m_count; m++) {
-        const float *xr = x_rows + m * k_len;
-        float acc = 0.0f;
-        for (int64_t k = 0; k < k_len; k++)
-          acc += xr[k] * w_row[k];
+  float *w_rows = x_rows + m_count * k_len;
+  inst_load_row(x, m_begin * k_len, m_count * k_len, x_rows);
+  int64_t total_rows = stack * n_tile;
+  for (int64_t first = 0; first < total_rows; first += ROW_BLOCK) {
+    int64_t count = total_rows - first < ROW_BLOCK ? total_rows - first : ROW_BLOCK;
+    int64_t weight_row[ROW_BLOCK];
+    for (int64_t b = 0; b < count; b++) {
+      int64_t r = (first + b) / n_tile, j = (first + b) % n_tile;
+      weight_row[b] = r * n_out + n_off + j; /* also the column when r = 0 */
+      load_weight_row(&w, weight_row[b], k_len, w_rows + b * k_len);
+    }
+    for (int64_t m = 0; m < m_count; m++) {
+      const float *xr = x_rows + m * k_len;
+      float acc[ROW_BLOCK] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (count == ROW_BLOCK) {
+        const float *w0 = w_rows, *w1 = w0 + k_len, *w2 = w1 + k_len, *w3 = w2 + k_len;
+        for (int64_t k = 0; k < k_len; k++) {
+          acc[0] += xr[k] * w0[k];
+          acc[1] += xr[k] * w1[k];
+          acc[2] += xr[k] * w2[k];
+          acc[3] += xr[k] * w3[k];
+        }
+      } else {
+        for (int64_t b = 0; b < count; b++)
+          for (int64_t k = 0; k < k_len; k++)
+            acc[b] += xr[k] * w_rows[b * k_len + k];
+      }
+      for (int64_t b = 0; b < count; b++) {
+        float v = acc[b];
         if (bias)
-          acc += inst_load(bias, n);
-        inst_store(out, (m_begin + m) * n_out + n, acc);
+          v += inst_load(bias, weight_row[b]);
+        inst_store(out, (m_begin + m) * n_out + weight_row[b], v);
       }
     }
+  }
   free(x_rows);
   return AMK_INST_OK;
 }

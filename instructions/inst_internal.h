@@ -54,6 +54,9 @@ int inst_require_integer(const AmkInstCall *call, const AmkTensorView *v,
 
 /* Element i widened exactly to fp32 (integers convert as C does). */
 float inst_load(const AmkTensorView *v, int64_t i);
+/* Elements [start, start + count) of a view as fp32 (the same values as
+ * inst_load, converted a row at a time for the hot loops). */
+void inst_load_row(const AmkTensorView *v, int64_t start, int64_t count, float *dst);
 /* Element i of an integer view. */
 int64_t inst_load_int(const AmkTensorView *v, int64_t i);
 /* Store x into element i, rounding to nearest even for BF16/F16 and

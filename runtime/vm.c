@@ -13,6 +13,13 @@
 #include "amk/validate.h"
 #include "amk/vm.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
+/* Threads fire ready tasks at once only in programs this large: below it
+ * starting them costs more than the tasks. */
+enum { PARALLEL_MIN_TASKS = 256, VM_MAX_THREADS = 16 };
+
 typedef struct {
   void *data;
   size_t nbytes;
@@ -56,6 +63,7 @@ struct AmkVm {
   /* For each counter, the waits on it: (task, threshold) pairs. */
   uint32_t *waiter_off, *waiter_task, *waiter_threshold;
   uint32_t *unsatisfied, *queue;
+  int threads; /* workers firing ready tasks in a step (1: in order, here) */
   int64_t max_seq, vocab;
   int32_t token_buffer, pos_buffer, logits_buffer;
   float *logits;
@@ -618,6 +626,10 @@ static AmkVm *create(const AmkModule *m, const char *weights_dir, bool random,
     return NULL;
   }
   AmkVm *vm = amk_xcalloc(1, sizeof *vm);
+  /* $AMK_VM_THREADS, else one per online CPU (at most VM_MAX_THREADS). */
+  const char *threads_env = getenv("AMK_VM_THREADS");
+  long threads = threads_env ? atol(threads_env) : sysconf(_SC_NPROCESSORS_ONLN);
+  vm->threads = threads < 1 ? 1 : threads > VM_MAX_THREADS ? VM_MAX_THREADS : (int)threads;
   vm->m = m;
   if (!allocate_buffers(vm, diag) || !build_schedule(vm, diag) || !find_io(vm, diag)) {
     amk_vm_free(vm);
@@ -699,8 +711,10 @@ static void write_i32(VmBuffer *vb, int32_t value) {
     memcpy(vb->data, &value, sizeof value);
 }
 
-/* Runs one task with its params moved to the step's position. */
-static bool run_task(AmkVm *vm, uint32_t t, int64_t pos, AmkDiagEngine *diag) {
+/* Runs one task with its params moved to the step's position. On failure
+ * the reason is written to err. Safe to call from several threads at once
+ * for different tasks (it reads the VM and writes only the task's outputs). */
+static bool run_task(const AmkVm *vm, uint32_t t, int64_t pos, char *err, size_t err_len) {
   const AmkTask *task = &vm->m->tasks[t];
   VmTask *vt = &vm->tasks[t];
   AmkInstParams params = vt->params;
@@ -746,15 +760,104 @@ static bool run_task(AmkVm *vm, uint32_t t, int64_t pos, AmkDiagEngine *diag) {
     in[i] = vm->buffers[vt->inputs[i]].view;
   for (uint32_t i = 0; i < vt->n_outputs && i < AMK_MAX_OUTPUTS; i++)
     out[i] = vm->buffers[vt->outputs[i]].view;
-  char err[512];
-  int rc = amk_inst_execute(vt->op, &params, in, n_in, out, vt->n_outputs, &extra, err,
-                            sizeof err);
+  char why[512];
+  int rc = amk_inst_execute(vt->op, &params, in, n_in, out, vt->n_outputs, &extra, why,
+                            sizeof why);
   if (rc != AMK_INST_OK) {
-    amk_error(diag, task->loc, "task %d ('%s') failed at position %" PRId64 ": %s", task->id,
-              task->label, pos, err);
+    snprintf(err, err_len, "task %d ('%s') failed at position %" PRId64 ": %s", task->id,
+             task->label, pos, why);
     return false;
   }
   return true;
+}
+
+/* Marks task t done: one increment of its counter, and every waiter whose
+ * last wait this satisfies joins the ready queue. */
+static void finish_task(AmkVm *vm, uint32_t t, uint32_t *tail) {
+  uint32_t c = vm->tasks[t].counter;
+  uint32_t value = ++vm->counter_value[c];
+  for (uint32_t k = vm->waiter_off[c]; k < vm->waiter_off[c + 1]; k++)
+    if (vm->waiter_threshold[k] == value && --vm->unsatisfied[vm->waiter_task[k]] == 0)
+      vm->queue[(*tail)++] = vm->waiter_task[k];
+}
+
+/* Several threads fire ready tasks at once. The result does not depend on
+ * the order: the validator proved every read ordered after its writers, and
+ * each task computes the same values wherever and whenever it runs. */
+typedef struct {
+  AmkVm *vm;
+  int64_t pos;
+  pthread_mutex_t lock;
+  pthread_cond_t changed;
+  uint32_t head, tail, finished, running;
+  bool failed;
+  char err[512];
+} ParallelStep;
+
+static void *step_worker(void *arg) {
+  ParallelStep *s = arg;
+  AmkVm *vm = s->vm;
+  uint32_t n = vm->m->n_tasks;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (s->head == s->tail && !s->failed && s->finished < n && s->running > 0)
+      pthread_cond_wait(&s->changed, &s->lock);
+    if (s->failed || s->finished == n || s->head == s->tail)
+      break; /* done, failed, or stuck (nothing ready, nothing running) */
+    uint32_t t = vm->queue[s->head++];
+    s->running++;
+    pthread_mutex_unlock(&s->lock);
+    char err[512];
+    bool ok = run_task(vm, t, s->pos, err, sizeof err);
+    pthread_mutex_lock(&s->lock);
+    s->running--;
+    s->finished++;
+    if (!ok && !s->failed) {
+      s->failed = true;
+      snprintf(s->err, sizeof s->err, "%s", err);
+    } else if (ok) {
+      finish_task(vm, t, &s->tail);
+    }
+    pthread_cond_broadcast(&s->changed);
+  }
+  pthread_cond_broadcast(&s->changed);
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+/* Fires every task of a step; returns the number fired (all of them unless
+ * a task failed or the schedule is stuck), the reason in err on failure. */
+static uint32_t fire_tasks(AmkVm *vm, int64_t pos, uint32_t tail, char *err, size_t err_len) {
+  uint32_t n = vm->m->n_tasks;
+  if (vm->threads <= 1 || n < PARALLEL_MIN_TASKS) {
+    uint32_t head = 0;
+    while (head < tail) {
+      uint32_t t = vm->queue[head++];
+      if (!run_task(vm, t, pos, err, err_len))
+        return UINT32_MAX;
+      finish_task(vm, t, &tail);
+    }
+    return tail;
+  }
+  ParallelStep s = {.vm = vm, .pos = pos, .head = 0, .tail = tail};
+  pthread_mutex_init(&s.lock, NULL);
+  pthread_cond_init(&s.changed, NULL);
+  pthread_t threads[VM_MAX_THREADS];
+  int started = 0;
+  for (int i = 0; i < vm->threads; i++)
+    if (pthread_create(&threads[started], NULL, step_worker, &s) == 0)
+      started++;
+  if (started == 0)
+    step_worker(&s); /* no threads to be had: fire them here */
+  for (int i = 0; i < started; i++)
+    pthread_join(threads[i], NULL);
+  pthread_cond_destroy(&s.changed);
+  pthread_mutex_destroy(&s.lock);
+  if (s.failed) {
+    snprintf(err, err_len, "%s", s.err);
+    return UINT32_MAX;
+  }
+  return s.tail;
 }
 
 bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
@@ -781,22 +884,19 @@ bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
   /* Counter-driven firing: a task becomes ready when its last unsatisfied
    * wait is met; ready tasks run in the order they became ready. */
   memset(vm->counter_value, 0, (m->n_counters ? m->n_counters : 1) * sizeof *vm->counter_value);
-  uint32_t head = 0, tail = 0;
+  uint32_t tail = 0;
   for (uint32_t t = 0; t < m->n_tasks; t++) {
     vm->unsatisfied[t] = vm->wait_off[t + 1] - vm->wait_off[t];
     if (vm->unsatisfied[t] == 0)
       vm->queue[tail++] = t;
   }
-  while (head < tail) {
-    uint32_t t = vm->queue[head++];
-    if (!run_task(vm, t, pos, diag))
-      return false;
-    uint32_t c = vm->tasks[t].counter;
-    uint32_t value = ++vm->counter_value[c];
-    for (uint32_t k = vm->waiter_off[c]; k < vm->waiter_off[c + 1]; k++)
-      if (vm->waiter_threshold[k] == value && --vm->unsatisfied[vm->waiter_task[k]] == 0)
-        vm->queue[tail++] = vm->waiter_task[k];
+  char err[600];
+  uint32_t fired = fire_tasks(vm, pos, tail, err, sizeof err);
+  if (fired == UINT32_MAX) {
+    amk_error(diag, no_loc(), "%s", err);
+    return false;
   }
+  tail = fired;
   if (tail != m->n_tasks) {
     amk_error(diag, no_loc(), "%u of %u tasks never became ready; the schedule is stuck",
               m->n_tasks - tail, m->n_tasks);
