@@ -33,15 +33,15 @@ int32_t amk_argmax(const float *logits, size_t n) {
 }
 
 /* splitmix64: small, fast, and well distributed for a sampler. */
-static uint64_t next_u64(AmkSampler *s) {
-  uint64_t z = (s->state += 0x9e3779b97f4a7c15ull);
+uint64_t amk_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
 double amk_sampler_uniform(AmkSampler *s) {
-  return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+  return (double)(amk_splitmix64(&s->state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* Sorting candidates by decreasing logit, lower index first on ties, so the

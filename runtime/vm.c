@@ -10,6 +10,7 @@
 #include "amk/numerics.h"
 #include "amk/rope.h"
 #include "amk/safetensors.h"
+#include "amk/sampling.h"
 #include "amk/validate.h"
 #include "amk/vm.h"
 
@@ -394,13 +395,6 @@ static bool synthesize_const(AmkVm *vm, uint32_t b, AmkDiagEngine *diag) {
   return true;
 }
 
-static uint64_t splitmix(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 /* Random weights at real shapes: matrices uniform in +-1/sqrt(columns),
  * vectors (norm weights) around 1. */
 static void fill_random(VmBuffer *vb, const AmkBuffer *buf, uint64_t *state) {
@@ -409,7 +403,7 @@ static void fill_random(VmBuffer *vb, const AmkBuffer *buf, uint64_t *state) {
   double scale = buf->rank >= 2 ? 1.0 / sqrt((double)(cols > 0 ? cols : 1)) : 0.1;
   double center = buf->rank >= 2 ? 0.0 : 1.0;
   for (int64_t i = 0; i < numel; i++) {
-    double u = (double)(splitmix(state) >> 11) * (1.0 / 9007199254740992.0);
+    double u = (double)(amk_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
     float v = (float)(center + scale * (2.0 * u - 1.0));
     switch (buf->dtype) {
     case AMK_DTYPE_F32:

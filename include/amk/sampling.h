@@ -38,6 +38,10 @@ int32_t amk_argmax(const float *logits, size_t n);
 /* The next token for these logits (n = vocabulary size). */
 int32_t amk_sample(AmkSampler *s, const float *logits, size_t n);
 
+/* splitmix64: advances *state and returns the next 64 random bits (the
+ * sampler's generator, also used for seeded random weights). */
+uint64_t amk_splitmix64(uint64_t *state);
+
 /* A uniform double in [0, 1) from the sampler's generator. */
 double amk_sampler_uniform(AmkSampler *s);
 
