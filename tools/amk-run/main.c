@@ -730,6 +730,7 @@ int main(int argc, char **argv) {
   double t_end = now_ms();
   if (ok && !o.json && o.n_new > 0)
     putchar('\n');
+  fflush(stdout); /* the tokens' line ends before the timing report */
 
   if (ok && o.dump_logits) {
     if (n_seq == 0)
