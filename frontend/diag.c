@@ -92,7 +92,7 @@ const AmkDiagnostic *amk_diag_captured(const AmkDiagEngine *d, size_t i) {
 int amk_diag_error_count(const AmkDiagEngine *d) { return d->errors; }
 int amk_diag_warning_count(const AmkDiagEngine *d) { return d->warnings; }
 
-static const char *severity_name(AmkSeverity s) {
+const char *amk_severity_name(AmkSeverity s) {
   switch (s) {
   case AMK_SEVERITY_ERROR:
     return "error";
@@ -166,9 +166,9 @@ void amk_diag_v(AmkDiagEngine *d, AmkSeverity s, AmkLoc loc, const char *fmt,
   }
   if (loc.line)
     fprintf(d->out, "%s:%u:%u: %s: %s\n", d->name, loc.line, loc.col,
-            severity_name(s), msg);
+            amk_severity_name(s), msg);
   else
-    fprintf(d->out, "%s: %s: %s\n", d->name, severity_name(s), msg);
+    fprintf(d->out, "%s: %s: %s\n", d->name, amk_severity_name(s), msg);
   print_caret(d, loc);
   free(msg);
 }

@@ -26,6 +26,9 @@ typedef struct {
 
 typedef struct AmkDiagEngine AmkDiagEngine;
 
+/* "error", "warning", "note" or "remark". */
+const char *amk_severity_name(AmkSeverity s);
+
 /* Prints to `out` (usually stderr) unless capturing. */
 AmkDiagEngine *amk_diag_new(FILE *out);
 void amk_diag_free(AmkDiagEngine *d);

@@ -512,20 +512,6 @@ typedef struct {
   bool matched;
 } Expectation;
 
-static const char *severity_word(AmkSeverity s) {
-  switch (s) {
-  case AMK_SEVERITY_ERROR:
-    return "error";
-  case AMK_SEVERITY_WARNING:
-    return "warning";
-  case AMK_SEVERITY_NOTE:
-    return "note";
-  case AMK_SEVERITY_REMARK:
-    return "remark";
-  }
-  return "error";
-}
-
 /* Collects `expected-<severity>[@+N|@-N|@N|@unknown] {{text}}` comments. */
 static Expectation *collect_expectations(const char *text, size_t len, size_t *count,
                                          const char *file) {
@@ -564,7 +550,7 @@ static Expectation *collect_expectations(const char *text, size_t len, size_t *c
         long v = strtol(p, &end, 10);
         if (end == p) {
           fprintf(stderr, "%s:%u: error: bad line offset in expected-%s\n", file, line,
-                  severity_word(sev));
+                  amk_severity_name(sev));
           continue;
         }
         target = (*p == '+' || *p == '-') ? (uint32_t)((long)line + v) : (uint32_t)v;
@@ -581,7 +567,7 @@ static Expectation *collect_expectations(const char *text, size_t len, size_t *c
     const char *eol = strchr(p, '\n');
     if (!close || (eol && close > eol)) {
       fprintf(stderr, "%s:%u: error: expected '{{...}}' after expected-%s\n", file, line,
-              severity_word(sev));
+              amk_severity_name(sev));
       continue;
     }
     list = amk_xrealloc(list, (n + 1) * sizeof *list);
@@ -613,9 +599,9 @@ static bool check_expectations(const AmkDiagEngine *diag, const char *text, size
       ok = false;
       if (dg->loc.line)
         fprintf(stderr, "%s:%u:%u: error: unexpected %s: %s\n", file, dg->loc.line,
-                dg->loc.col, severity_word(dg->severity), dg->message);
+                dg->loc.col, amk_severity_name(dg->severity), dg->message);
       else
-        fprintf(stderr, "%s: error: unexpected %s: %s\n", file, severity_word(dg->severity),
+        fprintf(stderr, "%s: error: unexpected %s: %s\n", file, amk_severity_name(dg->severity),
                 dg->message);
     }
   }
@@ -623,7 +609,7 @@ static bool check_expectations(const AmkDiagEngine *diag, const char *text, size
     if (!expect[e].matched) {
       ok = false;
       fprintf(stderr, "%s:%u: error: expected %s \"%s\" on line %u was not produced\n", file,
-              expect[e].comment_line, severity_word(expect[e].severity), expect[e].text,
+              expect[e].comment_line, amk_severity_name(expect[e].severity), expect[e].text,
               expect[e].line);
     }
     free(expect[e].text);
