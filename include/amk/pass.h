@@ -71,7 +71,8 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
   X("gemv-n-tile", "tile",                                                     \
     "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
   X("kv-partitions", "tile",                                                   \
-    "split-KV partitions (1-8), overriding config.tiling.attention")          \
+    "split-KV partitions (1-8) over config.tiling.attention (default: split " \
+    "caches of 1024+ rows)")                                                   \
   X("fusion", "fuse",                                                          \
     "all, none or groups like rmsnorm+gemv,gemv+add (over fusion_grouping)")  \
   X("sm-assignment", "sm-assign",                                              \
