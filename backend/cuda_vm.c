@@ -43,6 +43,9 @@ struct AmkCudaVm {
   float *logits;
   double timeout_ms;
   bool dead; /* a launch that did not stop: the context is unusable */
+  int32_t *block_of;      /* per task: the queue (block) that runs it */
+  CUdeviceptr trace;      /* amk_trace_t[n_tasks] when tracing, else 0 */
+  amk_trace_t *trace_host;
   char describe[400];
 };
 
@@ -106,6 +109,8 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
       vm->drv.cuMemFree(vm->arena);
     if (vm->tables)
       vm->drv.cuMemFree(vm->tables);
+    if (vm->trace)
+      vm->drv.cuMemFree(vm->trace);
     if (vm->host_flags)
       vm->drv.cuMemFreeHost(vm->host_flags);
     if (vm->logits_raw)
@@ -120,6 +125,8 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
   free(vm->buf_addr);
   free(vm->buf_bytes);
   free(vm->logits);
+  free(vm->block_of);
+  free(vm->trace_host);
   free(vm);
 }
 
@@ -597,8 +604,13 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
            compile_ms, compile_ms < 50 ? " (cached)" : "");
   if (opt.verbose)
     fprintf(stderr, "amk: cuda: %s\n", vm->describe);
+  if (opt.trace) {
+    CU(vm->drv.cuMemAlloc(&vm->trace, (n ? n : 1) * sizeof(amk_trace_t)), "cuMemAlloc (trace)");
+    vm->prog.trace = vm->trace;
+    vm->trace_host = amk_xcalloc(n ? n : 1, sizeof(amk_trace_t));
+  }
   free(order);
-  free(queue_of);
+  vm->block_of = queue_of;
   free(host_tables);
   free(params);
   free(freq_host);
@@ -673,6 +685,11 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
                                           vm->stream),
              "zero counters", diag) ||
       !cu_ok(vm, vm->drv.cuMemsetD32Async(vm->status, 0, 8, vm->stream), "zero status", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (vm->trace &&
+      !cu_ok(vm, vm->drv.cuMemsetD32Async(vm->trace, 0, vm->m->n_tasks * sizeof(amk_trace_t) / 4,
+                                          vm->stream),
+             "zero trace", diag))
     return AMK_CUDA_STEP_ERROR;
   int pos32 = (int)pos;
   void *args[] = {&vm->prog, &pos32};
@@ -773,6 +790,24 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
 const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n) {
   *n = (size_t)vm->vocab;
   return vm->logits;
+}
+
+void amk_cuda_vm_set_tracing(AmkCudaVm *vm, bool on) { vm->prog.trace = on ? vm->trace : 0; }
+
+bool amk_cuda_vm_trace(AmkCudaVm *vm, AmkTrace *out, AmkDiagEngine *diag) {
+  if (!vm->trace) {
+    amk_error(diag, no_loc(), "the GPU VM was created without tracing");
+    return false;
+  }
+  if (vm->dead)
+    return false;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  if (!cu_ok(vm, vm->drv.cuMemcpyDtoH(vm->trace_host, vm->trace,
+                                      vm->m->n_tasks * sizeof(amk_trace_t)),
+             "read trace", diag))
+    return false;
+  *out = (AmkTrace){.m = vm->m, .block_of = vm->block_of, .stamps = vm->trace_host};
+  return true;
 }
 
 bool amk_cuda_vm_reset(AmkCudaVm *vm, AmkDiagEngine *diag) {

@@ -1013,7 +1013,8 @@ __device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 // One block per queue (the host sizes the grid to the queues, all
 // co-resident: a cooperative launch). Each block walks its queue: prefetch
 // the weights of this and the next instruction into L2, wait on the
-// counters, run, signal. No grid-wide barrier.
+// counters, run, signal. No grid-wide barrier. With a trace table, thread 0
+// stamps each instruction's arrival, start and end (%globaltimer).
 extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
     amk_megakernel(const amk_program_t P, int pos) {
   extern __shared__ float4 amk_smem4[];
@@ -1036,10 +1037,17 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       amk_prefetch(A);
       if (k + 1 < end)
         amk_prefetch(aux[q[k + 1]]);
+      amk_trace_t *tr = P.trace ? (amk_trace_t *)P.trace + idx : nullptr;
+      if (tr && threadIdx.x == 0)
+        tr->arrive = amk_globaltimer();
       if (!amk_wait(P, I, idx))
         return;
+      if (tr && threadIdx.x == 0)
+        tr->start = amk_globaltimer();
       amk_dispatch(P, I, A, idx, pos, smem);
       amk_signal(P, I);
+      if (tr && threadIdx.x == 0)
+        tr->end = amk_globaltimer();
     }
   }
 }

@@ -161,7 +161,16 @@ typedef struct {
                              device abort (set with the first error) */
   int32_t n_buffers, n_counters, n_instructions, n_queues;
   int64_t spin_limit_ns; /* a wait longer than this raises AMK_STATUS_SPIN */
+  uint64_t trace;        /* amk_trace_t[n_instructions], or 0: no tracing */
 } amk_program_t;
+
+/* One instruction's times in one launch (%globaltimer, ns), written by the
+ * block that ran it when the program's trace table is set. */
+typedef struct {
+  uint64_t arrive; /* its block reached it (weights prefetch issued) */
+  uint64_t start;  /* every wait held */
+  uint64_t end;    /* signalled */
+} amk_trace_t;
 
 /* ---- layout pins (AMK-REFERENCE §6) ------------------------------------ */
 
@@ -170,7 +179,8 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_buffer_t) == 96, "amk_buffer_t is 96 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
                       "amk_instruction_t is 224 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 48, "amk_inst_aux_t is 48 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 88, "amk_program_t is 88 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 96, "amk_program_t is 96 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 24, "amk_trace_t is 24 bytes");
 #ifndef AMK_ABI_NO_OFFSETOF
 AMK_ABI_STATIC_ASSERT(AMK_ABI_OFFSETOF(amk_params_t, eps) == 76,
                       "eps follows the 19 int32 fields");

@@ -21,7 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amk/abi.h"
 #include "amk/diag.h"
+#include "amk/io.h"
 #include "amk/ir.h"
 #include "amk/vm.h"
 
@@ -77,11 +79,37 @@ bool amk_cuda_available(char *why, size_t why_len);
 
 typedef struct AmkCudaVm AmkCudaVm;
 
+/* ---- launch traces ---------------------------------------------------------- */
+
+/* One launch, stamped per instruction (list position t): block_of[t] the
+ * block whose queue ran it, stamps[t] when the block reached it, when its
+ * waits held and when it signalled (ns; zeros: never reached). */
+typedef struct {
+  const AmkModule *m;
+  const int32_t *block_of;
+  const amk_trace_t *stamps;
+} AmkTrace;
+
+/* Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): one track per
+ * block, a `wait` slice before each task that waited, the tasks of the
+ * critical chain in category "critical". */
+void amk_trace_chrome_json(const AmkTrace *t, AmkStrBuf *out);
+/* The critical chain, oldest first: from the task that signalled last, back
+ * through whichever of each task's queue predecessor or the producers of its
+ * waited counters finished last. chain holds n_tasks entries; returns the
+ * length. */
+size_t amk_trace_critical_chain(const AmkTrace *t, uint32_t *chain);
+/* A text report: span, block occupancy, the critical chain's split between
+ * running and waiting, and per kind of task (label without `L<n>.` and
+ * `[...]`) the run and wait times. */
+void amk_trace_report(const AmkTrace *t, AmkStrBuf *out);
+
 typedef struct {
   double timeout_ms;  /* host watchdog per launch (0: 10000) */
   int threads_per_block; /* 0: default */
   bool use_cache;     /* NVRTC cubin cache (default true via amk_cuda_vm_options_default) */
   bool verbose;       /* print device, grid and compile facts to stderr */
+  bool trace;         /* stamp every instruction of every launch (amk_cuda_vm_trace) */
 } AmkCudaVmOptions;
 
 AmkCudaVmOptions amk_cuda_vm_options_default(void);
@@ -106,6 +134,12 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos,
                                    float *kernel_ms, AmkDiagEngine *diag);
 /* The logits of the last step as fp32. */
 const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n);
+/* A VM created with `trace` stamps every launch; this pauses (false) and
+ * resumes (true) the stamping, so timed launches can run without it. */
+void amk_cuda_vm_set_tracing(AmkCudaVm *vm, bool on);
+/* The trace of the last launch of a VM created with `trace` (copied from
+ * the device; valid until the next step or free). False after reporting. */
+bool amk_cuda_vm_trace(AmkCudaVm *vm, AmkTrace *out, AmkDiagEngine *diag);
 /* Clears the KV caches. */
 bool amk_cuda_vm_reset(AmkCudaVm *vm, AmkDiagEngine *diag);
 /* A line describing the device and launch ("NVIDIA H200 sm_90, 132 blocks x

@@ -77,6 +77,14 @@ int main(void) {
                 offsetof(amk_instruction_t, params) == 136);
   CHECK(&c, sizeof(amk_counter_t) == 4);
 
+  /* Program: eight table pointers, four counts, the spin limit, the trace
+   * table last; a trace record is three timestamps. */
+  CHECK(&c, sizeof(amk_program_t) == 96);
+  CHECK(&c, offsetof(amk_program_t, n_buffers) == 64 &&
+                offsetof(amk_program_t, spin_limit_ns) == 80 &&
+                offsetof(amk_program_t, trace) == 88);
+  CHECK(&c, sizeof(amk_trace_t) == 24 && offsetof(amk_trace_t, end) == 16);
+
   /* The CUDA view: the embedded header text, compiled by NVRTC. */
   char why[512];
   if (!amk_nvrtc_available(why, sizeof why)) {
@@ -92,10 +100,11 @@ int main(void) {
                   "static_assert(sizeof(amk_instruction_t) == %zu, \"instruction\");\n"
                   "static_assert(sizeof(amk_inst_aux_t) == %zu, \"aux\");\n"
                   "static_assert(sizeof(amk_program_t) == %zu, \"program\");\n"
+                  "static_assert(sizeof(amk_trace_t) == %zu, \"trace\");\n"
                   "static_assert(AMK_ABI_OP_FUSED == %d && AMK_ABI_PARAM_theta == %d, \"codes\");\n"
                   "extern \"C\" __global__ void probe(amk_instruction_t *i) { i->params.eps.f = 1; }\n",
                   sizeof(amk_params_t), sizeof(amk_buffer_t), sizeof(amk_instruction_t),
-                  sizeof(amk_inst_aux_t), sizeof(amk_program_t), (int)AMK_OP_FUSED,
+                  sizeof(amk_inst_aux_t), sizeof(amk_program_t), sizeof(amk_trace_t), (int)AMK_OP_FUSED,
                   (int)AMK_PARAM_theta);
     AmkDiagEngine *diag = amk_diag_new(stderr);
     void *cubin = NULL;

@@ -45,6 +45,7 @@ typedef struct {
   const char *bench_pos;
   int64_t bench_steps, bench_warmup;
   double timeout_ms;
+  const char *trace; /* --trace FILE: Chrome trace of the last launch */
   bool verbose;
   bool random_weights;
   uint64_t random_seed;
@@ -95,6 +96,11 @@ static void usage(FILE *out) {
         "  --bench-warmup N         untimed steps first (default 10)\n"
         "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
         "                           exceeds it is aborted and reported as TIMEOUT (exit 3)\n"
+        "  --trace FILE             GPU: stamp every task of every launch; write the\n"
+        "                           last launch as a Chrome trace (ui.perfetto.dev) to\n"
+        "                           FILE and print where its time went (with --bench:\n"
+        "                           one extra traced launch per position after the\n"
+        "                           untraced timed ones; FILE holds the last position's)\n"
         "  -v, --verbose            print GPU and compile facts\n"
         "  -h, --help               show this help\n",
         out);
@@ -305,6 +311,9 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
         fprintf(stderr, "amk-run: error: --timeout-ms takes a positive number, not '%s'\n", v);
         return 1;
       }
+    } else if (IS("--trace")) {
+      if (!(o->trace = VALUE()))
+        return 1;
     } else if (IS("-v") || IS("--verbose")) {
       o->verbose = true;
     } else {
@@ -324,8 +333,9 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
     o->prompt[0] = 1;
     o->n_prompt = 1;
   }
-  if ((o->check || o->bench) && strcmp(o->device, "cpu") == 0) {
-    fprintf(stderr, "amk-run: error: --check and --bench need the GPU; not with --device cpu\n");
+  if ((o->check || o->bench || o->trace) && strcmp(o->device, "cpu") == 0) {
+    fprintf(stderr, "amk-run: error: --check, --bench and --trace need the GPU; not with "
+                    "--device cpu\n");
     return 1;
   }
   if (o->weights && o->random_weights) {
@@ -473,6 +483,25 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* --trace: the last launch as a Chrome trace in o->trace and its report on
+ * stderr. */
+static bool write_trace(const RunOptions *o, AmkCudaVm *gpu, int64_t pos, AmkDiagEngine *diag) {
+  AmkTrace tr;
+  if (!amk_cuda_vm_trace(gpu, &tr, diag))
+    return false;
+  AmkStrBuf json, report;
+  amk_sb_init(&json);
+  amk_sb_init(&report);
+  amk_trace_chrome_json(&tr, &json);
+  amk_trace_report(&tr, &report);
+  bool ok = amk_write_file_atomic(o->trace, json.data, json.len, diag) == 0;
+  fprintf(stderr, "amk-run: trace of the launch at position %" PRId64 "%s%s\n%s", pos,
+          ok ? " written to " : "", ok ? o->trace : "", report.data ? report.data : "");
+  amk_sb_free(&json);
+  amk_sb_free(&report);
+  return ok;
+}
+
 /* --bench: for each position, one checked step against the reference VM,
  * warm-up, then timed steps. Returns the exit status. */
 static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCudaVm *gpu,
@@ -496,6 +525,7 @@ static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCuda
   double read_bw = amk_cuda_vm_measure_read_bw(gpu, 0, 20, diag);
   int64_t wbytes = amk_cuda_vm_weight_bytes(gpu);
   double *times = amk_xmalloc((size_t)o->bench_steps * sizeof *times);
+  amk_cuda_vm_set_tracing(gpu, false);
   AmkStrBuf rows, js;
   amk_sb_init(&rows);
   amk_sb_init(&js);
@@ -532,6 +562,19 @@ static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCuda
     }
     if (status)
       break;
+    if (o->trace) { /* one traced launch after the timed, untraced ones */
+      amk_cuda_vm_set_tracing(gpu, true);
+      st = amk_cuda_vm_step(gpu, token, pos, NULL, diag);
+      amk_cuda_vm_set_tracing(gpu, false);
+      if (st != AMK_CUDA_STEP_OK) {
+        status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+        break;
+      }
+      if (!write_trace(o, gpu, pos, diag)) {
+        status = 1;
+        break;
+      }
+    }
     size_t n = (size_t)o->bench_steps;
     qsort(times, n, sizeof *times, cmp_double);
     double med = times[n / 2], p10 = times[n / 10], p90 = times[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
@@ -584,7 +627,7 @@ int main(int argc, char **argv) {
   amk_diag_set_source(diag, "amk-run", NULL, 0);
   const char *device = "cpu";
   bool try_gpu = strcmp(o.device, "cpu") != 0;
-  bool need_gpu = strcmp(o.device, "cuda") == 0 || o.check || o.bench;
+  bool need_gpu = strcmp(o.device, "cuda") == 0 || o.check || o.bench || o.trace;
   if (try_gpu) {
     char why[512];
     if (amk_cuda_available(why, sizeof why)) {
@@ -618,6 +661,7 @@ int main(int argc, char **argv) {
     if (o.timeout_ms > 0)
       copt.timeout_ms = o.timeout_ms;
     copt.verbose = o.verbose;
+    copt.trace = o.trace != NULL;
     gpu = amk_cuda_vm_create(m, vm, &copt, diag);
     if (!gpu && need_gpu) {
       ok = false;
@@ -655,6 +699,7 @@ int main(int argc, char **argv) {
   double prompt_ms = 0, eval_ms = 0, kernel_total = 0;
   int64_t eval_steps = 0, checked = 0;
   double worst_rel = 0;
+  int64_t last_launch = -1; /* the position of the last GPU launch */
   if (ok && total > amk_vm_max_seq(vm)) {
     fprintf(stderr, "amk-run: error: %" PRId64 " prompt and new tokens do not fit the KV cache "
                     "of %" PRId64 " positions; compile with a larger --max-seq\n",
@@ -677,6 +722,7 @@ int main(int argc, char **argv) {
         break;
       }
       kernel_total += kms;
+      last_launch = pos;
       logits = amk_cuda_vm_logits(gpu, &vocab);
     } else {
       ok = amk_vm_step(vm, sequence[pos], pos, diag);
@@ -730,6 +776,9 @@ int main(int argc, char **argv) {
   double t_end = now_ms();
   if (ok && !o.json && o.n_new > 0)
     putchar('\n');
+  fflush(stdout);
+  if (ok && gpu && o.trace && last_launch >= 0 && !write_trace(&o, gpu, last_launch, diag))
+    ok = false;
   fflush(stdout); /* the tokens' line ends before the timing report */
 
   if (ok && o.dump_logits) {
