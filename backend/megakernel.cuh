@@ -144,6 +144,14 @@ __device__ __forceinline__ unsigned long long amk_globaltimer() {
 
 // Thread 0 spins (acquire loads, exponential nanosleep backoff, abort-flag
 // polls) until every wait holds, then a barrier. False: abort.
+// The host's abort flag lives in mapped host memory, so each poll is a PCIe
+// read. Polled every 64 iterations by 100+ waiting blocks, those reads
+// stalled the whole GPU for up to hundreds of microseconds at a time
+// (--trace on an H100: every block's tasks ending at the same instant; one
+// 1B schedule went from 2.0-5.4 ms to 1.86 ms per token once polled less),
+// so the flag and the spin limit are looked at once per AMK_HOST_POLL_NS of
+// waiting: the watchdog still stops a launch within a fraction of a ms.
+#define AMK_HOST_POLL_NS 200000ull
 __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
@@ -156,14 +164,15 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
       unsigned int want = (unsigned int)I.wait_threshold[w];
       if (amk_ld_acquire(c) >= want)
         continue;
-      unsigned long long t0 = amk_globaltimer();
+      unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
       unsigned int ns = 20, iter = 0;
       while (amk_ld_acquire(c) < want) {
         if (st[4] != 0u) {
           ok = 0;
           break;
         }
-        if ((++iter & 63u) == 0u) {
+        if ((++iter & 15u) == 0u && amk_globaltimer() >= next_check) {
+          next_check += AMK_HOST_POLL_NS;
           if (*host_abort != 0u) {
             amk_fail(P, AMK_STATUS_ABORTED, idx, I.wait_counter[w], (int)want);
             ok = 0;
