@@ -203,7 +203,8 @@ static bool head_params(Gen *g, const AmkTask *t, const AmkInstParams *p, int64_
   return true;
 }
 
-/* mode 0: ATTENTION_TILE, 1: pattern attention, 2: pattern attention_rope. */
+/* mode 0: ATTENTION_TILE, 1: pattern attention, 2: pattern attention_rope
+ * (3 when its cache is the per-head [max_seq, 2, head_dim]). */
 static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int mode,
                           AmkStrBuf *inst) {
   int64_t hd = 0, nh = 0, nkv = 0;
@@ -236,8 +237,13 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
                   (nh + 2 * nkv) * hd);
     if (freq->numel < hd / 2 || !is_float(freq->dtype))
       return fail(g, t, "inv_freq needs %" PRId64 " float elements", hd / 2);
+    /* [max_seq, 2, head_dim]: the per-head cache of the tile's KV head (mode 3). */
+    if (nkv > 1 && cache->width == hd) {
+      mode = 3;
+      kvw = hd;
+    }
     if (cache->numel % (2 * kvw) != 0)
-      return fail(g, t, "the combined cache is not rows of 2 x %" PRId64, kvw);
+      return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
     rows = cache->numel / (2 * kvw);
   } else {
     if (q.numel != nh * hd)
@@ -283,12 +289,15 @@ static bool gen_rope_kv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStr
                 (nh + 2 * nkv) * hd);
   if (f.numel < hd / 2 || !is_float(f.dtype))
     return fail(g, t, "inv_freq needs %" PRId64 " float elements", hd / 2);
-  int64_t kvw = nkv * hd;
+  /* [max_seq, 2, head_dim] with several KV heads: the per-head cache of KV
+   * head n_off (PH 1); else the combined cache. */
+  int ph = nkv > 1 && c.width == hd;
+  int64_t kvw = ph ? hd : nkv * hd;
   if (c.numel % (2 * kvw) != 0)
     return fail(g, t, "the cache is not rows of 2 x %" PRId64, kvw);
   amk_sb_printf(inst, "amk_rope_kv<%d, %d, %d, %" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                      ">",
-                (int)q.dtype, (int)f.dtype, (int)c.dtype, hd, nh, nkv, c.numel / (2 * kvw));
+                      ", %d>",
+                (int)q.dtype, (int)f.dtype, (int)c.dtype, hd, nh, nkv, c.numel / (2 * kvw), ph);
   return true;
 }
 

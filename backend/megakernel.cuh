@@ -519,6 +519,7 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 // MODE 0: ATTENTION_TILE (q, k cache, v cache; every head).
 // MODE 1: pattern attention (q, k cache, v cache; heads [n_off, n_off+N_tile)).
 // MODE 2: pattern attention_rope (qkv, inv_freq, combined cache; heads as 1).
+// MODE 3: as 2 over the per-head cache [ROWS, 2, HD] of the tile's one KV head.
 // PARTIAL: write [n_heads, HD + 2] rows acc | m | l.
 // The query heads of one KV head (up to AMK_ATTN_GQ_MAX at a time) share one
 // pass over the keys and values: scores one key per thread (16-byte loads),
@@ -528,9 +529,10 @@ template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV,
           int PARTIAL>
 __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *qsrc = amk_in(P, I, 0);
-  const void *kc = MODE == 2 ? amk_in(P, I, 2) : amk_in(P, I, 1);
-  const void *vc = MODE == 2 ? kc : amk_in(P, I, 2);
-  const void *freq = MODE == 2 ? amk_in(P, I, 1) : nullptr;
+  constexpr bool ROPE = MODE >= 2, PH = MODE == 3;
+  const void *kc = ROPE ? amk_in(P, I, 2) : amk_in(P, I, 1);
+  const void *vc = ROPE ? kc : amk_in(P, I, 2);
+  const void *freq = ROPE ? amk_in(P, I, 1) : nullptr;
   void *out = amk_out(P, I, 0);
   AmkWindow win = amk_window(I, A, pos);
   int h_first = 0, h_count = NH;
@@ -538,7 +540,9 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
     h_first = I.params.n_off.i;
     h_count = I.params.N_tile.i;
   }
-  if (h_first < 0 || h_count < 0 || h_first + h_count > NH) {
+  constexpr int GROUP = NH / NKV;
+  if (h_first < 0 || h_count < 0 || h_first + h_count > NH ||
+      (PH && h_count > 0 && h_first / GROUP != (h_first + h_count - 1) / GROUP)) {
     if (threadIdx.x == 0)
       amk_fail(P, AMK_STATUS_SHAPE, idx, h_first, h_count);
     return;
@@ -548,10 +552,9 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
     return;
   }
-  constexpr int KVW = NKV * HD;                       // one plane of a cache row
-  constexpr long long RSTRIDE = MODE == 2 ? 2 * KVW : KVW;
-  constexpr long long VOFF = MODE == 2 ? KVW : 0;
-  constexpr int GROUP = NH / NKV;
+  constexpr int KVW = PH ? HD : NKV * HD;             // one plane of a cache row
+  constexpr long long RSTRIDE = ROPE ? 2 * KVW : KVW;
+  constexpr long long VOFF = ROPE ? KVW : 0;
   constexpr int GQ = GROUP < AMK_ATTN_GQ_MAX ? GROUP : AMK_ATTN_GQ_MAX;
   constexpr int ESZ = AmkVec<KDT>::ESZ;
   constexpr bool VECV = AmkVec<KDT>::OK && HD % AmkVec<KDT>::VE == 0;
@@ -569,10 +572,11 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   int h_end = h_first + h_count;
   for (int h0 = h_first; h0 < h_end;) {
     int kvh = h0 / GROUP;
+    long long kcol = PH ? 0 : (long long)kvh * HD; // KV head kvh's columns of a plane
     int lim = (kvh + 1) * GROUP < h_end ? (kvh + 1) * GROUP : h_end;
     int nb = lim - h0 < GQ ? lim - h0 : GQ; // heads in this pass, all of KV head kvh
     __syncthreads();
-    if constexpr (MODE == 2) {
+    if constexpr (ROPE) {
       constexpr int HALF = HD / 2;
       for (int i = tid; i < GQ * HALF; i += AMK_NT) {
         int q = i / HALF, k = i - q * HALF;
@@ -611,7 +615,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       for (int q = 0; q < GQ; q++)
         cm[q] = -INFINITY;
       for (int jj = tid; jj < n; jj += AMK_NT) {
-        long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + (long long)kvh * HD;
+        long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + kcol;
         float sv[GQ];
         amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
 #pragma unroll
@@ -650,7 +654,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
         if constexpr (VECV) {
           const char *vbase = (const char *)vc +
                               ((long long)(win.kv_start + c0) * RSTRIDE + VOFF +
-                               (long long)kvh * HD + (long long)c * VE) * ESZ;
+                               kcol + (long long)c * VE) * ESZ;
           int jj = g;
           for (; jj + 3 * G < n; jj += 4 * G) {
             uint4 raw[4];
@@ -682,7 +686,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
             }
           }
         } else {
-          long long row0 = (long long)(win.kv_start + c0) * RSTRIDE + VOFF + (long long)kvh * HD + c;
+          long long row0 = (long long)(win.kv_start + c0) * RSTRIDE + VOFF + kcol + c;
           for (int jj = g; jj < n; jj += G) {
             float v = amk_ld<KDT>(vc, row0 + (long long)jj * RSTRIDE);
 #pragma unroll
@@ -749,15 +753,16 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 }
 
 // rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position
-// (rounded to the qkv dtype) and v into row pos of [ROWS, 2, NKV * HD].
-template <int QDT, int FDT, int CDT, int HD, int NH, int NKV, int ROWS>
+// (rounded to the qkv dtype) and v into row pos of [ROWS, 2, NKV * HD], or
+// with PH of KV head n_off's per-head cache [ROWS, 2, HD] (N_tile <= 1).
+template <int QDT, int FDT, int CDT, int HD, int NH, int NKV, int ROWS, int PH>
 __device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *qkv = amk_in(P, I, 0);
   const void *freq = amk_in(P, I, 1);
   void *cache = amk_out(P, I, 0);
   AmkWindow win = amk_window(I, A, pos);
   int first = I.params.n_off.i, count = I.params.N_tile.i;
-  if (first < 0 || count < 0 || first + count > NKV) {
+  if (first < 0 || count < 0 || first + count > NKV || (PH && count > 1)) {
     if (threadIdx.x == 0)
       amk_fail(P, AMK_STATUS_SHAPE, idx, first, count);
     return;
@@ -767,8 +772,9 @@ __device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
       amk_fail(P, AMK_STATUS_INDEX, idx, win.pos, ROWS);
     return;
   }
-  constexpr int KVW = NKV * HD, HALF = HD / 2;
+  constexpr int KVW = PH ? HD : NKV * HD, HALF = HD / 2;
   long long row = (long long)win.pos * 2 * KVW;
+  int hc = PH ? first : 0; // the cache's first KV head
   for (int i = threadIdx.x; i < count * HD; i += AMK_NT) {
     int h = first + i / HD, dd = i % HD;
     long long kb = (long long)NH * HD + (long long)h * HD;
@@ -777,8 +783,8 @@ __device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
     float c = cosf(ang), s = sinf(ang);
     float x1 = amk_ld<QDT>(qkv, kb + fi), x2 = amk_ld<QDT>(qkv, kb + HALF + fi);
     float k = dd < HALF ? x1 * c - x2 * s : x2 * c + x1 * s;
-    amk_st<CDT>(cache, row + (long long)h * HD + dd, amk_round<QDT>(k));
-    amk_st<CDT>(cache, row + KVW + (long long)h * HD + dd,
+    amk_st<CDT>(cache, row + (long long)(h - hc) * HD + dd, amk_round<QDT>(k));
+    amk_st<CDT>(cache, row + KVW + (long long)(h - hc) * HD + dd,
                 amk_ld<QDT>(qkv, (long long)(NH + NKV) * HD + (long long)h * HD + dd));
   }
 }

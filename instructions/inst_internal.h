@@ -117,7 +117,9 @@ typedef struct {
  * is element j * row_stride + k_offset + g * head_dim + d of *k; values
  * likewise with v_offset in *v. (Separate caches: row_stride n_kv*head_dim,
  * offsets 0. The combined cache [max_seq, 2, n_kv*head_dim]: one view,
- * row_stride 2*n_kv*head_dim, v_offset n_kv*head_dim.) */
+ * row_stride 2*n_kv*head_dim, v_offset n_kv*head_dim. The per-head cache
+ * [max_seq, 2, head_dim] of KV head g: row_stride 2*head_dim, k_offset
+ * -g*head_dim, v_offset head_dim - g*head_dim.) */
 typedef struct {
   const AmkTensorView *k, *v;
   int64_t row_stride, k_offset, v_offset;

@@ -238,20 +238,32 @@ static int check_qkv(const AmkInstCall *call, int64_t pattern,
   return AMK_INST_OK;
 }
 
-/* Rows of the combined cache [max_seq, 2, n_kv_heads * head_dim]. */
-static int combined_rows(const AmkInstCall *call, int64_t pattern,
-                         const HeadTile *t, const AmkTensorView *cache,
-                         int64_t *rows) {
+/* The fused KV cache [max_seq, 2, W] (plane 0 keys, plane 1 values): with
+ * W = n_kv_heads * head_dim the combined cache of every KV head, with
+ * W = head_dim (and more than one KV head) a per-head cache holding the one
+ * KV head the tile works on. */
+typedef struct {
+  int64_t rows;  /* max_seq */
+  int64_t width; /* W: one plane of a row */
+  bool per_head;
+} KvCache;
+
+static int kv_cache_layout(const AmkInstCall *call, int64_t pattern,
+                           const HeadTile *t, const AmkTensorView *cache,
+                           KvCache *kc) {
   int rc = inst_require_numeric(call, cache, "kv cache");
   if (rc)
     return rc;
-  int64_t row_len = 2 * t->n_kv * t->head_dim;
+  kc->per_head = t->n_kv > 1 && inst_width(cache) == t->head_dim;
+  kc->width = kc->per_head ? t->head_dim : t->n_kv * t->head_dim;
+  int64_t row_len = 2 * kc->width;
   if (cache->numel % row_len != 0)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "%s: the cache's %" PRId64 " elements are not rows of 2 x "
-                     "n_kv_heads x head_dim = %" PRId64,
-                     pattern_text(pattern), cache->numel, row_len);
-  *rows = cache->numel / row_len;
+                     "%s = %" PRId64,
+                     pattern_text(pattern), cache->numel,
+                     kc->per_head ? "head_dim" : "n_kv_heads x head_dim", row_len);
+  kc->rows = cache->numel / row_len;
   return AMK_INST_OK;
 }
 
@@ -299,29 +311,37 @@ static int rope_heads(const AmkInstCall *call, int64_t pattern,
 }
 
 /* qkv, inv_freq, pos -> cache: for KV heads [n_off, n_off + N_tile), k
- * rotated at the step position and v, into row pos of the combined cache. */
+ * rotated at the step position and v, into row pos of the combined cache
+ * (or of KV head n_off's per-head cache, N_tile 1). */
 static int run_rope_kv(const AmkInstCall *call, int64_t pattern) {
   int rc;
   HeadTile t;
-  int64_t rows = 0, pos = 0;
+  KvCache kc;
+  int64_t pos = 0;
   const AmkTensorView *qkv = &call->in[0], *positions = &call->in[2];
   AmkTensorView *cache = &call->out[0];
   if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, pos")) ||
       (rc = head_tile(call, pattern, true, &t)) ||
       (rc = check_qkv(call, pattern, &t, qkv)) ||
       (rc = inst_require_integer(call, positions, "pos")) ||
-      (rc = combined_rows(call, pattern, &t, cache, &rows)))
+      (rc = kv_cache_layout(call, pattern, &t, cache, &kc)))
     return rc;
+  if (kc.per_head && t.count > 1)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: a per-head cache holds one KV head, the tile has %" PRId64,
+                     pattern_text(pattern), t.count);
   int64_t given = positions->numel > 0 ? inst_load_int(positions, 0) : -1;
   if ((rc = step_position(call, pattern, given, &pos)))
     return rc;
-  if (pos >= rows)
+  if (pos >= kc.rows)
     return inst_fail(call, AMK_INST_ERR_INDEX,
                      "%s: position %" PRId64 " is outside the cache's %" PRId64
                      " rows",
-                     pattern_text(pattern), pos, rows);
+                     pattern_text(pattern), pos, kc.rows);
   int64_t hd = t.head_dim, kv_width = t.n_kv * hd;
   int64_t k_first = t.n_heads * hd, v_first = k_first + kv_width;
+  /* Cache column of qkv KV column i: the per-head cache starts at head n_off. */
+  int64_t base = kc.per_head ? t.first * hd : 0;
   int64_t k_shape[1] = {(t.n_heads + 2 * t.n_kv) * hd};
   AmkTensorView k_rot;
   if ((rc = scratch(call, qkv->dtype, 1, k_shape, &k_rot)))
@@ -330,10 +350,10 @@ static int run_rope_kv(const AmkInstCall *call, int64_t pattern) {
   rc = rope_heads(call, pattern, &t, qkv, t.n_heads + t.first, t.count,
                   &call->in[1], pos, &k_rot);
   if (!rc) {
-    int64_t row = pos * 2 * kv_width;
+    int64_t row = pos * 2 * kc.width;
     for (int64_t i = t.first * hd; i < (t.first + t.count) * hd; i++) {
-      inst_store(cache, row + i, inst_load(&k_rot, k_first + i));
-      inst_store(cache, row + kv_width + i, inst_load(qkv, v_first + i));
+      inst_store(cache, row + i - base, inst_load(&k_rot, k_first + i));
+      inst_store(cache, row + kc.width + i - base, inst_load(qkv, v_first + i));
     }
   }
   free(k_rot.data);
@@ -383,21 +403,29 @@ static int run_attention(const AmkInstCall *call, int64_t pattern) {
                            &call->out[0]);
 }
 
-/* qkv, inv_freq, kv_cache (combined): rotate the tile's q heads at the
- * step position (the caller's, else `pos`, else the last row of a whole
- * window), then attend. */
+/* qkv, inv_freq, kv_cache (combined, or the per-head cache of the tile's
+ * KV head): rotate the tile's q heads at the step position (the caller's,
+ * else `pos`, else the last row of a whole window), then attend. */
 static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   int rc;
   HeadTile t;
   InstAttention a;
-  int64_t rows = 0, pos = 0;
+  KvCache kc;
+  int64_t pos = 0;
   const AmkTensorView *qkv = &call->in[0], *cache = &call->in[2];
   if ((rc = require_inputs(call, pattern, 3, "qkv, inv_freq, kv_cache")) ||
       (rc = attention_tile(call, pattern, &t, &a)) ||
       (rc = check_qkv(call, pattern, &t, qkv)) ||
-      (rc = combined_rows(call, pattern, &t, cache, &rows)) ||
-      (rc = inst_attention_check_window(call, &a, rows)))
+      (rc = kv_cache_layout(call, pattern, &t, cache, &kc)) ||
+      (rc = inst_attention_check_window(call, &a, kc.rows)))
     return rc;
+  /* A per-head cache holds KV head g of the tile's (one) GQA group. */
+  int64_t group = t.n_heads / t.n_kv, g = t.first / group;
+  if (kc.per_head && t.count > 0 && (t.first + t.count - 1) / group != g)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: query heads [%" PRId64 ", %" PRId64
+                     ") span several KV heads but the cache holds one",
+                     pattern_text(pattern), t.first, t.first + t.count);
   int64_t last = !a.partial && a.kv_len > 0 ? a.kv_start + a.kv_len - 1 : -1;
   if ((rc = step_position(call, pattern, last, &pos)))
     return rc;
@@ -408,12 +436,14 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   rc = rope_heads(call, pattern, &t, qkv, t.first, t.count, &call->in[1], pos,
                   &q);
   if (!rc) {
-    int64_t kv_width = a.n_kv_heads * a.head_dim;
+    /* KV head g's columns start at g * head_dim of a plane; in a per-head
+     * cache at 0. */
+    int64_t shift = kc.per_head ? -g * a.head_dim : 0;
     InstKvLayout kv = {.k = cache,
                        .v = cache,
-                       .row_stride = 2 * kv_width,
-                       .k_offset = 0,
-                       .v_offset = kv_width};
+                       .row_stride = 2 * kc.width,
+                       .k_offset = shift,
+                       .v_offset = kc.width + shift};
     rc = inst_attend_heads(call, &a, &q, &kv, t.first, t.first + t.count,
                            &call->out[0]);
   }

@@ -12,7 +12,8 @@
  *                    needs gate+up
  *   qkv              q, k and v become one projection -> qkv
  *   rope+kv_append   RoPE of k and both appends: one task per KV head
- *                    (rope_kv) into a combined cache; needs qkv
+ *                    (rope_kv) into its own per-head cache (one counter
+ *                    each; a combined cache for untiled attention); needs qkv
  *   rope+attention   RoPE of q folds into the per-KV-head attention tiles
  *                    (attention_rope); needs qkv and rope+kv_append
  *
@@ -927,14 +928,35 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
            blk->proj[0].tiles.n + blk->proj[1].tiles.n + blk->proj[2].tiles.n);
   int32_t c_qkv = add_counter(f, m->buffers[qkv].name, note);
   int32_t inv_freq = inv_freq_buffer(f, &spec);
+  /* Per-head caches [max_seq, 2, head_dim], one writer and one counter each,
+   * when every attention tile stays inside one KV head's group; else (an
+   * untiled attention over every head) one combined cache
+   * [max_seq, 2, n_kv * head_dim] whose writers share a counter. */
+  int64_t group = blk->n_heads / blk->n_kv;
+  bool per_head = blk->n_kv > 1;
+  for (uint32_t i = 0; i < blk->attention.n && per_head; i++) {
+    const AmkTask *t = &m->tasks[blk->attention.at[i]];
+    int64_t off = 0, n = 0;
+    per_head = t->op == AMK_OP_GEMV_TILE && amk_task_param_int(t, "n_off", &off) &&
+               amk_task_param_int(t, "N_tile", &n) && off >= 0 && n > 0 &&
+               off / group == (off + n - 1) / group;
+  }
+  int64_t n_caches = per_head ? blk->n_kv : 1;
+  int32_t *caches = amk_xcalloc((size_t)n_caches, sizeof *caches);
+  int32_t *c_kv = amk_xcalloc((size_t)n_caches, sizeof *c_kv);
   label_prefix(m->buffers[blk->kc].name, prefix, sizeof prefix);
-  snprintf(name, sizeof name, "%skv_cache", prefix);
-  int64_t cache_dims[3] = {blk->max_seq, 2, nkv};
-  int32_t cache = add_buffer(f, name, AMK_KIND_KV_CACHE, m->buffers[blk->kc].dtype, 3,
-                             cache_dims, NULL);
-  snprintf(note, sizeof note, "%s (%lld rope_kv tasks)", m->buffers[cache].name,
-           (long long)blk->n_kv);
-  int32_t c_kv = add_counter(f, m->buffers[cache].name, note);
+  for (int64_t c = 0; c < n_caches; c++) {
+    if (per_head)
+      snprintf(name, sizeof name, "%skv_cache.h%lld", prefix, (long long)c);
+    else
+      snprintf(name, sizeof name, "%skv_cache", prefix);
+    int64_t cache_dims[3] = {blk->max_seq, 2, per_head ? hd : nkv};
+    caches[c] = add_buffer(f, name, AMK_KIND_KV_CACHE, m->buffers[blk->kc].dtype, 3,
+                           cache_dims, NULL);
+    snprintf(note, sizeof note, "%s (%lld rope_kv task%s)", m->buffers[caches[c]].name,
+             (long long)(per_head ? 1 : blk->n_kv), per_head || blk->n_kv == 1 ? "" : "s");
+    c_kv[c] = add_counter(f, m->buffers[caches[c]].name, note);
+  }
 
   /* q, k and v tiles now write column ranges of one qkv vector. */
   int64_t shift[3] = {0, nq, nq + nkv};
@@ -962,8 +984,8 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     int32_t in[3] = {qkv, inv_freq, pos_buffer};
     set_inputs(m, t, in, 3);
     t->n_outputs = 1;
-    t->outputs = amk_arena_memdup(&m->arena, &cache, sizeof cache);
-    t->out_counter = c_kv;
+    t->outputs = amk_arena_memdup(&m->arena, &caches[per_head ? h : 0], sizeof *caches);
+    t->out_counter = c_kv[per_head ? h : 0];
     WaitSet ws = {.n = 1};
     ws.w[0] = (AmkWait){c_qkv, amk_value_int(AMK_RW_FULL_JOIN)};
     set_waits(m, t, &ws);
@@ -982,9 +1004,10 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     t->label = amk_arena_strdup(&m->arena, name);
   }
 
-  /* Attention tiles read q from qkv (rotating it) and the combined cache. */
+  /* Attention tiles read q from qkv (rotating it) and their KV head's cache
+   * (or the combined one), waiting only for that cache's writer(s); the qkv
+   * tiles are ancestors through them. */
   int32_t drop[3] = {rq->out_counter, ak->out_counter, m->tasks[blk->append_v].out_counter};
-  AmkWait wait_kv = {c_kv, amk_value_int(AMK_RW_FULL_JOIN)};
   for (uint32_t i = 0; i < blk->attention.n; i++) {
     AmkTask *t = &m->tasks[blk->attention.at[i]];
     if (t->op == AMK_OP_ATTENTION_TILE) { /* untiled: one tile of every head */
@@ -992,14 +1015,20 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
       amk_task_set_param(m, t, "N_tile", amk_value_int(blk->n_heads));
       amk_task_set_param(m, t, "n_off", amk_value_int(0));
     }
+    int64_t off = 0;
+    amk_task_param_int(t, "n_off", &off);
+    int64_t c = per_head ? off / group : 0;
     amk_task_set_param(m, t, "K", amk_value_int(width));
     set_pattern(m, t, AMK_PATTERN_ATTENTION_ROPE);
-    int32_t in[3] = {qkv, inv_freq, cache};
+    int32_t in[3] = {qkv, inv_freq, caches[c]};
     set_inputs(m, t, in, 3);
+    AmkWait wait_kv = {c_kv[c], amk_value_int(AMK_RW_FULL_JOIN)};
     WaitSet ws;
     merged_waits(t, drop, 3, &wait_kv, 1, &ws);
     set_waits(m, t, &ws);
   }
+  free(caches);
+  free(c_kv);
   uint32_t dead_tasks[4] = {blk->rope_q, blk->rope_k, blk->append_k, blk->append_v};
   for (int i = 0; i < 4; i++) {
     amk_rw_kill_counter(&f->edit, cntpos(f, m->tasks[dead_tasks[i]].out_counter));

@@ -192,15 +192,22 @@ static void check_rope_inputs(AmkValidator *v, const AmkTask *t,
                 head_dim / 2);
 }
 
-/* The combined cache [max_seq, 2, n_kv_heads * head_dim]. */
-static void require_combined_cache(AmkValidator *v, const AmkTask *t,
-                                   const char *pattern, const Shape *cache,
-                                   int64_t head_dim, int64_t n_kv) {
-  int64_t want[3] = {-1, 2, n_kv * head_dim};
-  char expected[96];
+/* The fused KV cache [max_seq, 2, W]: the combined cache of every KV head
+ * (W = n_kv_heads * head_dim) or, with several KV heads, the per-head cache
+ * of one (W = head_dim). Whether it is per-head (shape checked or not). */
+static bool require_kv_cache(AmkValidator *v, const AmkTask *t,
+                             const char *pattern, const Shape *cache,
+                             int64_t head_dim, int64_t n_kv) {
+  bool per_head = n_kv > 1 && cache->ok && cache->rank == 3 &&
+                  cache->dim[2] == head_dim;
+  int64_t want[3] = {-1, 2, per_head ? head_dim : n_kv * head_dim};
+  char expected[128];
   snprintf(expected, sizeof expected,
-           "[max_seq, 2, n_kv_heads*head_dim=%" PRId64 "]", n_kv * head_dim);
+           "[max_seq, 2, n_kv_heads*head_dim=%" PRId64
+           "] or per head [max_seq, 2, head_dim=%" PRId64 "]",
+           n_kv * head_dim, head_dim);
   require_shape(v, t, pattern, "KV cache", cache, 3, want, expected);
+  return per_head;
 }
 
 static void require_window(AmkValidator *v, const AmkTask *t,
@@ -278,7 +285,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   if (pattern == AMK_PATTERN_ROPE_KV) {
     int64_t pos;
     check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
-    require_combined_cache(v, t, name, out, head_dim, n_kv);
+    bool per_head = require_kv_cache(v, t, name, out, head_dim, n_kv);
     if (pattern_param(v, t, pt, name, AMK_PARAM_pos, 0, &pos) && out->ok &&
         pos >= out->dim[0])
       bound_error(v, t,
@@ -290,6 +297,11 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
                   "pattern %s: KV heads n_off+N_tile=%" PRId64
                   " exceed n_kv_heads=%" PRId64,
                   name, n_off + n_tile, n_kv);
+    else if (have_range && per_head && n_tile > 1)
+      bound_error(v, t,
+                  "pattern %s: N_tile=%" PRId64 " KV heads, but per-head KV cache "
+                  "buffer #%" PRId32 " ('%s') holds one",
+                  name, n_tile, out->id, out->name);
     return;
   }
   /* attention, attention_rope: query heads [n_off, n_off + N_tile). */
@@ -326,7 +338,13 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   } else {
     const Shape *cache = shape_of(v, t->inputs[2]);
     check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
-    require_combined_cache(v, t, name, cache, head_dim, n_kv);
+    if (require_kv_cache(v, t, name, cache, head_dim, n_kv) && have_range &&
+        n_off / group != (n_off + n_tile - 1) / group)
+      bound_error(v, t,
+                  "pattern %s: query heads [%" PRId64 ", %" PRId64
+                  ") span several KV heads, but per-head KV cache buffer #%" PRId32
+                  " ('%s') holds one",
+                  name, n_off, n_off + n_tile, cache->id, cache->name);
     if (ok)
       require_window(v, t, name, cache, kv_start, kv_len);
   }

@@ -282,7 +282,7 @@ def pattern_rope_odd(p):
 
 
 def pattern_rope_cache(p):
-    """The combined cache is not [max_seq, 2, n_kv*head_dim]."""
+    """The rope_kv cache is neither [max_seq, 2, n_kv*head_dim] nor per head [max_seq, 2, head_dim]."""
     t = pattern_tiles(p, 5)[0]
     buffer_by_id(p, t["outputs"][0])["shape"][1] = 3
 
@@ -291,6 +291,21 @@ def pattern_rope_heads(p):
     """A rope_kv tile for a KV head past n_kv_heads."""
     t = pattern_tiles(p, 5)[-1]
     t["params"]["n_off"] = t["params"]["n_kv_heads"]
+
+
+def pattern_perhead_rope_tile(p):
+    """A rope_kv tile of two KV heads writing a per-head cache (holds one)."""
+    t = pattern_tiles(p, 5)[0]
+    t["params"]["n_off"] = 0
+    t["params"]["N_tile"] = 2
+
+
+def pattern_perhead_attn_span(p):
+    """An attention_rope tile of two whole GQA groups over a per-head cache."""
+    t = pattern_tiles(p, 7)[0]
+    group = t["params"]["n_heads"] // t["params"]["n_kv_heads"]
+    t["params"]["n_off"] = 0
+    t["params"]["N_tile"] = 2 * group
 
 
 def pattern_rope_pos(p):
@@ -388,6 +403,8 @@ MUTATIONS = {
     "pattern-rope-cache": pattern_rope_cache,
     "pattern-rope-heads": pattern_rope_heads,
     "pattern-rope-pos": pattern_rope_pos,
+    "pattern-perhead-rope-tile": pattern_perhead_rope_tile,
+    "pattern-perhead-attn-span": pattern_perhead_attn_span,
     "pattern-missing-param": pattern_missing_param,
     "pattern-attn-heads": pattern_attn_heads,
     "pattern-attn-group": pattern_attn_group,

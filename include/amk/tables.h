@@ -193,12 +193,13 @@
     "out[cols] = r[cols] + (silu(gu[:K]) * gu[K:2K]) @ W[cols]^T")             \
   X(ROPE_KV, 5, "rope_kv", "qkv, inv_freq, pos",                            \
     "rotate k of KV head n_off at the step position and append k, v to row "  \
-    "pos of the [max_seq, 2, n_kv * head_dim] cache")                          \
+    "pos of the [max_seq, 2, n_kv * head_dim] or per-head [max_seq, 2, "      \
+    "head_dim] cache")                                                         \
   X(ATTENTION, 6, "attention", "q, k_cache, v_cache",                         \
     "attention for query heads [n_off, n_off + N_tile) (one KV head's GQA "   \
     "group) over [max_seq, n_kv, head_dim] caches")                            \
   X(ATTENTION_ROPE, 7, "attention_rope", "qkv, inv_freq, kv_cache",           \
     "rotate the group's q heads, then attend over the combined "              \
-    "[max_seq, 2, n_kv * head_dim] cache")
+    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache")
 
 #endif
