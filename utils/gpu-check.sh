@@ -22,7 +22,9 @@
 #      on every core; $AMK_1B_CHECK_STEPS limits the steps checked), no hang
 #   4b. the watchdog: AMK_CUDA_TEST_STALL=1 makes one wait unreachable in the
 #      device tables; the launch must end as TIMEOUT (exit 3), not hang
-#   5. --bench at positions 0 and 1024 (Llama-3.2-1B shape, bf16)
+#   5. --bench at positions 0 and 1024 (Llama-3.2-1B shape, bf16), with one
+#      traced launch per position after the timed ones (--trace: where the
+#      time went, printed after the summary; the Chrome trace in $OUT)
 # Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -158,7 +160,8 @@ row "$s" "watchdog: stalled launch reports TIMEOUT, exit 3 (got $rc)" "$(grep -h
 
 echo "== 5. bench"
 s=$(STEP_TIMEOUT=400 run_logged l1b-bench "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
-  --max-seq 2048 --bench --bench-pos 0,1024 --bench-steps 128 --bench-warmup 10 --json)
+  --max-seq 2048 --bench --bench-pos 0,1024 --bench-steps 128 --bench-warmup 10 --json \
+  --trace "$LOG/l1b-bench.trace.json")
 row "$s" "1B bf16 --bench at positions 0 and 1024" "see below"
 BENCH_JSON=$(grep -h '^{' "$LOG/l1b-bench.log" | tail -1)
 
@@ -181,6 +184,8 @@ for r in d["results"]:
           f" {r['gbs']:5.0f} | {r['pct_read_bw']:11.1f}% | {r['tokens_per_s']:8.1f} | {r['check']} |"
           f" {'MET' if r['pct_read_bw'] >= 30 else 'not met'} |")
 PY
+  echo
+  grep -h '^amk-run: trace\|^trace:\|^| ' "$LOG/l1b-bench.log"
 else
   echo "bench: no result; tail of its log:"
   tail -20 "$LOG/l1b-bench.log"
