@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "amk/diag.h"
+#include "amk/namemap.h"
 #include "amk/io.h"
 #include "amk/ir.h"
 
@@ -37,35 +38,7 @@ typedef struct {
   bool by_id;
 } AmkTextRef;
 
-/* ---- a name -> record index map (open addressing, power-of-two size) ---- */
 
-typedef struct {
-  const char *key; /* NULL: empty slot */
-  size_t len;
-  uint32_t hash;
-  int32_t index;  /* first record with this name */
-  uint32_t count; /* how many records carry it */
-} AmkNameSlot;
-
-typedef struct {
-  AmkNameSlot *slots;
-  size_t cap, used;
-} AmkNameMap;
-
-void amk_name_map_free(AmkNameMap *map);
-/* Adds one occurrence of `key` (which must outlive the map) and returns its
- * slot; slot->count is 1 for a new name. */
-AmkNameSlot *amk_name_map_add(AmkNameMap *map, const char *key, size_t len,
-                              int32_t index);
-const AmkNameSlot *amk_name_map_find(const AmkNameMap *map, const char *key,
-                                     size_t len);
-
-/* True when `s` may be written without quotes where a name is expected:
- * [A-Za-z_][A-Za-z0-9_.-]* . */
-bool amk_text_is_identifier(const char *s, size_t len);
-/* True for the reserved words of the text form (they print quoted where a
- * free word such as a target name is expected). */
-bool amk_text_is_keyword(const char *s, size_t len);
 
 /* ---- the parser state ---------------------------------------------------- */
 

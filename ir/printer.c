@@ -10,7 +10,7 @@
 
 #include "amk/io.h"
 #include "amk/ir.h"
-#include "text_internal.h"
+#include "amk/namemap.h"
 
 /* Lookup tables built once per print, so printing is linear in the module. */
 typedef struct {

@@ -153,7 +153,7 @@ double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps,
                                    AmkDiagEngine *diag);
 
 /* The reference VM's host memory of buffer `index` (list position), which
- * the CUDA backend uploads (defined in runtime/vm.c). */
+ * the CUDA backend uploads (defined in refvm/vm.c). */
 const void *amk_vm_buffer_host(const AmkVm *vm, uint32_t index, size_t *nbytes);
 
 /* One step of amk-run --check: the logits of a backend against the

@@ -1,4 +1,4 @@
-/* Diagnostics: `file:line:col: error: message`, the source line and a caret.
+/* Diagnostics (the support layer: uses nothing of the project): `file:line:col: error: message`, the source line and a caret.
  *
  * Every user-facing error goes through a DiagEngine, so the same message can be
  * printed (to stderr), or captured for -verify-diagnostics. No global state.
@@ -9,7 +9,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "amk/ir.h"
+#include <stddef.h>
+#include <stdint.h>
+
+/* A source position for diagnostics; line 0 means "none" (built by a pass). */
+typedef struct {
+  uint32_t line, col;
+} AmkLoc;
 
 typedef enum {
   AMK_SEVERITY_ERROR,

@@ -5,21 +5,9 @@
 #include <stdio.h>
 
 #include "amk/diag.h"
+#include "amk/fileio.h"
 #include "amk/ir.h"
-
-/* A growable byte buffer for output that must be complete before any of it
- * is written (no partial output files). */
-typedef struct {
-  char *data;
-  size_t len, cap;
-} AmkStrBuf;
-
-void amk_sb_init(AmkStrBuf *sb);
-void amk_sb_free(AmkStrBuf *sb);
-void amk_sb_putc(AmkStrBuf *sb, char c);
-void amk_sb_puts(AmkStrBuf *sb, const char *s);
-void amk_sb_putn(AmkStrBuf *sb, const char *s, size_t n);
-void amk_sb_printf(AmkStrBuf *sb, const char *fmt, ...) AMK_PRINTF(2, 3);
+#include "amk/strbuf.h"
 
 /* Parse `.amkir` text. Errors go to `diag` (with `name` as the file name and
  * carets into `text`); returns NULL on any error. The module keeps a pointer
@@ -47,13 +35,5 @@ void amk_write_json_string(const char *s, AmkStrBuf *out);
 
 /* The task DAG for Graphviz. */
 void amk_print_dot(const AmkModule *m, AmkStrBuf *out);
-
-/* Read a whole file ("-" = stdin) into a NUL-terminated malloc'd buffer.
- * On failure prints `path: error: reason` and returns NULL. */
-char *amk_read_file(const char *path, size_t *len, AmkDiagEngine *diag);
-
-/* Write `data` to `path` atomically (temp file + rename), "-" = stdout. */
-int amk_write_file_atomic(const char *path, const char *data, size_t len,
-                          AmkDiagEngine *diag);
 
 #endif

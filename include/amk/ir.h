@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amk/diag.h"
 #include "amk/tables.h"
 
 /* ---- enumerations, generated from tables.h ---------------------------- */
@@ -196,11 +197,6 @@ int amk_format_float_repr(double f, char buf[32]);
 
 /* ---- records ------------------------------------------------------------ */
 
-/* A source position for diagnostics; line 0 means "none" (built by a pass). */
-typedef struct {
-  uint32_t line, col;
-} AmkLoc;
-
 typedef struct {
   int32_t id;
   const char *name;
@@ -366,5 +362,14 @@ int64_t amk_module_weight_bytes(const AmkModule *m);
  * the numerator of achieved bandwidth (a tied embedding table is then
  * counted once, by the lm_head that streams it). */
 int64_t amk_module_streamed_weight_bytes(const AmkModule *m);
+
+/* ---- the text form's lexical rules (ir/syntax.c) --------------------- */
+
+/* True when `s` may be written without quotes where a name is expected:
+ * [A-Za-z_][A-Za-z0-9_.-]* . */
+bool amk_text_is_identifier(const char *s, size_t len);
+/* True for the reserved words of the text form (they print quoted where a
+ * free word such as a target name is expected). */
+bool amk_text_is_keyword(const char *s, size_t len);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "amk/io.h"
+#include "amk/strbuf.h"
 
 void amk_sb_init(AmkStrBuf *sb) { memset(sb, 0, sizeof *sb); }
 

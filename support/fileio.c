@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "amk/io.h"
+#include "amk/fileio.h"
 
 char *amk_read_file(const char *path, size_t *len, AmkDiagEngine *diag) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
