@@ -193,9 +193,5 @@ void amk_text_add_binding(AmkTextParser *p, AmkTextRef buffer, AmkLoc at,
                           int64_t page, AmkLoc page_loc);
 void amk_text_end_pages(AmkTextParser *p);
 
-/* Closest of `n` candidate words to `word` (for "did you mean"), or NULL when
- * none is close. */
-const char *amk_text_suggest(const char *word, size_t len,
-                             const char *const *candidates, size_t n);
 
 #endif

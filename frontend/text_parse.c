@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/strutil.h"
 #include "parser.h"
 #include "text_internal.h"
 
@@ -32,49 +33,6 @@ void *amk_vec_push(AmkVec *v) {
   memset(slot, 0, v->elem);
   v->len++;
   return slot;
-}
-
-static size_t edit_distance(const char *a, size_t la, const char *b,
-                            size_t lb) {
-  enum { MAX = 64 };
-  if (la >= MAX || lb >= MAX)
-    return MAX;
-  size_t row[MAX + 1];
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t above = row[j];
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      size_t best = diagonal + cost;
-      if (above + 1 < best)
-        best = above + 1;
-      if (row[j - 1] + 1 < best)
-        best = row[j - 1] + 1;
-      row[j] = best;
-      diagonal = above;
-    }
-  }
-  return row[lb];
-}
-
-const char *amk_text_suggest(const char *word, size_t len,
-                             const char *const *candidates, size_t n) {
-  const char *best = NULL;
-  size_t best_distance = len / 3 + 1; /* close enough to be a typo */
-  if (best_distance > 3)
-    best_distance = 3;
-  best_distance++;
-  for (size_t i = 0; i < n; i++) {
-    size_t d = edit_distance(word, len, candidates[i], strlen(candidates[i]));
-    if (d < best_distance) {
-      best = candidates[i];
-      best_distance = d;
-    }
-  }
-  return best;
 }
 
 void amk_text_error(AmkTextParser *p, AmkLoc loc, const char *fmt, ...) {
@@ -117,7 +75,7 @@ static int lookup_word(AmkTextSlice word, int (*from_name)(const char *)) {
 static void unknown_word(AmkTextParser *p, AmkLoc loc, const char *what,
                          AmkTextSlice word, const char *const *names,
                          size_t n) {
-  const char *guess = amk_text_suggest(word.ptr, word.len, names, n);
+  const char *guess = amk_suggest(word.ptr, word.len, names, n);
   if (guess) {
     amk_text_error(p, loc, "unknown %s '%.*s'; did you mean '%s'?", what,
                    (int)word.len, word.ptr, guess);

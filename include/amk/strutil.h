@@ -1,0 +1,16 @@
+/* String helpers for diagnostics (support layer). */
+#ifndef AMK_STRUTIL_H
+#define AMK_STRUTIL_H
+
+#include <stddef.h>
+
+/* Levenshtein distance between a[0..la) and b[0..lb); words of 64 bytes or
+ * more count as 64 away from everything. */
+size_t amk_edit_distance(const char *a, size_t la, const char *b, size_t lb);
+
+/* Closest of `n` candidate words to `word` (for "did you mean"), or NULL when
+ * none is close enough to be a typo (a third of the word, at most 3 edits). */
+const char *amk_suggest(const char *word, size_t len,
+                        const char *const *candidates, size_t n);
+
+#endif
