@@ -185,8 +185,9 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
             break;
           }
         }
+        // A short, capped backoff: the counter is seen within ~100 ns.
         __nanosleep(ns);
-        if (ns < 256)
+        if (ns < 64)
           ns <<= 1;
       }
     }
@@ -194,19 +195,19 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
       ok = 0;
     s_ok = ok;
   }
+  // One barrier: s_ok is next written by thread 0 in the following wait,
+  // which comes after the barrier in amk_signal, so no second one is needed.
   __syncthreads();
-  int ok = s_ok;
-  __syncthreads();
-  return ok != 0;
+  return s_ok != 0;
 }
 
-// All threads' writes, then thread 0: release fence + one increment.
+// All threads' writes, then thread 0: one release increment. The barrier
+// orders the block's writes before thread 0's release (release is cumulative
+// in the PTX memory model), so no full __threadfence is needed.
 __device__ __forceinline__ void amk_signal(AmkP P, AmkI I) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
+  if (threadIdx.x == 0)
     amk_red_release((unsigned int *)P.counters + I.out_counter);
-  }
 }
 
 // Streams up to 128 KiB of an instruction's weights into L2 (no wait).
@@ -217,6 +218,244 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
     n = 131072;
   for (long long o = (long long)threadIdx.x * 128; o < n; o += (long long)AMK_NT * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+}
+
+// ---- the weight stream ----------------------------------------------------------
+//
+// Weights are constants, so a block need not wait for anything to load them.
+// At the start of its queue a block describes the weight rows of every GEMV
+// tile in the queue into a table in shared memory (all threads at once, so
+// the chain of dependent loads behind each description costs one round
+// trip); thread 0 then moves weights ahead of the waits, in queue order, up
+// to AMK_LOOKAHEAD instructions past the running one (the schedule's
+// pipelining_depth), in one of two ways (AMK_STREAM_MODE):
+//   1  bulk L2 prefetches (cp.async.bulk.prefetch.L2) of whole tiles, at
+//      most AMK_L2_AHEAD_BYTES ahead of the running instruction; the GEMV
+//      then reads its weights from L2;
+//   2  bulk copies into a ring of AMK_RING_SLOTS shared-memory slots of
+//      AMK_RING_SLOT_BYTES (one mbarrier each); the GEMV reads its weights
+//      from the slots, releasing and refilling each once read. Slots are
+//      filled and consumed in one order, so a chunk's sequence number gives
+//      its slot (seq % slots) and the mbarrier phase ((seq / slots) & 1).
+// The generated part defines the mode, its geometry and amk_variant_stream.
+#ifndef AMK_STREAM_MODE
+#define AMK_STREAM_MODE 0
+#endif
+#ifndef AMK_RING_SLOTS
+#define AMK_RING_SLOTS 0
+#define AMK_RING_SLOT_BYTES 16384
+#endif
+#ifndef AMK_STREAM_OFFSET
+#define AMK_STREAM_OFFSET 0
+#endif
+#ifndef AMK_LOOKAHEAD
+#define AMK_LOOKAHEAD 2
+#endif
+#ifndef AMK_L2_AHEAD_BYTES
+#define AMK_L2_AHEAD_BYTES 262144
+#endif
+#define AMK_RING_MAX_SLOTS 64
+// The ring size as a divisor (1 when there is no ring: the code that divides
+// by it is then never run).
+#define AMK_RING_MOD (AMK_RING_SLOTS > 0 ? AMK_RING_SLOTS : 1)
+#define AMK_DESC_MAX 256
+#ifndef AMK_STREAM_HEADER_BYTES
+#define AMK_STREAM_HEADER_BYTES 12288
+#endif
+
+// A variant's weights: `stack` ranges of rows of row_bytes, range s starting
+// at row s * nout + n_off of its weight input (row_bytes 0: not streamed).
+struct amk_stream_info_t {
+  int row_bytes, stack, nout;
+};
+__device__ amk_stream_info_t amk_variant_stream(int variant);
+
+// One queue position's weights, ready for the loader (row_bytes 0: none).
+struct AmkStreamDesc {
+  const char *weights; // first row of range 0
+  long long range_stride; // bytes from one range to the next
+  int row_bytes, rows, stack, chunks_per_range;
+  int prefetched; // L2 mode: bytes prefetched ahead of its turn
+  int pad;
+};
+
+struct AmkStream {
+  unsigned long long full[AMK_RING_MAX_SLOTS]; // ring mode: one mbarrier per slot
+  int issued, consumed; // ring mode: chunks, counted from the start of the queue
+  int begin, end;       // the block's queue
+  int cur_k;            // the queue position running
+  int desc_hi;          // positions below it are described (slot p % AMK_DESC_MAX)
+  int load_k, load_chunk; // the loader's next queue position and chunk of it
+  long long ahead_bytes;  // L2 mode: bytes prefetched for instructions not yet run
+  AmkStreamDesc desc[AMK_DESC_MAX];
+};
+static_assert(sizeof(AmkStream) <= AMK_STREAM_HEADER_BYTES, "the stream header outgrew its room");
+static_assert(AMK_LOOKAHEAD < AMK_DESC_MAX / 2, "the lookahead must stay inside the table");
+
+__device__ __forceinline__ AmkStream *amk_stream(float *smem) {
+  return (AmkStream *)((char *)smem + AMK_STREAM_OFFSET);
+}
+__device__ __forceinline__ char *amk_ring_slot(float *smem, int slot) {
+  return (char *)smem + AMK_STREAM_OFFSET + AMK_STREAM_HEADER_BYTES +
+         (long long)slot * AMK_RING_SLOT_BYTES;
+}
+__device__ __forceinline__ unsigned amk_smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ bool amk_mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile("{\n\t.reg .pred p;\n\t"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+               "selp.u32 %0, 1, 0, p;\n\t}"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ const AmkStreamDesc &amk_desc(const AmkStream *S, int k) {
+  return S->desc[k % AMK_DESC_MAX];
+}
+
+// All threads: describe queue positions [from, to) into the table (slot
+// p % AMK_DESC_MAX; to - from <= AMK_DESC_MAX). Callers synchronise before
+// and after.
+__device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to) {
+  const int *q = (const int *)P.queue;
+  const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
+  const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
+  for (int k = from + (int)threadIdx.x; k < to; k += AMK_NT) {
+    AmkStreamDesc d = {nullptr, 0, 0, 0, 0, 0, 0, 0};
+    int idx = q[k];
+    amk_stream_info_t info = amk_variant_stream(aux[idx].variant);
+    const amk_instruction_t &J = insts[idx];
+    if (info.row_bytes > 0 && J.params.N_tile.i > 0) {
+      d.row_bytes = info.row_bytes;
+      d.rows = J.params.N_tile.i;
+      d.stack = info.stack;
+      d.range_stride = (long long)info.nout * info.row_bytes;
+      d.weights = (const char *)amk_buf(P, J.inputs[1]).ptr +
+                  (long long)J.params.n_off.i * info.row_bytes;
+      int rpc = AMK_RING_SLOT_BYTES / info.row_bytes;
+      d.chunks_per_range = rpc > 0 ? (d.rows + rpc - 1) / rpc : 0;
+    }
+    S->desc[k % AMK_DESC_MAX] = d;
+  }
+}
+
+// All threads, at the start of a queue.
+__device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin, int end) {
+  if (AMK_STREAM_MODE == 0)
+    return;
+  AmkStream *S = amk_stream(smem);
+  int hi = end - begin < AMK_DESC_MAX ? end : begin + AMK_DESC_MAX;
+  if (threadIdx.x == 0) {
+    S->issued = S->consumed = 0;
+    S->begin = S->load_k = S->cur_k = begin;
+    S->end = end;
+    S->desc_hi = hi;
+    S->load_chunk = 0;
+    S->ahead_bytes = 0;
+    if (AMK_STREAM_MODE == 2) {
+      for (int s = 0; s < AMK_RING_SLOTS; s++)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(amk_smem_addr(&S->full[s]))
+                     : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+  }
+  amk_stream_describe(P, S, begin, hi);
+  __syncthreads();
+}
+// All threads, at the end of a queue (after a barrier).
+__device__ __forceinline__ void amk_stream_end(float *smem) {
+  if (AMK_STREAM_MODE != 2)
+    return;
+  AmkStream *S = amk_stream(smem);
+  if (threadIdx.x == 0)
+    for (int s = 0; s < AMK_RING_SLOTS; s++)
+      asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(amk_smem_addr(&S->full[s]))
+                   : "memory");
+}
+// All threads, before instruction k: once the loader could reach past the
+// described positions, describe [desc_hi, k + AMK_DESC_MAX). That reuses
+// the slots of positions below k, which have run (AMK_LOOKAHEAD is far
+// below AMK_DESC_MAX).
+__device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k) {
+  if (AMK_STREAM_MODE == 0)
+    return;
+  AmkStream *S = amk_stream(smem);
+  int hi = S->desc_hi;
+  if (hi >= S->end || k + AMK_LOOKAHEAD < hi)
+    return;
+  int to = S->end - k < AMK_DESC_MAX ? S->end : k + AMK_DESC_MAX;
+  __syncthreads();
+  amk_stream_describe(P, S, hi, to);
+  __syncthreads();
+  if (threadIdx.x == 0)
+    S->desc_hi = to;
+  __syncthreads();
+}
+
+// Thread 0, before waiting on instruction k's counters (and, in ring mode,
+// after each chunk it consumes): move weights ahead.
+__device__ void amk_stream_pump(float *smem, int k) {
+  AmkStream *S = amk_stream(smem);
+  if (AMK_STREAM_MODE == 1) {
+    // Instruction k's prefetched bytes no longer count as ahead once it runs.
+    if (k < S->load_k)
+      S->ahead_bytes -= amk_desc(S, k).prefetched;
+    while (S->load_k < S->end && S->load_k <= k + AMK_LOOKAHEAD &&
+           S->ahead_bytes < AMK_L2_AHEAD_BYTES) {
+      AmkStreamDesc &d = S->desc[S->load_k % AMK_DESC_MAX];
+      if (d.row_bytes > 0) {
+        // A prefix of each range, so that what is ahead stays within the
+        // budget (a tile larger than L2 would only evict itself).
+        long long range_bytes = (long long)d.rows * d.row_bytes;
+        long long room = (AMK_L2_AHEAD_BYTES - S->ahead_bytes) / d.stack;
+        long long bytes = range_bytes < room ? range_bytes : room & ~15ll;
+        if (bytes > 0)
+          for (int r = 0; r < d.stack; r++)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                             d.weights + r * d.range_stride),
+                         "r"((unsigned)bytes)
+                         : "memory");
+        d.prefetched = S->load_k > k ? (int)(bytes * d.stack) : 0;
+        S->ahead_bytes += d.prefetched;
+      }
+      S->load_k++;
+    }
+  } else if (AMK_STREAM_MODE == 2) {
+    while (S->issued - S->consumed < AMK_RING_SLOTS && S->load_k < S->end &&
+           S->load_k <= k + AMK_LOOKAHEAD) {
+      const AmkStreamDesc &d = amk_desc(S, S->load_k);
+      int n = d.chunks_per_range * d.stack;
+      if (d.row_bytes == 0 || n == 0) {
+        S->load_k++;
+        S->load_chunk = 0;
+        continue;
+      }
+      int rpc = AMK_RING_SLOT_BYTES / d.row_bytes;
+      int c = S->load_chunk;
+      int range = c / d.chunks_per_range;
+      int r0 = (c - range * d.chunks_per_range) * rpc;
+      int rows = d.rows - r0 < rpc ? d.rows - r0 : rpc;
+      const char *src = d.weights + range * d.range_stride + (long long)r0 * d.row_bytes;
+      unsigned bytes = (unsigned)(rows * d.row_bytes);
+      int slot = S->issued % AMK_RING_MOD;
+      unsigned bar = amk_smem_addr(&S->full[slot]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"(bytes)
+                   : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                   "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_ring_slot(smem, slot))),
+                   "l"(src), "r"(bytes), "r"(bar)
+                   : "memory");
+      S->issued++;
+      if (++S->load_chunk == n) {
+        S->load_k++;
+        S->load_chunk = 0;
+      }
+    }
+  }
 }
 
 // ---- block reductions ----------------------------------------------------------
@@ -362,6 +601,150 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
   return amk_warp_sum(acc);
 }
 
+// One output element of a GEMV tile: bias, the residual of the fused
+// pattern, the store. wrow: the weight row; col: the output column.
+template <int PAT, int ODT, int ADT, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_store(void *out, const void *aux, float acc, int m,
+                                               long long wrow, long long col) {
+  long long o = (STACK > 1) ? wrow : (long long)m * NOUT + col;
+  if constexpr (BIAS)
+    acc += amk_ld<ADT>(aux, wrow);
+  if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+    acc = amk_round<ODT>(acc) + amk_ld<ADT>(aux, o);
+  amk_st<ODT>(out, o, acc);
+}
+
+// As amk_gemv_store, with the tile's residual or bias value pre[i] staged in
+// shared memory (M == 1).
+template <int PAT, int ODT, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_store_pre(void *out, const float *pre, float acc, int i,
+                                                   long long wrow, long long col) {
+  long long o = (STACK > 1) ? wrow : col;
+  if constexpr (BIAS)
+    acc += pre[i];
+  if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+    acc = amk_round<ODT>(acc) + pre[i];
+  amk_st<ODT>(out, o, acc);
+}
+
+// Whether a GEMV variant takes its weights from the ring: one input row
+// (decode), rows of whole 16-byte vectors that fit a slot.
+template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_streams() {
+  constexpr long long esz = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  return AMK_STREAM_MODE != 0 && !GEMM && M == 1 &&
+         (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16) &&
+         (K * esz) % 16 == 0 && (AMK_STREAM_MODE == 1 || K * esz <= AMK_RING_SLOT_BYTES);
+}
+// The loader's view of a GEMV variant (amk_variant_stream in the generated
+// part returns this for each GEMV variant).
+template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
+          int BIAS, int GEMM>
+__device__ amk_stream_info_t amk_gemv_stream() {
+  amk_stream_info_t info = {0, 0, 0};
+  if constexpr (amk_gemv_streams<WDT, K, M, GEMM>()) {
+    info.row_bytes = K * ((WDT == AMK_ABI_DTYPE_F32) ? 4 : 2);
+    info.stack = STACK;
+    info.nout = NOUT;
+  }
+  return info;
+}
+
+// 16 bytes of weights (in shared memory) times the matching fp32 inputs,
+// read as float4 (xs is 16-byte aligned).
+template <int WDT> __device__ __forceinline__ float amk_dot16_smem(uint4 q, const float *x) {
+  float4 a = *(const float4 *)x;
+  if constexpr (WDT == AMK_ABI_DTYPE_F32) {
+    return __uint_as_float(q.x) * a.x + __uint_as_float(q.y) * a.y +
+           __uint_as_float(q.z) * a.z + __uint_as_float(q.w) * a.w;
+  } else {
+    float4 b = *(const float4 *)(x + 4);
+    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    return amk_dot16<WDT>(q, xv);
+  }
+}
+
+// The GEMV body on streamed weights: chunk by chunk in ring order, rows of a
+// chunk split over the warps (a row over G warps when a chunk has fewer rows
+// than warps), each slot released and refilled once read.
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void *out, int n_off,
+                                                  int n_tile, const float *xs, float *red,
+                                                  float *smem) {
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  constexpr int ROWB = K * ESZ, VEC = 16 / ESZ, NV = ROWB / 16;
+  constexpr int RPC = AMK_RING_SLOT_BYTES / ROWB;
+  constexpr int G = RPC >= AMK_NWARPS ? 1 : AMK_NWARPS / RPC; // warps per row
+  constexpr int NVG = (NV + G - 1) / G;                       // vectors per warp of a row
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int part = warp % G;
+  AmkStream *R = amk_stream(smem);
+  int base = R->consumed; // thread 0 changes it only after the first chunk's barrier
+  int cpr = (n_tile + RPC - 1) / RPC, nchunks = cpr * STACK;
+  // The residual (or bias) values of the tile, loaded once before the first
+  // chunk: a global load in each chunk's epilogue would stall the block at
+  // the chunk's barrier.
+  constexpr bool RES = PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
+  float *pre = red + AMK_NWARPS;
+  if constexpr (RES || BIAS) {
+    for (int i = threadIdx.x; i < STACK * n_tile; i += AMK_NT) {
+      int s = i / n_tile, j = i - s * n_tile;
+      long long wrow = (long long)s * NOUT + n_off + j;
+      long long o = (STACK > 1) ? wrow : (long long)n_off + j;
+      float v = 0.0f;
+      if constexpr (BIAS)
+        v += amk_ld<ADT>(aux, wrow);
+      if constexpr (RES)
+        v = amk_ld<ADT>(aux, o); // BIAS and RES never come together
+      pre[i] = v;
+    }
+    __syncthreads();
+  }
+  for (int c = 0; c < nchunks; c++) {
+    int seq = base + c, slot = seq % AMK_RING_MOD;
+    int s = c / cpr, r0 = (c - s * cpr) * RPC;
+    int rows = n_tile - r0 < RPC ? n_tile - r0 : RPC;
+    const char *chunk = amk_ring_slot(smem, slot);
+    unsigned bar = amk_smem_addr(&R->full[slot]);
+    unsigned parity = (unsigned)(seq / AMK_RING_MOD) & 1u;
+    while (!amk_mbar_try_wait(bar, parity)) {
+    }
+    for (int r = warp / G; r < rows; r += AMK_NWARPS / G) {
+      const uint4 *wr = (const uint4 *)(chunk + (long long)r * ROWB);
+      int v0 = part * NVG, v1 = v0 + NVG < NV ? v0 + NVG : NV;
+      float acc = 0.0f;
+#pragma unroll 4
+      for (int v = v0 + lane; v < v1; v += 32)
+        acc += amk_dot16_smem<WDT>(wr[v], xs + v * VEC);
+      acc = amk_warp_sum(acc);
+      long long wrow = (long long)s * NOUT + n_off + r0 + r;
+      if constexpr (G == 1) {
+        if (lane == 0)
+          amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, acc, s * n_tile + r0 + r,
+                                                          wrow, n_off + r0 + r);
+      } else if (lane == 0) {
+        red[warp] = acc;
+      }
+    }
+    if constexpr (G > 1) {
+      __syncthreads();
+      int r = warp / G;
+      if (part == 0 && lane == 0 && r < rows) {
+        float acc = 0.0f;
+        for (int g = 0; g < G; g++)
+          acc += red[warp + g];
+        long long wrow = (long long)s * NOUT + n_off + r0 + r;
+        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, acc, s * n_tile + r0 + r, wrow,
+                                                        n_off + r0 + r);
+      }
+    }
+    __syncthreads(); // every warp is done with the slot (and with red)
+    if (threadIdx.x == 0) {
+      R->consumed = seq + 1;
+      amk_stream_pump(smem, R->cur_k);
+    }
+  }
+}
+
 // PAT: AMK_PATTERN_PLAIN, NORM, RESIDUAL, SILU, SILU_RESIDUAL.
 // Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
 // M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
@@ -413,20 +796,19 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   }
   __syncthreads();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if constexpr (AMK_STREAM_MODE == 2 && amk_gemv_streams<WDT, K, M, GEMM>()) {
+    amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(P, aux, out, n_off, n_tile, xs,
+                                                                red, smem);
+    return;
+  }
   int rows = STACK * n_tile;
   for (int m = m_begin; m < m_begin + m_count; m++) {
     for (int r = warp; r < rows; r += AMK_NWARPS) {
       int s = r / n_tile, j = r - s * n_tile;
       long long wrow = (long long)s * NOUT + n_off + j;
       float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
-      if (lane == 0) {
-        long long o = (STACK > 1) ? wrow : (long long)m * NOUT + n_off + j;
-        if constexpr (BIAS)
-          acc += amk_ld<ADT>(aux, wrow);
-        if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
-          acc = amk_round<ODT>(acc) + amk_ld<ADT>(aux, o);
-        amk_st<ODT>(out, o, acc);
-      }
+      if (lane == 0)
+        amk_gemv_store<PAT, ODT, ADT, NOUT, STACK, BIAS>(out, aux, acc, m, wrow, n_off + j);
     }
   }
 }
@@ -1040,6 +1422,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
   for (int b = blockIdx.x; b < P.n_queues; b += gridDim.x) {
     int end = qo[b + 1];
+    amk_stream_begin(P, smem, qo[b], end);
     for (int k = qo[b]; k < end; k++) {
       int idx = q[k];
       if (idx < 0 || idx >= P.n_instructions) {
@@ -1049,8 +1432,16 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       }
       const amk_instruction_t &I = insts[idx];
       const amk_inst_aux_t &A = aux[idx];
-      amk_prefetch(A);
-      if (k + 1 < end)
+      amk_stream_window(P, smem, k);
+      if (AMK_STREAM_MODE != 0 && threadIdx.x == 0) {
+        amk_stream(smem)->cur_k = k;
+        amk_stream_pump(smem, k);
+      }
+      // Weights the stream does not carry go to L2 ahead of the waits.
+      if (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k).row_bytes == 0)
+        amk_prefetch(A);
+      if (k + 1 < end &&
+          (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k + 1).row_bytes == 0))
         amk_prefetch(aux[q[k + 1]]);
       amk_trace_t *tr = P.trace ? (amk_trace_t *)P.trace + idx : nullptr;
       if (tr && threadIdx.x == 0)
@@ -1064,6 +1455,8 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       if (tr && threadIdx.x == 0)
         tr->end = amk_globaltimer();
     }
+    __syncthreads();
+    amk_stream_end(smem);
   }
 }
 

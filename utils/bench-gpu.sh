@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The decode benchmark of issue 11 in one call, on the GPU machine: for the
+# Llama-3.2-1B, SmolLM2-135M and Llama-3.1-8B shapes (bf16, random weights),
+# our megakernel's per-token kernel time (amk-run --bench, median of 128
+# steps after 10 warm-up steps, checked against the reference VM in the same
+# run) beside the anchors measured by ../shared/bench/anchors.py in the same
+# call on the same card: the read-bandwidth floor, HuggingFace's decode step
+# as a CUDA graph, and cuBLAS's linears alone. Prints one table, then each
+# shape's --trace report (where the time went).
+#
+#   utils/bench-gpu.sh [SHAPE ...]      (default: llama-3.2-1b smollm2-135m llama-3.1-8b)
+#
+# Environment: AMK_BUILD (build folder, default build), AMK_ANCHORS (the path
+# of anchors.py; default ../shared/bench/anchors.py, else shared/bench/...;
+# empty or missing: no anchors), OUT (logs; default /tmp/amk-bench-gpu).
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BIN=${AMK_BUILD:-build}/bin
+LOG=${OUT:-/tmp/amk-bench-gpu}
+mkdir -p "$LOG"
+export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
+SHAPES=("$@")
+[ ${#SHAPES[@]} -eq 0 ] && SHAPES=(llama-3.2-1b smollm2-135m llama-3.1-8b)
+ANCHORS=${AMK_ANCHORS-}
+if [ -z "${AMK_ANCHORS+set}" ]; then
+  for a in ../shared/bench/anchors.py shared/bench/anchors.py; do
+    [ -f "$a" ] && ANCHORS=$a && break
+  done
+fi
+
+for shape in "${SHAPES[@]}"; do
+  case $shape in
+    llama-3.2-1b) pos=0,1024 ;;
+    *) pos=0 ;;
+  esac
+  echo "== ours: $shape (positions $pos)"
+  timeout 420 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
+    --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
+    --trace "$LOG/$shape.trace.json" >"$LOG/$shape.bench.log" 2>&1
+  echo "rc=$?"
+done
+
+if [ -n "$ANCHORS" ] && [ -f "$ANCHORS" ]; then
+  echo "== anchors: $ANCHORS"
+  timeout 540 python3 "$ANCHORS" "$LOG/anchors.json" "${SHAPES[@]}" >"$LOG/anchors.log" 2>&1
+  echo "rc=$?"
+else
+  echo "== anchors: anchors.py not found (set AMK_ANCHORS); ours alone"
+fi
+
+python3 - "$LOG" "${SHAPES[@]}" <<'PY'
+import json, os, re, sys
+log, shapes = sys.argv[1], sys.argv[2:]
+anchors = {}
+path = os.path.join(log, "anchors.json")
+if os.path.exists(path):
+    for r in json.load(open(path)):
+        if "model" in r:
+            anchors[r["model"]] = r
+        elif "gpu" in r:
+            anchors["_info"] = r
+def ours(shape):
+    text = open(os.path.join(log, shape + ".bench.log")).read()
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+info = anchors.get("_info", {})
+print()
+print(f"card: {info.get('gpu', '?')}; read bandwidth (torch sum) {info.get('read_GBps', '?')} GB/s")
+print("| shape | floor ms | ours ms (pos) | % of read bw | HF CUDA graph ms | cuBLAS linears ms | ours vs graph | ours vs cuBLAS | check |")
+print("|---|---|---|---|---|---|---|---|---|")
+for s in shapes:
+    o = ours(s)
+    a = anchors.get(s, {})
+    graph = a.get("cudagraph_pos0", {}).get("median_ms")
+    lin = a.get("cublas_linears_graph", {}).get("median_ms")
+    if not o:
+        print(f"| {s} | | no result (see {s}.bench.log) | | | | | | |")
+        continue
+    floor = o["weight_bytes"] / (o["read_bw_gbs"] * 1e9) * 1e3
+    for r in o["results"]:
+        t = r["median_ms"]
+        g = f"{graph:.3f}" if graph else "-"
+        l = f"{lin:.3f}" if lin else "-"
+        vg = f"{graph / t:.2f}x" if graph else "-"
+        vl = f"{lin / t:.2f}x" if lin else "-"
+        print(f"| {s} | {floor:.3f} | {t:.4f} ({r['pos']}) | {r['pct_read_bw']:.1f}% | {g} | {l} | {vg} | {vl} | {r['check']} |")
+print()
+print("floor: weight bytes over the read bandwidth amk-run measured in the same run;")
+print("ours vs X: X's time over ours (above 1: we are faster).")
+for s in shapes:
+    p = os.path.join(log, s + ".bench.log")
+    text = open(p).read() if os.path.exists(p) else ""
+    rep = [l for l in text.splitlines() if l.startswith("trace:") or re.match(r"^\| [a-z]", l)]
+    if rep:
+        print(f"\n-- {s}: trace of one launch (first position)")
+        n = next((i for i, l in enumerate(rep[1:], 1) if l.startswith("trace:") and "from the first arrival" in l), len(rep))
+        print("\n".join(rep[:n]))
+PY
