@@ -273,7 +273,7 @@ static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
       if (index_of[b] >= 0 && (index_of[b] != i || count_of[b] != c->n_inputs)) {
         amk_error(diag, m->tasks[t].loc,
                   "task %d ('%s'): buffer '%s' is partial %u of %u here but partial %" PRId64
-                  " of %" PRId64 " of another combine; the VM cannot tell its split-KV "
+                  " of %" PRId64 " of another combine; no engine can tell its split-KV "
                   "partition",
                   m->tasks[t].id, m->tasks[t].label, m->buffers[b].name, i, c->n_inputs,
                   index_of[b], count_of[b]);
