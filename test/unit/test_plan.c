@@ -17,6 +17,7 @@
 #include "amk/io.h"
 #include "amk/plan.h"
 #include "amk/safetensors.h"
+#include "amk/vm.h"
 #include "amk/weights.h"
 #include "unit.h"
 
@@ -319,6 +320,37 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
     amk_safetensors_close(st);
     amk_weights_free(w);
   }
+  /* Two CPU engines over one plan and one set of weights (what --check
+   * does with the GPU) agree; the optional hooks the VM lacks say so. */
+  w = amk_weights_random(p, 7, d);
+  AmkEngine *e1 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
+  AmkEngine *e2 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
+  CHECK(c, e1 && e2);
+  if (e1 && e2) {
+    CHECK_STR(c, amk_engine_name(e1), "cpu");
+    CHECK_STR(c, amk_engine_describe(e1), "cpu");
+    CHECK(c, amk_engine_max_seq(e1) == 128 && amk_engine_vocab(e1) == 256);
+    CHECK(c, !amk_engine_measures_kernel_time(e1));
+    CHECK(c, amk_engine_measure_read_bw(e1, 0, 3, d) <= 0);
+    struct AmkTrace *no_trace = NULL;
+    CHECK(c, !amk_engine_trace(e1, no_trace, d) &&
+                 count_errors_containing(d, "the cpu engine records no traces") == 1);
+    for (int64_t pos = 0; pos < 3; pos++) {
+      CHECK(c, amk_engine_step(e1, (int32_t)(pos + 5), pos, NULL, d) == AMK_STEP_OK);
+      CHECK(c, amk_engine_step(e2, (int32_t)(pos + 5), pos, NULL, d) == AMK_STEP_OK);
+    }
+    size_t n1 = 0, n2 = 0;
+    const float *l1 = amk_engine_logits(e1, &n1), *l2 = amk_engine_logits(e2, &n2);
+    CHECK(c, n1 == 256 && n2 == 256 && memcmp(l1, l2, n1 * sizeof *l1) == 0);
+    AmkLogitCheck cr = amk_check_logits(l1, l2, n1, false);
+    CHECK(c, cr.pass && cr.max_abs == 0);
+    CHECK(c, amk_engine_step(e1, 256, 3, NULL, d) == AMK_STEP_ERROR);
+    CHECK(c, amk_engine_step(e1, 1, 128, NULL, d) == AMK_STEP_ERROR);
+    CHECK(c, amk_engine_reset(e1, d));
+  }
+  amk_engine_free(e1);
+  amk_engine_free(e2);
+  amk_weights_free(w);
   /* A missing folder is an error naming it, not a crash. */
   w = amk_weights_load(p, "/nonexistent/amk-plan-test", d);
   CHECK(c, w == NULL && count_errors_containing(d, "amk-plan-test") >= 1);
