@@ -9,14 +9,13 @@
 
 #include "amk/abi.h"
 #include "amk/backend.h"
-#include "amk/instructions.h"
-#include "amk/rope.h"
 #include "cuda_api.h"
 
 #define ALIGN 256
 
 struct AmkCudaVm {
   const AmkModule *m;
+  const AmkPlan *plan;
   AmkCudaDriver drv;
   CUdevice dev;
   CUcontext ctx;
@@ -130,109 +129,28 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
   free(vm);
 }
 
-/* ---- schedule ------------------------------------------------------------------ */
-
-/* A global topological order: the task list when it is one, else Kahn's
- * (FIFO). Every block walks its tasks in this order, so the earliest
- * unfinished task is always runnable: no deadlock whatever the grid. */
-static bool topo_order(const AmkModule *m, uint32_t *order, AmkDiagEngine *diag) {
-  uint32_t n = m->n_tasks, nc = m->n_counters;
-  int64_t *last_producer = amk_xmalloc((nc ? nc : 1) * sizeof *last_producer);
-  uint32_t *producers = amk_xcalloc(nc ? nc : 1, sizeof *producers);
-  for (uint32_t c = 0; c < nc; c++)
-    last_producer[c] = -1;
-  for (uint32_t t = 0; t < n; t++) {
-    const AmkCounter *c = amk_module_counter(m, m->tasks[t].out_counter);
-    if (c) {
-      last_producer[c - m->counters] = t;
-      producers[c - m->counters]++;
-    }
-  }
-  bool list_ok = true;
-  for (uint32_t t = 0; t < n && list_ok; t++)
-    for (uint32_t w = 0; w < m->tasks[t].n_waits; w++) {
-      const AmkCounter *c = amk_module_counter(m, m->tasks[t].waits[w].counter);
-      if (!c || last_producer[c - m->counters] >= (int64_t)t)
-        list_ok = false;
-    }
-  bool ok = true;
-  if (list_ok) {
-    for (uint32_t t = 0; t < n; t++)
-      order[t] = t;
-  } else {
-    /* Kahn over counters: a task is ready when each waited counter's
-     * producers have all been placed. */
-    uint32_t *placed = amk_xcalloc(nc ? nc : 1, sizeof *placed);
-    bool *done = amk_xcalloc(n ? n : 1, sizeof *done);
-    uint32_t k = 0;
-    bool progress = true;
-    while (k < n && progress) {
-      progress = false;
-      for (uint32_t t = 0; t < n; t++) {
-        if (done[t])
-          continue;
-        bool ready = true;
-        for (uint32_t w = 0; w < m->tasks[t].n_waits && ready; w++) {
-          const AmkCounter *c = amk_module_counter(m, m->tasks[t].waits[w].counter);
-          ready = c && placed[c - m->counters] == producers[c - m->counters];
-        }
-        if (!ready)
-          continue;
-        done[t] = true;
-        order[k++] = t;
-        const AmkCounter *c = amk_module_counter(m, m->tasks[t].out_counter);
-        if (c)
-          placed[c - m->counters]++;
-        progress = true;
-      }
-    }
-    if (k < n) {
-      amk_error(diag, no_loc(), "the program's dependency graph has a cycle; nothing to launch");
-      ok = false;
-    }
-    free(placed);
-    free(done);
-  }
-  free(last_producer);
-  free(producers);
-  return ok;
-}
-
-static int64_t pattern_of(const AmkInstParams *p) {
-  return (int64_t)(uint32_t)(amk_inst_param_has(p, AMK_PARAM_flags) ? p->flags.i : 0) >>
-         AMK_PATTERN_SHIFT;
-}
-
-static bool is_attention(const AmkTask *t, const AmkInstParams *p) {
-  int64_t pat = pattern_of(p);
-  return t->op == AMK_OP_ATTENTION_TILE ||
-         (t->op == AMK_OP_GEMV_TILE &&
-          (pat == AMK_PATTERN_ATTENTION || pat == AMK_PATTERN_ATTENTION_ROPE));
-}
-
 /* ---- creation -------------------------------------------------------------------- */
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
 
-AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
+AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
                               const AmkCudaVmOptions *opt_in, AmkDiagEngine *diag) {
   AmkCudaVmOptions opt = opt_in ? *opt_in : amk_cuda_vm_options_default();
   if (opt.timeout_ms <= 0)
     opt.timeout_ms = 10000;
+  const AmkModule *m = plan->m;
   AmkCudaVm *vm = amk_xcalloc(1, sizeof *vm);
   vm->m = m;
+  vm->plan = plan;
   vm->timeout_ms = opt.timeout_ms;
   AmkCodegen cg = {0};
   void *cubin = NULL;
   size_t cubin_size = 0;
-  uint32_t n = m->n_tasks, nb = m->n_buffers;
-  uint32_t *order = NULL;
-  int32_t *queue_of = NULL;
+  uint32_t n = plan->n_tasks, nb = plan->n_buffers;
+  int32_t *queue_of = NULL, *queue_offsets = NULL, *queue = NULL;
   void *host_tables = NULL;
-  AmkInstParams *params = NULL;
   float *freq_host = NULL;
   size_t *offset = NULL, *freq_off = NULL;
-  bool *paged = NULL;
   char why[512];
   if (!amk_cuda_driver_open(&vm->drv, why, sizeof why)) {
     amk_error(diag, no_loc(), "%s", why);
@@ -294,78 +212,46 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
   }
   int max_blocks = per_sm * n_sms;
 
-  /* Queues: one per block. A task's queue is its sm (folded onto the grid
-   * when the program names more SMs than can be resident), or round robin
-   * in topological order when unassigned. */
-  order = amk_xmalloc((n ? n : 1) * sizeof *order);
-  if (!topo_order(m, order, diag))
-    goto fail;
-  int max_sm = -1;
-  bool all_assigned = n > 0;
-  for (uint32_t t = 0; t < n; t++) {
-    if (m->tasks[t].has_sm && m->tasks[t].sm >= 0) {
-      if (m->tasks[t].sm > max_sm)
-        max_sm = m->tasks[t].sm;
-    } else {
-      all_assigned = false;
-    }
-  }
-  int want = all_assigned ? max_sm + 1 : (n < (uint32_t)n_sms ? (int)n : n_sms);
+  /* Queues: one per block, from the plan's order and SM assignment (the
+   * program's SMs folded onto the grid when more are named than can be
+   * resident; round robin when unassigned). */
+  int want = plan->sm_count > 0 ? plan->sm_count : (n < (uint32_t)n_sms ? (int)n : n_sms);
   vm->grid = want < 1 ? 1 : (want > max_blocks ? max_blocks : want);
   queue_of = amk_xmalloc((n ? n : 1) * sizeof *queue_of);
-  for (uint32_t k = 0; k < n; k++) {
-    uint32_t t = order[k];
-    queue_of[t] = all_assigned ? m->tasks[t].sm % vm->grid : (int32_t)(k % (uint32_t)vm->grid);
-  }
+  queue_offsets = amk_xmalloc(((size_t)vm->grid + 1) * sizeof *queue_offsets);
+  queue = amk_xmalloc((n ? n : 1) * sizeof *queue);
+  if (!amk_plan_queues(plan, vm->grid, queue_of, queue_offsets, queue, diag))
+    goto fail;
 
   /* Device memory: pages, then every buffer not bound to a page, then the
    * ROPE frequency tables. */
   vm->buf_addr = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_addr);
   vm->buf_bytes = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_bytes);
   offset = amk_xcalloc(nb ? nb : 1, sizeof *offset);
-  paged = amk_xcalloc(nb ? nb : 1, sizeof *paged);
   size_t total = 0;
-  size_t *page_off = NULL;
-  uint32_t n_pages = m->pages ? m->pages->n_pages : 0;
-  if (n_pages) {
-    page_off = amk_xcalloc(n_pages, sizeof *page_off);
-    for (uint32_t p = 0; p < n_pages; p++) {
-      page_off[p] = total;
-      total += align_up((size_t)(m->pages->pages[p].nbytes > 0 ? m->pages->pages[p].nbytes : 1));
-    }
-    for (uint32_t k = 0; k < m->pages->n_bindings; k++) {
-      const AmkPageBinding *bind = &m->pages->bindings[k];
-      const AmkBuffer *b = amk_module_buffer(m, bind->buffer);
-      for (uint32_t p = 0; b && p < n_pages; p++)
-        if (m->pages->pages[p].id == bind->page) {
-          offset[b - m->buffers] = page_off[p];
-          paged[b - m->buffers] = true;
-        }
-    }
+  size_t *page_off = amk_xcalloc(plan->n_pages ? plan->n_pages : 1, sizeof *page_off);
+  for (uint32_t p = 0; p < plan->n_pages; p++) {
+    page_off[p] = total;
+    total += align_up((size_t)(plan->page_bytes[p] > 0 ? plan->page_bytes[p] : 1));
   }
-  free(page_off);
   for (uint32_t b = 0; b < nb; b++) {
-    int64_t nbytes = 0;
-    amk_buffer_nbytes(&m->buffers[b], &nbytes);
-    vm->buf_bytes[b] = (size_t)(nbytes > 0 ? nbytes : 0);
-    if (!paged[b]) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    vm->buf_bytes[b] = (size_t)(pb->nbytes > 0 ? pb->nbytes : 0);
+    if (pb->page >= 0) {
+      offset[b] = page_off[pb->page];
+    } else {
       offset[b] = total;
       total += align_up(vm->buf_bytes[b] ? vm->buf_bytes[b] : 1);
     }
   }
-  vm->weight_bytes = amk_module_streamed_weight_bytes(m);
-  params = amk_xcalloc(n ? n : 1, sizeof *params);
+  free(page_off);
+  vm->weight_bytes = plan->weight_bytes;
   freq_off = amk_xcalloc(n ? n : 1, sizeof *freq_off);
   size_t freq_floats = 0;
   for (uint32_t t = 0; t < n; t++) {
-    char perr[256];
-    if (amk_inst_params_from_task(&m->tasks[t], &params[t], perr, sizeof perr) != 0) {
-      amk_error(diag, m->tasks[t].loc, "task %d: %s", m->tasks[t].id, perr);
-      goto fail;
-    }
-    if (m->tasks[t].op == AMK_OP_ROPE && m->tasks[t].n_inputs < 3) {
+    if (plan->tasks[t].rope_inv_freq) {
       freq_off[t] = freq_floats;
-      int half = params[t].head_dim.i / 2;
+      int32_t half = plan->tasks[t].rope_half;
       freq_floats += (size_t)(half > 0 ? half : 1);
     }
   }
@@ -376,52 +262,37 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
   CU(vm->drv.cuMemsetD8(vm->arena, 0, total), "cuMemsetD8");
   for (uint32_t b = 0; b < nb; b++)
     vm->buf_addr[b] = vm->arena + offset[b];
-  /* Weights: the reference VM's host bytes. */
+  /* Weights: straight from the loader (mapped checkpoint, converted or
+   * random copies, synthetic CONSTs). */
   for (uint32_t b = 0; b < nb; b++) {
-    AmkBufferKind kind = m->buffers[b].kind;
+    AmkBufferKind kind = plan->buffers[b].kind;
     if (kind != AMK_KIND_WEIGHT && kind != AMK_KIND_CONST)
       continue;
     size_t hb = 0;
-    const void *data = amk_vm_buffer_host(host, b, &hb);
+    const void *data = amk_weights_data(weights, b, &hb);
     if (!data || hb < vm->buf_bytes[b]) {
-      amk_error(diag, no_loc(), "the reference VM holds no data for buffer '%s'",
-                m->buffers[b].name);
+      amk_error(diag, no_loc(), "the weights hold no data for buffer '%s'", m->buffers[b].name);
       goto fail;
     }
     if (vm->buf_bytes[b])
       CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]), "upload weights");
   }
   freq_host = amk_xcalloc(freq_floats + 1, sizeof *freq_host);
-  for (uint32_t t = 0; t < n; t++) {
-    if (m->tasks[t].op != AMK_OP_ROPE || m->tasks[t].n_inputs >= 3)
-      continue;
-    int half = params[t].head_dim.i / 2;
-    AmkRopeSpec spec;
-    const char *rwhy = NULL;
-    if (amk_rope_spec_from_task(&m->tasks[t], &spec, &rwhy) && spec.kind == AMK_ROPE_LLAMA3 &&
-        half > 0) {
-      double *f = amk_xmalloc((size_t)half * sizeof *f);
-      amk_rope_inv_freq(&spec, f, half);
-      for (int i = 0; i < half; i++)
-        freq_host[freq_off[t] + (size_t)i] = (float)f[i];
-      free(f);
-    } else {
-      float theta = params[t].theta.f;
-      for (int i = 0; i < half; i++)
-        freq_host[freq_off[t] + (size_t)i] = 1.0f / powf(theta, (float)i / (float)half);
-    }
-  }
+  for (uint32_t t = 0; t < n; t++)
+    if (plan->tasks[t].rope_inv_freq && plan->tasks[t].rope_half > 0)
+      memcpy(freq_host + freq_off[t], plan->tasks[t].rope_inv_freq,
+             (size_t)plan->tasks[t].rope_half * sizeof *freq_host);
   CU(vm->drv.cuMemcpyHtoD(vm->arena + freq_base, freq_host, freq_floats * 4 + 4),
      "upload rope frequencies");
 
   /* Tables. */
-  vm->n_counters = (int)m->n_counters;
+  vm->n_counters = (int)plan->n_counters;
   size_t sz_buf = align_up((size_t)(nb ? nb : 1) * sizeof(amk_buffer_t));
   size_t sz_inst = align_up((size_t)(n ? n : 1) * sizeof(amk_instruction_t));
   size_t sz_aux = align_up((size_t)(n ? n : 1) * sizeof(amk_inst_aux_t));
   size_t sz_qo = align_up((size_t)(vm->grid + 1) * sizeof(int32_t));
   size_t sz_q = align_up((size_t)(n ? n : 1) * sizeof(int32_t));
-  size_t sz_cnt = align_up((size_t)(m->n_counters ? m->n_counters : 1) * sizeof(uint32_t));
+  size_t sz_cnt = align_up((size_t)(plan->n_counters ? plan->n_counters : 1) * sizeof(uint32_t));
   size_t sz_st = align_up(8 * sizeof(uint32_t));
   size_t tables_bytes = sz_buf + sz_inst + sz_aux + sz_qo + sz_q + sz_cnt + sz_st;
   host_tables = amk_xcalloc(1, tables_bytes);
@@ -432,16 +303,16 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
   int32_t *hqo = (int32_t *)(ht + sz_buf + sz_inst + sz_aux);
   int32_t *hq = (int32_t *)(ht + sz_buf + sz_inst + sz_aux + sz_qo);
   for (uint32_t b = 0; b < nb; b++) {
-    const AmkBuffer *buf = &m->buffers[b];
+    const AmkPlanBuffer *pb = &plan->buffers[b];
     amk_buffer_t *d = &hbuf[b];
     d->ptr = vm->buf_addr[b];
-    amk_buffer_numel(buf, &d->numel);
-    d->rank = (int32_t)buf->rank;
-    d->dtype = (int32_t)buf->dtype;
-    d->space = (int32_t)buf->space;
+    d->numel = pb->numel;
+    d->rank = (int32_t)pb->rank;
+    d->dtype = (int32_t)pb->dtype;
+    d->space = (int32_t)m->buffers[b].space;
     int64_t stride = 1;
-    for (int r = (int)buf->rank - 1; r >= 0 && r < AMK_MAX_RANK; r--) {
-      amk_value_as_int(&buf->shape[r], &d->shape[r]);
+    for (int r = (int)pb->rank - 1; r >= 0; r--) {
+      d->shape[r] = pb->shape[r];
       d->stride[r] = stride;
       stride *= d->shape[r];
     }
@@ -450,107 +321,55 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
   bool stall_test = stall_env && strcmp(stall_env, "1") == 0;
   uint32_t stall_task = 0;
   for (uint32_t t = 0; t < n; t++)
-    if (m->tasks[t].n_waits)
+    if (plan->tasks[t].wait_end > plan->tasks[t].wait_begin)
       stall_task = t;
   for (uint32_t t = 0; t < n; t++) {
     const AmkTask *task = &m->tasks[t];
+    const AmkPlanTask *pt = &plan->tasks[t];
     amk_instruction_t *d = &hinst[t];
-    if (task->n_inputs > AMK_MAX_INPUTS || task->n_outputs > AMK_MAX_OUTPUTS ||
-        task->n_waits > AMK_MAX_WAITS) {
+    uint32_t n_waits = pt->wait_end - pt->wait_begin;
+    if (pt->n_inputs > AMK_MAX_INPUTS || pt->n_outputs > AMK_MAX_OUTPUTS ||
+        n_waits > AMK_MAX_WAITS) {
       amk_error(diag, task->loc, "task %d exceeds the ABI caps", task->id);
       goto fail;
     }
-    d->op = (int32_t)task->op;
-    d->n_inputs = (int32_t)task->n_inputs;
-    d->n_outputs = (int32_t)task->n_outputs;
-    d->n_waits = (int32_t)task->n_waits;
-    for (uint32_t i = 0; i < task->n_inputs; i++) {
-      const AmkBuffer *b = amk_module_buffer(m, task->inputs[i]);
-      d->inputs[i] = b ? (int32_t)(b - m->buffers) : 0;
-    }
-    for (uint32_t i = 0; i < task->n_outputs; i++) {
-      const AmkBuffer *b = amk_module_buffer(m, task->outputs[i]);
-      d->outputs[i] = b ? (int32_t)(b - m->buffers) : 0;
-    }
-    for (uint32_t w = 0; w < task->n_waits; w++) {
-      const AmkCounter *c = amk_module_counter(m, task->waits[w].counter);
-      int64_t th = 0;
-      amk_value_as_int(&task->waits[w].threshold, &th);
-      d->wait_counter[w] = c ? (int32_t)(c - m->counters) : 0;
-      d->wait_threshold[w] = (int32_t)th;
+    d->op = (int32_t)pt->op;
+    d->n_inputs = (int32_t)pt->n_inputs;
+    d->n_outputs = (int32_t)pt->n_outputs;
+    d->n_waits = (int32_t)n_waits;
+    for (uint32_t i = 0; i < pt->n_inputs; i++)
+      d->inputs[i] = (int32_t)pt->inputs[i];
+    for (uint32_t i = 0; i < pt->n_outputs; i++)
+      d->outputs[i] = (int32_t)pt->outputs[i];
+    for (uint32_t w = 0; w < n_waits; w++) {
+      d->wait_counter[w] = (int32_t)plan->wait_counter[pt->wait_begin + w];
+      d->wait_threshold[w] = (int32_t)plan->wait_threshold[pt->wait_begin + w];
     }
     /* AMK_CUDA_TEST_STALL=1 makes the last waiting task wait for a count no
      * producer can reach, only in the device's copy of the tables: the one
      * way to exercise the watchdog, since validate rejects such a program. */
-    if (stall_test && task->n_waits && t == stall_task)
+    if (stall_test && n_waits && t == stall_task)
       d->wait_threshold[0] = INT32_MAX;
-    const AmkCounter *oc = amk_module_counter(m, task->out_counter);
-    d->out_counter = oc ? (int32_t)(oc - m->counters) : 0;
+    d->out_counter = (int32_t)pt->counter;
     d->sm = queue_of[t];
-#define X(name, type) memcpy(&d->params.name, &params[t].name, 4);
+#define X(name, type) memcpy(&d->params.name, &pt->params.name, 4);
     AMK_PARAMS(X)
 #undef X
     amk_inst_aux_t *a = &haux[t];
     a->variant = cg.variant_of[t];
-    int64_t pat = pattern_of(&params[t]);
-    if (task->op == AMK_OP_KV_APPEND || (task->op == AMK_OP_GEMV_TILE && pat == AMK_PATTERN_ROPE_KV))
-      a->follow = AMK_FOLLOW_KV_ROW;
-    else if (is_attention(task, &params[t]))
-      a->follow = (params[t].flags.i & 2) ? AMK_FOLLOW_PARTITION : AMK_FOLLOW_WINDOW;
-    if (task->op == AMK_OP_ROPE && task->n_inputs < 3)
+    a->follow = (int32_t)pt->follow;
+    a->part_index = (int32_t)pt->part_index;
+    a->part_count = (int32_t)pt->part_count;
+    a->span = (int32_t)pt->span;
+    if (pt->rope_inv_freq)
       a->inv_freq = vm->arena + freq_base + freq_off[t] * 4;
-    if ((task->op == AMK_OP_GEMV_TILE && pat <= AMK_PATTERN_SILU_RESIDUAL) ||
-        task->op == AMK_OP_GEMM_TILE) {
-      const AmkBuffer *w = task->n_inputs > 1 ? amk_module_buffer(m, task->inputs[1]) : NULL;
-      if (w) {
-        size_t wi = (size_t)(w - m->buffers);
-        size_t row_bytes = (size_t)amk_dtype_nbytes(w->dtype, params[t].K.i);
-        size_t off = (size_t)params[t].n_off.i * row_bytes;
-        size_t len = (size_t)params[t].N_tile.i * row_bytes;
-        if (off < vm->buf_bytes[wi]) {
-          if (off + len > vm->buf_bytes[wi])
-            len = vm->buf_bytes[wi] - off;
-          a->prefetch_ptr = vm->buf_addr[wi] + off;
-          a->prefetch_bytes = (int64_t)len;
-        }
-      }
+    if (pt->weight_read.buffer >= 0) {
+      a->prefetch_ptr = vm->buf_addr[pt->weight_read.buffer] + (uint64_t)pt->weight_read.offset;
+      a->prefetch_bytes = pt->weight_read.nbytes;
     }
   }
-  /* Split-KV partitions, as the reference VM derives them. */
-  for (uint32_t t = 0; t < n; t++) {
-    if (haux[t].follow != AMK_FOLLOW_PARTITION || m->tasks[t].n_outputs < 1)
-      continue;
-    int32_t out = hinst[t].outputs[0];
-    for (uint32_t c = 0; c < n; c++)
-      if (m->tasks[c].op == AMK_OP_ATTENTION_COMBINE)
-        for (uint32_t i = 0; i < m->tasks[c].n_inputs; i++)
-          if (hinst[c].inputs[i] == out) {
-            haux[t].part_index = (int32_t)i;
-            haux[t].part_count = (int32_t)m->tasks[c].n_inputs;
-          }
-    if (haux[t].part_count == 0 && m->tasks[t].n_inputs >= 2) {
-      int32_t cache = hinst[t].inputs[1];
-      int64_t mine = params[t].kv_start.i;
-      int64_t next = hbuf[cache].rank ? hbuf[cache].shape[0] : 0;
-      for (uint32_t u = 0; u < n; u++)
-        if (haux[u].follow == AMK_FOLLOW_PARTITION && m->tasks[u].n_inputs >= 2 &&
-            hinst[u].inputs[1] == cache && params[u].kv_start.i > mine &&
-            params[u].kv_start.i < next)
-          next = params[u].kv_start.i;
-      haux[t].span = (int32_t)(next - mine);
-    }
-  }
-  /* Queues in topological order. */
-  for (uint32_t k = 0; k < n; k++)
-    hqo[queue_of[order[k]] + 1]++;
-  for (int b = 0; b < vm->grid; b++)
-    hqo[b + 1] += hqo[b];
-  int32_t *fill = amk_xcalloc((size_t)vm->grid, sizeof *fill);
-  for (uint32_t k = 0; k < n; k++) {
-    int32_t qi = queue_of[order[k]];
-    hq[hqo[qi] + fill[qi]++] = (int32_t)order[k];
-  }
-  free(fill);
+  memcpy(hqo, queue_offsets, ((size_t)vm->grid + 1) * sizeof *hqo);
+  memcpy(hq, queue, (size_t)n * sizeof *hq);
   CU(vm->drv.cuMemAlloc(&vm->tables, tables_bytes), "cuMemAlloc (tables)");
   CU(vm->drv.cuMemcpyHtoD(vm->tables, host_tables, tables_bytes), "upload tables");
   vm->counters = vm->tables + sz_buf + sz_inst + sz_aux + sz_qo + sz_q;
@@ -569,28 +388,17 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
                              .abort_flag = vm->host_flags_dev,
                              .status = vm->status,
                              .n_buffers = (int32_t)nb,
-                             .n_counters = (int32_t)m->n_counters,
+                             .n_counters = (int32_t)plan->n_counters,
                              .n_instructions = (int32_t)n,
                              .n_queues = vm->grid,
                              .spin_limit_ns = (int64_t)(opt.timeout_ms * 1e6)};
 
-  /* IO, as the reference VM finds it. */
-  vm->token_buffer = vm->pos_buffer = vm->logits_buffer = -1;
-  for (uint32_t b = 0; b < nb; b++) {
-    const AmkBuffer *buf = &m->buffers[b];
-    if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "token_id") == 0)
-      vm->token_buffer = (int)b;
-    else if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "pos") == 0)
-      vm->pos_buffer = (int)b;
-    else if (buf->kind == AMK_KIND_IO_OUTPUT && vm->logits_buffer < 0)
-      vm->logits_buffer = (int)b;
-  }
-  if (vm->token_buffer < 0 || vm->logits_buffer < 0) {
-    amk_error(diag, no_loc(), "the program has no IO_INPUT 'token_id' or no IO_OUTPUT");
-    goto fail;
-  }
-  vm->vocab = hbuf[vm->logits_buffer].numel;
-  vm->max_seq = amk_vm_max_seq(host);
+  /* IO, from the plan. */
+  vm->token_buffer = plan->token_buffer;
+  vm->pos_buffer = plan->pos_buffer;
+  vm->logits_buffer = plan->logits_buffer;
+  vm->vocab = plan->vocab;
+  vm->max_seq = plan->max_seq;
   CU(vm->drv.cuMemHostAlloc(&vm->logits_raw, vm->buf_bytes[vm->logits_buffer] + 16, 0),
      "cuMemHostAlloc (logits)");
   vm->logits = amk_xcalloc((size_t)(vm->vocab > 0 ? vm->vocab : 1), sizeof *vm->logits);
@@ -609,25 +417,23 @@ AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
     vm->prog.trace = vm->trace;
     vm->trace_host = amk_xcalloc(n ? n : 1, sizeof(amk_trace_t));
   }
-  free(order);
   vm->block_of = queue_of;
+  free(queue_offsets);
+  free(queue);
   free(host_tables);
-  free(params);
   free(freq_host);
   free(offset);
-  free(paged);
   free(freq_off);
   free(cubin);
   amk_cuda_codegen_free(&cg);
   return vm;
 fail:
   free(offset);
-  free(paged);
   free(freq_off);
-  free(order);
   free(queue_of);
+  free(queue_offsets);
+  free(queue);
   free(host_tables);
-  free(params);
   free(freq_host);
   free(cubin);
   amk_cuda_codegen_free(&cg);
@@ -875,4 +681,67 @@ done:
     vm->drv.cuMemFree(sink);
   free(times);
   return gbs;
+}
+
+/* ---- the engine interface ------------------------------------------------------ */
+
+static void *engine_create(const AmkPlan *plan, const AmkWeights *weights,
+                           const AmkEngineOptions *opt, AmkDiagEngine *diag) {
+  AmkCudaVmOptions copt = amk_cuda_vm_options_default();
+  if (opt->timeout_ms > 0)
+    copt.timeout_ms = opt->timeout_ms;
+  copt.threads_per_block = opt->threads_per_block;
+  copt.use_cache = opt->use_cache;
+  copt.verbose = opt->verbose;
+  copt.trace = opt->trace;
+  return amk_cuda_vm_create(plan, weights, &copt, diag);
+}
+
+static void engine_destroy(void *self) { amk_cuda_vm_free(self); }
+
+static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *kernel_ms,
+                                 AmkDiagEngine *diag) {
+  switch (amk_cuda_vm_step(self, token, pos, kernel_ms, diag)) {
+  case AMK_CUDA_STEP_OK:
+    return AMK_STEP_OK;
+  case AMK_CUDA_STEP_TIMEOUT:
+    return AMK_STEP_TIMEOUT;
+  default:
+    return AMK_STEP_ERROR;
+  }
+}
+
+static const float *engine_logits(const void *self, size_t *n) {
+  return amk_cuda_vm_logits(self, n);
+}
+
+static bool engine_reset(void *self, AmkDiagEngine *diag) { return amk_cuda_vm_reset(self, diag); }
+
+static const char *engine_describe(const void *self) { return amk_cuda_vm_describe(self); }
+
+static double engine_read_bw(void *self, size_t bytes, int reps, AmkDiagEngine *diag) {
+  return amk_cuda_vm_measure_read_bw(self, bytes, reps, diag);
+}
+
+static void engine_set_tracing(void *self, bool on) { amk_cuda_vm_set_tracing(self, on); }
+
+static bool engine_trace(void *self, AmkTrace *out, AmkDiagEngine *diag) {
+  return amk_cuda_vm_trace(self, out, diag);
+}
+
+const AmkEngineOps *amk_cuda_engine(void) {
+  static const AmkEngineOps ops = {
+      .name = "cuda",
+      .create = engine_create,
+      .destroy = engine_destroy,
+      .step = engine_step,
+      .logits = engine_logits,
+      .reset = engine_reset,
+      .measures_kernel_time = true,
+      .describe = engine_describe,
+      .measure_read_bw = engine_read_bw,
+      .set_tracing = engine_set_tracing,
+      .trace = engine_trace,
+  };
+  return &ops;
 }

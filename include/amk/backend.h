@@ -10,9 +10,10 @@
  *             the counter protocol and the persistent megakernel).
  *   nvrtc     amk_nvrtc_compile: source -> cubin for an sm_XX, with an
  *             on-disk cache ($AMK_CACHE_DIR, default ~/.cache/amk).
- *   device    AmkCudaVm: upload a program (weights taken from a loaded
- *             reference VM, so both see identical bytes), launch one
- *             cooperative kernel per decoded token, with a host watchdog.
+ *   device    AmkCudaVm: run a plan (amk/plan.h) with its weights
+ *             (amk/weights.h), uploaded straight from the loader, one
+ *             cooperative kernel per decoded token, with a host watchdog;
+ *             one of the engines of amk/engine.h (amk_cuda_engine).
  */
 #ifndef AMK_BACKEND_H
 #define AMK_BACKEND_H
@@ -23,9 +24,11 @@
 
 #include "amk/abi.h"
 #include "amk/diag.h"
+#include "amk/engine.h"
 #include "amk/io.h"
 #include "amk/ir.h"
-#include "amk/vm.h"
+#include "amk/plan.h"
+#include "amk/weights.h"
 
 /* ---- codegen ---------------------------------------------------------------- */
 
@@ -84,7 +87,7 @@ typedef struct AmkCudaVm AmkCudaVm;
 /* One launch, stamped per instruction (list position t): block_of[t] the
  * block whose queue ran it, stamps[t] when the block reached it, when its
  * waits held and when it signalled (ns; zeros: never reached). */
-typedef struct {
+typedef struct AmkTrace {
   const AmkModule *m;
   const int32_t *block_of;
   const amk_trace_t *stamps;
@@ -114,11 +117,11 @@ typedef struct {
 
 AmkCudaVmOptions amk_cuda_vm_options_default(void);
 
-/* Generates, compiles and loads the program on GPU 0 and uploads the
- * weights from `host` (a reference VM created for the same module: its
- * WEIGHT and CONST buffers are copied byte for byte). `m` and `host` must
- * outlive the returned VM. NULL after reporting. */
-AmkCudaVm *amk_cuda_vm_create(const AmkModule *m, const AmkVm *host,
+/* Generates, compiles and loads the plan's program on GPU 0 and uploads
+ * the WEIGHT and CONST bytes of `weights` (read once here: the weights may
+ * be freed afterwards; the plan must outlive the VM). NULL after
+ * reporting. */
+AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
                               const AmkCudaVmOptions *opt, AmkDiagEngine *diag);
 void amk_cuda_vm_free(AmkCudaVm *vm);
 
@@ -152,20 +155,8 @@ int64_t amk_cuda_vm_weight_bytes(const AmkCudaVm *vm);
 double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps,
                                    AmkDiagEngine *diag);
 
-/* The reference VM's host memory of buffer `index` (list position), which
- * the CUDA backend uploads (defined in refvm/vm.c). */
-const void *amk_vm_buffer_host(const AmkVm *vm, uint32_t index, size_t *nbytes);
-
-/* One step of amk-run --check: the logits of a backend against the
- * reference VM's. max_abs is max |got - ref|, scale max |ref|; pass follows
- * the rule for the program's precision (docs/Backend.md). */
-typedef struct {
-  double max_abs, scale;
-  int32_t ref_token, gpu_token;
-  bool pass;
-} AmkLogitCheck;
-
-AmkLogitCheck amk_check_logits(const float *ref, const float *got, size_t n,
-                               bool low_precision);
+/* The CUDA VM as an engine (amk_engine_create); AmkEngineOptions carry the
+ * AmkCudaVmOptions fields (0 fields take the defaults above). */
+const AmkEngineOps *amk_cuda_engine(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "amk/ir.h"
+#include "amk/params.h"
 
 /* A dense, row-major tensor in host memory. numel is the product of the
  * dims; sub-byte dtypes (I4) are packed, two elements a byte. */
@@ -32,37 +33,8 @@ typedef struct {
 AmkTensorView amk_tensor_view(void *data, AmkDType dtype, uint32_t rank,
                               const int64_t *shape);
 
-/* The marshalled params of one task, mirroring the ABI's amk_params_t: one
- * 4-byte slot per AMK_PARAMS field, read through .i for an 'i' field and .f
- * for an 'f' field, plus a mask of the fields that were given. */
-typedef union {
-  int32_t i;
-  float f;
-} AmkInstParamSlot;
-
-typedef struct {
-#define X(name, type) AmkInstParamSlot name;
-  AMK_PARAMS(X)
-#undef X
-  uint32_t present; /* AMK_PARAM_BIT(name) for each field given */
-} AmkInstParams;
-
-static inline bool amk_inst_param_has(const AmkInstParams *p,
-                                      AmkParamField field) {
-  return (p->present >> field) & 1u;
-}
-
-/* Set one field by name. A key that is not a marshalled field (e.g.
- * "recipe") is ignored and returns 0. An 'i' field takes an INT (or an
- * integral FLOAT) in int32 range; an 'f' field takes an INT or a FLOAT. */
-int amk_inst_params_set(AmkInstParams *p, const char *key, const AmkValue *v,
-                        char *err, size_t err_len);
-/* Decode a task's params (zeroing *out first). */
-int amk_inst_params_from_task(const AmkTask *t, AmkInstParams *out, char *err,
-                              size_t err_len);
-/* Decode a params OBJECT (a FUSED recipe step's "params"). */
-int amk_inst_params_from_object(const AmkValue *obj, AmkInstParams *out,
-                                char *err, size_t err_len);
+/* The marshalled params (AmkInstParams) and their decoding live in the plan
+ * layer: amk/params.h. */
 
 /* What a task needs beyond its marshalled params. */
 typedef struct {
@@ -90,6 +62,9 @@ typedef enum {
   AMK_INST_ERR_RECIPE, /* a malformed FUSED recipe */
   AMK_INST_ERR_NOMEM,
 } AmkInstStatus;
+
+_Static_assert(AMK_INST_ERR_PARAM == AMK_PARAMS_ERR,
+               "the params decoders and the kernels share the bad-param status");
 
 /* Run one instruction. Outputs must already be allocated with the shapes
  * the program declares. Returns AMK_INST_OK, or a status with a message

@@ -1,11 +1,11 @@
 /* The CPU reference VM: the numerical oracle.
  *
- * It executes a validated program by counter-driven scheduling (a task fires
+ * It runs a plan (amk/plan.h) by counter-driven scheduling (a task fires
  * once every wait is satisfied; finishing increments its counter) with the
  * CPU kernels of instructions/. One compiled program serves every position:
- * each step sets the IO inputs (`token_id`, `pos`) and derives the
- * position-dependent params (KV_APPEND row, attention windows) from the
- * step's position. KV caches persist across steps.
+ * each step sets the IO inputs (`token_id`, `pos`) and moves the
+ * position-dependent params to the step (amk_plan_params_at). KV caches
+ * persist across steps. It is one of the engines of amk/engine.h.
  */
 #ifndef AMK_VM_H
 #define AMK_VM_H
@@ -15,24 +15,19 @@
 #include <stdint.h>
 
 #include "amk/diag.h"
-#include "amk/ir.h"
+#include "amk/engine.h"
+#include "amk/plan.h"
+#include "amk/weights.h"
 
 typedef struct AmkVm AmkVm;
 
-/* Validates the program (refusing it when `validate` rejects it), binds its
- * WEIGHT and CONST buffers from the safetensors checkpoint in `weights_dir`
- * (NULL: the module's model folder), converting to each buffer's dtype, and
- * allocates activations (sharing memory as the page table says), KV caches
- * and IO buffers. `m` must outlive the VM. NULL after reporting on error. */
-AmkVm *amk_vm_create(const AmkModule *m, const char *weights_dir,
+/* Allocates activations (sharing memory as the page table says), KV caches
+ * and IO buffers, and reads WEIGHT and CONST buffers in place from
+ * `weights`. threads: workers firing ready tasks (0: $AMK_VM_THREADS, else
+ * one per online CPU, at most 16). plan and weights must outlive the VM.
+ * NULL after reporting on error. */
+AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
                      AmkDiagEngine *diag);
-
-/* As amk_vm_create, with seeded random weights instead of a checkpoint
- * (uniform in [-scale, scale], norms around 1), for runs at real shapes
- * without a checkpoint. */
-AmkVm *amk_vm_create_random(const AmkModule *m, uint64_t seed,
-                            AmkDiagEngine *diag);
-
 void amk_vm_free(AmkVm *vm);
 
 /* One decode step: feed `token` at position `pos`. Returns false after
@@ -43,12 +38,10 @@ bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag);
 /* The IO_OUTPUT logits of the last step as fp32; *n receives the count. */
 const float *amk_vm_logits(const AmkVm *vm, size_t *n);
 
-/* KV cache rows (the longest position + 1 a step may use), and the
- * vocabulary size (the width of the logits). */
-int64_t amk_vm_max_seq(const AmkVm *vm);
-int64_t amk_vm_vocab(const AmkVm *vm);
-
 /* Clears the KV caches (a new sequence). */
 void amk_vm_reset(AmkVm *vm);
+
+/* The VM as an engine (amk_engine_create). */
+const AmkEngineOps *amk_vm_engine(void);
 
 #endif

@@ -17,10 +17,13 @@
 #include <time.h>
 
 #include "amk/backend.h"
+#include "amk/engine.h"
 #include "amk/io.h"
 #include "amk/pass.h"
+#include "amk/plan.h"
 #include "amk/sampling.h"
 #include "amk/vm.h"
+#include "amk/weights.h"
 
 /* The passes a model folder goes through before it runs. */
 #define DEFAULT_PIPELINE "import,tile,fuse,sm-assign,color"
@@ -469,15 +472,6 @@ static void print_timing_line(const char *what, double ms, int64_t count, const 
  * rejected program or a failed check). */
 #define EXIT_TIMEOUT 3
 
-static bool program_is_low_precision(const AmkModule *m) {
-  for (uint32_t b = 0; b < m->n_buffers; b++)
-    if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_IO_OUTPUT ||
-         m->buffers[b].kind == AMK_KIND_ACTIVATION) &&
-        (m->buffers[b].dtype == AMK_DTYPE_BF16 || m->buffers[b].dtype == AMK_DTYPE_F16))
-      return true;
-  return false;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -485,9 +479,9 @@ static int cmp_double(const void *a, const void *b) {
 
 /* --trace: the last launch as a Chrome trace in o->trace and its report on
  * stderr. */
-static bool write_trace(const RunOptions *o, AmkCudaVm *gpu, int64_t pos, AmkDiagEngine *diag) {
+static bool write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag) {
   AmkTrace tr;
-  if (!amk_cuda_vm_trace(gpu, &tr, diag))
+  if (!amk_engine_trace(engine, &tr, diag))
     return false;
   AmkStrBuf json, report;
   amk_sb_init(&json);
@@ -502,9 +496,9 @@ static bool write_trace(const RunOptions *o, AmkCudaVm *gpu, int64_t pos, AmkDia
   return ok;
 }
 
-/* --bench: for each position, one checked step against the reference VM,
- * warm-up, then timed steps. Returns the exit status. */
-static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCudaVm *gpu,
+/* --bench: for each position, one checked step against the reference,
+ * warm-up, then timed steps of the engine. Returns the exit status. */
+static int run_bench(const RunOptions *o, AmkEngine *engine, AmkEngine *reference,
                      AmkDiagEngine *diag) {
   int64_t positions[64];
   size_t n_pos = 0;
@@ -520,57 +514,57 @@ static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCuda
     positions[n_pos++] = v;
     p = *end ? end + 1 : end;
   }
-  bool low = program_is_low_precision(m);
+  bool low = amk_engine_plan(engine)->low_precision;
   int32_t token = o->prompt[0];
-  double read_bw = amk_cuda_vm_measure_read_bw(gpu, 0, 20, diag);
-  int64_t wbytes = amk_cuda_vm_weight_bytes(gpu);
+  double read_bw = amk_engine_measure_read_bw(engine, 0, 20, diag);
+  int64_t wbytes = amk_engine_weight_bytes(engine);
   double *times = amk_xmalloc((size_t)o->bench_steps * sizeof *times);
-  amk_cuda_vm_set_tracing(gpu, false);
+  amk_engine_set_tracing(engine, false);
   AmkStrBuf rows, js;
   amk_sb_init(&rows);
   amk_sb_init(&js);
   int status = 0;
   for (size_t k = 0; k < n_pos && status == 0; k++) {
     int64_t pos = positions[k];
-    if (pos >= amk_vm_max_seq(vm)) {
+    if (pos >= amk_engine_max_seq(engine)) {
       fprintf(stderr, "amk-run: error: bench position %" PRId64 " is beyond the KV cache (%" PRId64
-                      " rows); compile with a larger --max-seq\n", pos, amk_vm_max_seq(vm));
+                      " rows); compile with a larger --max-seq\n", pos, amk_engine_max_seq(engine));
       status = 1;
       break;
     }
     /* The correctness check of this run. */
-    AmkCudaStepStatus st = amk_cuda_vm_step(gpu, token, pos, NULL, diag);
-    if (st != AMK_CUDA_STEP_OK) {
-      status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+    AmkStepStatus st = amk_engine_step(engine, token, pos, NULL, diag);
+    if (st != AMK_STEP_OK) {
+      status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
       break;
     }
-    if (!amk_vm_step(vm, token, pos, diag)) {
+    if (amk_engine_step(reference, token, pos, NULL, diag) != AMK_STEP_OK) {
       status = 1;
       break;
     }
     size_t nv = 0, ng = 0;
-    const float *ref = amk_vm_logits(vm, &nv);
-    const float *got = amk_cuda_vm_logits(gpu, &ng);
+    const float *ref = amk_engine_logits(reference, &nv);
+    const float *got = amk_engine_logits(engine, &ng);
     AmkLogitCheck cr = amk_check_logits(ref, got, nv < ng ? nv : ng, low);
     for (int64_t i = 0; i < o->bench_warmup + o->bench_steps && status == 0; i++) {
       float ms = 0;
-      st = amk_cuda_vm_step(gpu, token, pos, &ms, diag);
-      if (st != AMK_CUDA_STEP_OK)
-        status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+      st = amk_engine_step(engine, token, pos, &ms, diag);
+      if (st != AMK_STEP_OK)
+        status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
       else if (i >= o->bench_warmup)
         times[i - o->bench_warmup] = ms;
     }
     if (status)
       break;
     if (o->trace) { /* one traced launch after the timed, untraced ones */
-      amk_cuda_vm_set_tracing(gpu, true);
-      st = amk_cuda_vm_step(gpu, token, pos, NULL, diag);
-      amk_cuda_vm_set_tracing(gpu, false);
-      if (st != AMK_CUDA_STEP_OK) {
-        status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+      amk_engine_set_tracing(engine, true);
+      st = amk_engine_step(engine, token, pos, NULL, diag);
+      amk_engine_set_tracing(engine, false);
+      if (st != AMK_STEP_OK) {
+        status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
         break;
       }
-      if (!write_trace(o, gpu, pos, diag)) {
+      if (!write_trace(o, engine, pos, diag)) {
         status = 1;
         break;
       }
@@ -600,9 +594,9 @@ static int run_bench(const RunOptions *o, const AmkModule *m, AmkVm *vm, AmkCuda
   if (o->json) {
     printf("{\"device\": \"cuda\", \"gpu\": \"%s\", \"weight_bytes\": %" PRId64
            ", \"read_bw_gbs\": %.2f, \"results\": [%s]}\n",
-           amk_cuda_vm_describe(gpu), wbytes, read_bw, js.data ? js.data : "");
+           amk_engine_describe(engine), wbytes, read_bw, js.data ? js.data : "");
   } else if (rows.data) {
-    printf("AMK CUDA bench: %s\n", amk_cuda_vm_describe(gpu));
+    printf("AMK CUDA bench: %s\n", amk_engine_describe(engine));
     printf("weights %.3f GB; read bandwidth %.1f GB/s (measured in this run, 1 GiB read, median "
            "of 20)\n",
            (double)wbytes / 1e9, read_bw);
@@ -649,36 +643,44 @@ int main(int argc, char **argv) {
   /* Errors from here on are about weights and runs, not the program text;
    * they name their file themselves. */
   amk_diag_set_source(diag, "amk-run", NULL, 0);
-  AmkVm *vm = NULL;
-  if (m)
-    vm = o.random_weights ? amk_vm_create_random(m, o.random_seed, diag)
-                          : amk_vm_create(m, weights, diag);
-  bool ok = vm != NULL;
+  AmkPlan *plan = m ? amk_plan_build(m, NULL, diag) : NULL;
+  AmkWeights *loaded = NULL;
+  if (plan)
+    loaded = o.random_weights ? amk_weights_random(plan, o.random_seed, diag)
+                              : amk_weights_load(plan, weights, diag);
+  bool ok = loaded != NULL;
   int exit_status = 0;
-  AmkCudaVm *gpu = NULL;
+  /* The engine that decodes, and with --check or --bench the reference VM
+   * stepping beside it over the same plan and weights. */
+  AmkEngineOptions eopt = amk_engine_options_default();
+  eopt.timeout_ms = o.timeout_ms;
+  eopt.verbose = o.verbose;
+  eopt.trace = o.trace != NULL;
+  AmkEngine *engine = NULL, *reference = NULL;
   if (ok && strcmp(device, "cuda") == 0) {
-    AmkCudaVmOptions copt = amk_cuda_vm_options_default();
-    if (o.timeout_ms > 0)
-      copt.timeout_ms = o.timeout_ms;
-    copt.verbose = o.verbose;
-    copt.trace = o.trace != NULL;
-    gpu = amk_cuda_vm_create(m, vm, &copt, diag);
-    if (!gpu && need_gpu) {
+    engine = amk_engine_create(amk_cuda_engine(), plan, loaded, &eopt, diag);
+    if (!engine && need_gpu) {
       ok = false;
-    } else if (!gpu) {
+    } else if (!engine) {
       device = "cpu";
       if (!o.json)
         fprintf(stderr, "amk-run: the CUDA backend cannot run this program (above); decoding "
                         "on the CPU reference VM\n");
     } else if (!o.json && !o.bench) {
-      fprintf(stderr, "amk-run: decoding on the GPU: %s\n", amk_cuda_vm_describe(gpu));
+      fprintf(stderr, "amk-run: decoding on the GPU: %s\n", amk_engine_describe(engine));
     }
   }
+  if (ok && !engine)
+    ok = (engine = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
+  if (ok && (o.check || o.bench))
+    ok = (reference = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
   double t_loaded = now_ms();
   if (ok && o.bench) {
-    exit_status = run_bench(&o, m, vm, gpu, diag);
-    amk_cuda_vm_free(gpu);
-    amk_vm_free(vm);
+    exit_status = run_bench(&o, engine, reference, diag);
+    amk_engine_free(reference);
+    amk_engine_free(engine);
+    amk_weights_free(loaded);
+    amk_plan_free(plan);
     amk_module_free(m);
     free(weights);
     free(text);
@@ -686,7 +688,7 @@ int main(int argc, char **argv) {
     amk_diag_free(diag);
     return exit_status;
   }
-  bool low = m && program_is_low_precision(m);
+  bool low = plan && plan->low_precision;
 
   int64_t total = (int64_t)o.n_prompt + o.n_new;
   int32_t *sequence = amk_xmalloc((size_t)(total > 0 ? total : 1) * sizeof *sequence);
@@ -700,10 +702,10 @@ int main(int argc, char **argv) {
   int64_t eval_steps = 0, checked = 0;
   double worst_rel = 0;
   int64_t last_launch = -1; /* the position of the last GPU launch */
-  if (ok && total > amk_vm_max_seq(vm)) {
+  if (ok && total > amk_engine_max_seq(engine)) {
     fprintf(stderr, "amk-run: error: %" PRId64 " prompt and new tokens do not fit the KV cache "
                     "of %" PRId64 " positions; compile with a larger --max-seq\n",
-            total, amk_vm_max_seq(vm));
+            total, amk_engine_max_seq(engine));
     ok = false;
   }
   /* Feed every token of the sequence; after the prompt each step's logits
@@ -713,31 +715,24 @@ int main(int argc, char **argv) {
     double t0 = now_ms();
     const float *logits;
     size_t vocab;
-    if (gpu) {
-      float kms = 0;
-      AmkCudaStepStatus st = amk_cuda_vm_step(gpu, sequence[pos], pos, &kms, diag);
-      if (st != AMK_CUDA_STEP_OK) {
-        ok = false;
-        exit_status = st == AMK_CUDA_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
-        break;
-      }
-      kernel_total += kms;
-      last_launch = pos;
-      logits = amk_cuda_vm_logits(gpu, &vocab);
-    } else {
-      ok = amk_vm_step(vm, sequence[pos], pos, diag);
-      if (!ok)
-        break;
-      logits = amk_vm_logits(vm, &vocab);
+    float kms = 0;
+    AmkStepStatus st = amk_engine_step(engine, sequence[pos], pos, &kms, diag);
+    if (st != AMK_STEP_OK) {
+      ok = false;
+      exit_status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+      break;
     }
+    kernel_total += kms;
+    last_launch = pos;
+    logits = amk_engine_logits(engine, &vocab);
     double dt = now_ms() - t0;
-    if (gpu && o.check && (o.check_steps == 0 || checked < o.check_steps)) {
-      if (!amk_vm_step(vm, sequence[pos], pos, diag)) {
+    if (o.check && (o.check_steps == 0 || checked < o.check_steps)) {
+      if (amk_engine_step(reference, sequence[pos], pos, NULL, diag) != AMK_STEP_OK) {
         ok = false;
         break;
       }
       size_t nv;
-      const float *ref = amk_vm_logits(vm, &nv);
+      const float *ref = amk_engine_logits(reference, &nv);
       AmkLogitCheck cr = amk_check_logits(ref, logits, nv < vocab ? nv : vocab, low);
       double rel = cr.max_abs / (cr.scale > 1 ? cr.scale : 1);
       if (rel > worst_rel)
@@ -777,7 +772,7 @@ int main(int argc, char **argv) {
   if (ok && !o.json && o.n_new > 0)
     putchar('\n');
   fflush(stdout);
-  if (ok && gpu && o.trace && last_launch >= 0 && !write_trace(&o, gpu, last_launch, diag))
+  if (ok && o.trace && last_launch >= 0 && !write_trace(&o, engine, last_launch, diag))
     ok = false;
   fflush(stdout); /* the tokens' line ends before the timing report */
 
@@ -802,7 +797,7 @@ int main(int argc, char **argv) {
            device, t_loaded - t_start, prompt_ms, o.n_prompt, eval_ms, eval_steps,
            eval_steps ? eval_ms / (double)eval_steps : 0.0,
            eval_ms > 0 ? 1e3 * (double)eval_steps / eval_ms : 0.0);
-    if (gpu && o.check)
+    if (o.check)
       printf(", \"check\": {\"steps\": %" PRId64 ", \"worst_rel_diff\": %.6g}", checked, worst_rel);
     printf("}\n");
   }
@@ -812,18 +807,20 @@ int main(int argc, char **argv) {
     print_timing_line("eval time", eval_ms, eval_steps, "runs");
     fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " tokens\n", "total time",
             t_end - t_start, n_seq);
-    if (gpu)
+    if (amk_engine_measures_kernel_time(engine))
       fprintf(stderr, "amk-run: %16s = %10.2f ms (CUDA events, %" PRId64 " launches)\n",
               "kernel time", kernel_total, n_seq);
-    if (gpu && o.check)
+    if (o.check)
       fprintf(stderr, "amk-run: check PASS: %" PRId64 " steps against the reference VM, worst "
                       "max|diff|/scale %.3g\n", checked, worst_rel);
   }
   amk_sb_free(&dump);
   amk_sampler_free(&sampler);
   free(sequence);
-  amk_cuda_vm_free(gpu);
-  amk_vm_free(vm);
+  amk_engine_free(reference);
+  amk_engine_free(engine);
+  amk_weights_free(loaded);
+  amk_plan_free(plan);
   amk_module_free(m);
   free(weights);
   free(text);

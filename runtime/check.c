@@ -1,8 +1,8 @@
-/* Comparing a backend's logits with the reference VM's (amk-run --check). */
+/* Comparing an engine's logits with the reference VM's (amk-run --check). */
 #include <math.h>
 #include <stddef.h>
 
-#include "amk/backend.h"
+#include "amk/engine.h"
 
 static int32_t argmax_of(const float *v, size_t n) {
   size_t best = 0;

@@ -1,0 +1,115 @@
+/* One interface for the engines that run a plan.
+ *
+ * An engine runs an AmkPlan with an AmkWeights: the CPU reference VM
+ * (amk_vm_engine(), amk/vm.h) and the CUDA megakernel (amk_cuda_engine(),
+ * amk/backend.h). The driver picks one by its ops table and from then on
+ * talks only to this interface. The functions here call through the table,
+ * so the plan layer depends on no engine; optional hooks an engine lacks
+ * answer "not available" (false, 0, NULL, or an error naming the engine).
+ *
+ * Several engines may run over one plan and one set of weights at once
+ * (amk-run --check steps the GPU and the CPU VM side by side).
+ */
+#ifndef AMK_ENGINE_H
+#define AMK_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amk/diag.h"
+#include "amk/plan.h"
+#include "amk/weights.h"
+
+struct AmkTrace;
+
+typedef struct {
+  /* CPU: worker threads (0: $AMK_VM_THREADS, else one per online CPU). */
+  int threads;
+  /* CUDA: the host watchdog per launch in ms (0: $AMK_CUDA_TIMEOUT_MS, else
+   * 10000), threads per block (0: the program's), the NVRTC cubin cache,
+   * device facts on stderr, and stamping every task of every launch. */
+  double timeout_ms;
+  int threads_per_block;
+  bool use_cache;
+  bool verbose;
+  bool trace;
+} AmkEngineOptions;
+
+/* Every field at its default (use_cache on). */
+AmkEngineOptions amk_engine_options_default(void);
+
+typedef enum {
+  AMK_STEP_OK = 0,
+  AMK_STEP_ERROR = 1,   /* reported through diag */
+  AMK_STEP_TIMEOUT = 2, /* the watchdog stopped the step (GPU) */
+} AmkStepStatus;
+
+/* What an engine implements. The first block is required; the rest may be
+ * NULL. `self` is what create returned. */
+typedef struct {
+  const char *name; /* "cpu", "cuda" */
+  void *(*create)(const AmkPlan *plan, const AmkWeights *weights, const AmkEngineOptions *opt,
+                  AmkDiagEngine *diag);
+  void (*destroy)(void *self);
+  /* One decode step: token at position pos. kernel_ms (NULL: not wanted)
+   * receives the device time when the engine measures one. */
+  AmkStepStatus (*step)(void *self, int32_t token, int64_t pos, float *kernel_ms,
+                        AmkDiagEngine *diag);
+  const float *(*logits)(const void *self, size_t *n);
+  bool (*reset)(void *self, AmkDiagEngine *diag);
+
+  bool measures_kernel_time;                /* step fills kernel_ms */
+  const char *(*describe)(const void *self); /* a line about the device */
+  double (*measure_read_bw)(void *self, size_t bytes, int reps, AmkDiagEngine *diag);
+  void (*set_tracing)(void *self, bool on);
+  bool (*trace)(void *self, struct AmkTrace *out, AmkDiagEngine *diag);
+} AmkEngineOps;
+
+typedef struct AmkEngine AmkEngine;
+
+/* Creates an engine of the given kind over plan and weights (both must
+ * outlive it). NULL after reporting. */
+AmkEngine *amk_engine_create(const AmkEngineOps *ops, const AmkPlan *plan,
+                             const AmkWeights *weights, const AmkEngineOptions *opt,
+                             AmkDiagEngine *diag);
+void amk_engine_free(AmkEngine *e);
+
+const char *amk_engine_name(const AmkEngine *e);
+const AmkPlan *amk_engine_plan(const AmkEngine *e);
+AmkStepStatus amk_engine_step(AmkEngine *e, int32_t token, int64_t pos, float *kernel_ms,
+                              AmkDiagEngine *diag);
+/* The logits of the last step as fp32; *n receives the vocabulary size. */
+const float *amk_engine_logits(const AmkEngine *e, size_t *n);
+/* Clears the KV caches (a new sequence). */
+bool amk_engine_reset(AmkEngine *e, AmkDiagEngine *diag);
+/* The longest position + 1 a step may use, and the width of the logits. */
+int64_t amk_engine_max_seq(const AmkEngine *e);
+int64_t amk_engine_vocab(const AmkEngine *e);
+/* WEIGHT bytes a token streams (the bench's GB/s numerator). */
+int64_t amk_engine_weight_bytes(const AmkEngine *e);
+
+/* Optional hooks. */
+bool amk_engine_measures_kernel_time(const AmkEngine *e);
+/* A line about the device, or the engine's name. */
+const char *amk_engine_describe(const AmkEngine *e);
+/* Read bandwidth in GB/s (<= 0: failed or not available). */
+double amk_engine_measure_read_bw(AmkEngine *e, size_t bytes, int reps, AmkDiagEngine *diag);
+/* Pauses/resumes per-task stamping of an engine created with `trace`. */
+void amk_engine_set_tracing(AmkEngine *e, bool on);
+/* The trace of the last step. False after reporting. */
+bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag);
+
+/* One step of --check: an engine's logits against the reference's. max_abs
+ * is max |got - ref|, scale max |ref|; pass follows the rule for the
+ * program's precision (docs/Backend.md). */
+typedef struct {
+  double max_abs, scale;
+  int32_t ref_token, gpu_token;
+  bool pass;
+} AmkLogitCheck;
+
+AmkLogitCheck amk_check_logits(const float *ref, const float *got, size_t n,
+                               bool low_precision);
+
+#endif

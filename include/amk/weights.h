@@ -1,0 +1,66 @@
+/* The weights of a plan: the bytes of every WEIGHT and CONST buffer, in
+ * the buffer's dtype, loaded once and shared by every engine.
+ *
+ * From a safetensors checkpoint, a buffer whose source is one tensor of the
+ * buffer's dtype (suitably aligned) points straight into the mapped file:
+ * no host copy; any other buffer (a dtype conversion, a '+'-joined source)
+ * gets one converted copy. Random weights are described per buffer by a
+ * rule (amk_weights_random_rule) that amk_random_fill reproduces anywhere,
+ * so an engine could fill them itself; the loader fills host copies with
+ * that same rule. Synthetic CONST buffers come from the plan.
+ *
+ * Engines read the bytes with amk_weights_data; the CUDA engine uploads
+ * them and may drop the loader afterwards, the CPU VM keeps pointing at
+ * them (the weights must outlive it).
+ */
+#ifndef AMK_WEIGHTS_H
+#define AMK_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amk/diag.h"
+#include "amk/plan.h"
+
+typedef struct AmkWeights AmkWeights;
+
+/* Where a buffer's bytes come from. */
+typedef enum {
+  AMK_WEIGHTS_NONE = 0,  /* not a WEIGHT/CONST buffer: no bytes */
+  AMK_WEIGHTS_MAPPED,    /* a pointer into the mapped checkpoint */
+  AMK_WEIGHTS_CONVERTED, /* a host copy converted from the checkpoint */
+  AMK_WEIGHTS_RANDOM,    /* a host copy filled by the random rule */
+  AMK_WEIGHTS_SYNTHETIC, /* the plan's computed contents */
+} AmkWeightsOrigin;
+
+/* Seeded random weights of one buffer: element i is
+ * center + scale * (2u - 1) with u the top 53 bits of the (i+1)-th
+ * splitmix64 output from `state`, rounded to fp32, then to the dtype.
+ * Matrices (rank >= 2) get center 0 and scale 1/sqrt(columns), vectors
+ * center 1 and scale 0.1; buffers take consecutive stretches of one stream
+ * seeded with the seed, in list order. */
+typedef struct {
+  uint64_t state;
+  double center, scale;
+} AmkRandomRule;
+
+/* Loads every WEIGHT/CONST buffer from the checkpoint in dir (NULL: the
+ * module's model folder). A program with nothing to load opens nothing.
+ * NULL after reporting (the tensor or file and the reason). */
+AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine *diag);
+/* Seeded random weights at the program's shapes (f32, bf16, f16 buffers;
+ * others stay zero). */
+AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag);
+void amk_weights_free(AmkWeights *w);
+
+/* The bytes of buffer b (list position), nbytes of them; NULL (and 0) for
+ * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file. */
+const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes);
+AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b);
+/* For AMK_WEIGHTS_RANDOM buffers: the rule that produced them. */
+bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out);
+/* Fills numel elements of dtype (f32, bf16, f16) at dst by the rule. */
+void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst);
+
+#endif

@@ -1,0 +1,77 @@
+/* The engine interface (include/amk/engine.h): calls through an engine's
+ * ops table, so this layer depends on no engine. */
+#include <stdlib.h>
+
+#include "amk/engine.h"
+
+struct AmkEngine {
+  const AmkEngineOps *ops;
+  const AmkPlan *plan;
+  void *self;
+};
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+AmkEngineOptions amk_engine_options_default(void) {
+  return (AmkEngineOptions){.use_cache = true};
+}
+
+AmkEngine *amk_engine_create(const AmkEngineOps *ops, const AmkPlan *plan,
+                             const AmkWeights *weights, const AmkEngineOptions *opt,
+                             AmkDiagEngine *diag) {
+  AmkEngineOptions defaults = amk_engine_options_default();
+  void *self = ops->create(plan, weights, opt ? opt : &defaults, diag);
+  if (!self)
+    return NULL;
+  AmkEngine *e = amk_xcalloc(1, sizeof *e);
+  *e = (AmkEngine){.ops = ops, .plan = plan, .self = self};
+  return e;
+}
+
+void amk_engine_free(AmkEngine *e) {
+  if (!e)
+    return;
+  e->ops->destroy(e->self);
+  free(e);
+}
+
+const char *amk_engine_name(const AmkEngine *e) { return e->ops->name; }
+const AmkPlan *amk_engine_plan(const AmkEngine *e) { return e->plan; }
+
+AmkStepStatus amk_engine_step(AmkEngine *e, int32_t token, int64_t pos, float *kernel_ms,
+                              AmkDiagEngine *diag) {
+  return e->ops->step(e->self, token, pos, kernel_ms, diag);
+}
+
+const float *amk_engine_logits(const AmkEngine *e, size_t *n) {
+  return e->ops->logits(e->self, n);
+}
+
+bool amk_engine_reset(AmkEngine *e, AmkDiagEngine *diag) { return e->ops->reset(e->self, diag); }
+
+int64_t amk_engine_max_seq(const AmkEngine *e) { return e->plan->max_seq; }
+int64_t amk_engine_vocab(const AmkEngine *e) { return e->plan->vocab; }
+int64_t amk_engine_weight_bytes(const AmkEngine *e) { return e->plan->weight_bytes; }
+
+bool amk_engine_measures_kernel_time(const AmkEngine *e) { return e->ops->measures_kernel_time; }
+
+const char *amk_engine_describe(const AmkEngine *e) {
+  return e->ops->describe ? e->ops->describe(e->self) : e->ops->name;
+}
+
+double amk_engine_measure_read_bw(AmkEngine *e, size_t bytes, int reps, AmkDiagEngine *diag) {
+  return e->ops->measure_read_bw ? e->ops->measure_read_bw(e->self, bytes, reps, diag) : -1;
+}
+
+void amk_engine_set_tracing(AmkEngine *e, bool on) {
+  if (e->ops->set_tracing)
+    e->ops->set_tracing(e->self, on);
+}
+
+bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag) {
+  if (!e->ops->trace) {
+    amk_error(diag, no_loc(), "the %s engine records no traces", e->ops->name);
+    return false;
+  }
+  return e->ops->trace(e->self, out, diag);
+}

@@ -1,0 +1,662 @@
+/* Building the lowered execution plan (include/amk/plan.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/numerics.h"
+#include "amk/plan.h"
+#include "amk/rope.h"
+#include "amk/validate.h"
+
+static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+
+/* Per-plan storage the public struct points into. */
+typedef struct {
+  AmkPlan pub;
+  uint32_t *task_buffers; /* every task's inputs then outputs */
+  float *rope_tables;     /* every ROPE task's frequencies */
+  void **synthetic;       /* per buffer */
+} PlanStorage;
+
+void amk_plan_free(AmkPlan *plan) {
+  if (!plan)
+    return;
+  PlanStorage *s = (PlanStorage *)plan;
+  if (s->synthetic)
+    for (uint32_t b = 0; b < plan->n_buffers; b++)
+      free(s->synthetic[b]);
+  free(s->synthetic);
+  free(s->task_buffers);
+  free(s->rope_tables);
+  free(plan->tasks);
+  free(plan->buffers);
+  free(plan->page_bytes);
+  free(plan->wait_counter);
+  free(plan->wait_threshold);
+  free(plan->order);
+  free(s);
+}
+
+static int32_t buffer_index(const AmkModule *m, int32_t id) {
+  const AmkBuffer *b = amk_module_buffer(m, id);
+  return b ? (int32_t)(b - m->buffers) : -1;
+}
+
+static int32_t counter_index(const AmkModule *m, int32_t id) {
+  const AmkCounter *c = amk_module_counter(m, id);
+  return c ? (int32_t)(c - m->counters) : -1;
+}
+
+/* ---- buffers and pages ------------------------------------------------------ */
+
+static bool plan_buffers(AmkPlan *p, AmkDiagEngine *diag) {
+  const AmkModule *m = p->m;
+  p->buffers = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *p->buffers);
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    AmkPlanBuffer *pb = &p->buffers[b];
+    if (!amk_buffer_numel(buf, &pb->numel) || !amk_buffer_nbytes(buf, &pb->nbytes) ||
+        buf->rank > AMK_MAX_RANK) {
+      amk_error(diag, buf->loc, "buffer '%s' has a shape the VM cannot allocate", buf->name);
+      return false;
+    }
+    pb->kind = buf->kind;
+    pb->dtype = buf->dtype;
+    pb->rank = buf->rank;
+    pb->page = -1;
+    for (uint32_t d = 0; d < buf->rank; d++)
+      amk_value_as_int(&buf->shape[d], &pb->shape[d]);
+  }
+  if (!m->pages)
+    return true;
+  p->n_pages = m->pages->n_pages;
+  p->page_bytes = amk_xcalloc(p->n_pages ? p->n_pages : 1, sizeof *p->page_bytes);
+  for (uint32_t q = 0; q < p->n_pages; q++)
+    p->page_bytes[q] = m->pages->pages[q].nbytes;
+  for (uint32_t k = 0; k < m->pages->n_bindings; k++) {
+    const AmkPageBinding *bind = &m->pages->bindings[k];
+    int32_t b = buffer_index(m, bind->buffer);
+    int32_t page = -1;
+    for (uint32_t q = 0; q < p->n_pages; q++)
+      if (m->pages->pages[q].id == bind->page)
+        page = (int32_t)q;
+    if (b < 0 || page < 0 || p->buffers[b].nbytes > p->page_bytes[page]) {
+      amk_error(diag, no_loc(), "the page table binds buffer %d to page %d, which cannot hold it",
+                bind->buffer, bind->page);
+      return false;
+    }
+    p->buffers[b].page = page;
+  }
+  return true;
+}
+
+/* ---- tasks ------------------------------------------------------------------- */
+
+static int64_t pattern_of(const AmkInstParams *params) {
+  return (int64_t)(uint32_t)(amk_inst_param_has(params, AMK_PARAM_flags) ? params->flags.i : 0) >>
+         AMK_PATTERN_SHIFT;
+}
+
+static AmkPlanFollow follow_of(AmkOp op, const AmkInstParams *params) {
+  int64_t pattern = pattern_of(params);
+  if (op == AMK_OP_KV_APPEND || (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ROPE_KV))
+    return AMK_PLAN_FOLLOW_KV_ROW;
+  bool attention = op == AMK_OP_ATTENTION_TILE ||
+                   (op == AMK_OP_GEMV_TILE && (pattern == AMK_PATTERN_ATTENTION ||
+                                               pattern == AMK_PATTERN_ATTENTION_ROPE));
+  if (attention)
+    return (params->flags.i & 2) ? AMK_PLAN_FOLLOW_PARTITION : AMK_PLAN_FOLLOW_WINDOW;
+  return AMK_PLAN_FOLLOW_NONE;
+}
+
+/* The rows of the matrix a GEMV/GEMM tile streams: input 1, rows [n_off,
+ * n_off + N_tile) of K elements, clipped to the buffer. */
+static AmkPlanRange weight_read_of(const AmkPlan *p, const AmkPlanTask *pt) {
+  AmkPlanRange none = {.buffer = -1};
+  const AmkInstParams *q = &pt->params;
+  bool streams = (pt->op == AMK_OP_GEMV_TILE && pattern_of(q) <= AMK_PATTERN_SILU_RESIDUAL) ||
+                 pt->op == AMK_OP_GEMM_TILE;
+  if (!streams || pt->n_inputs < 2 || q->K.i < 0 || q->n_off.i < 0 || q->N_tile.i < 0)
+    return none;
+  uint32_t w = pt->inputs[1];
+  int64_t row_bytes = amk_dtype_nbytes(p->buffers[w].dtype, q->K.i);
+  int64_t offset = (int64_t)q->n_off.i * row_bytes;
+  int64_t len = (int64_t)q->N_tile.i * row_bytes;
+  int64_t have = p->buffers[w].nbytes;
+  if (row_bytes < 0 || offset >= have)
+    return none;
+  if (offset + len > have)
+    len = have - offset;
+  return (AmkPlanRange){.buffer = (int32_t)w, .offset = offset, .nbytes = len};
+}
+
+/* The inverse frequencies of a ROPE task without a frequency input, as the
+ * kernels compute them. */
+static void rope_table(const AmkTask *task, const AmkInstParams *params, int half, float *out) {
+  AmkRopeSpec spec;
+  const char *why = NULL;
+  if (amk_rope_spec_from_task(task, &spec, &why) && spec.kind == AMK_ROPE_LLAMA3 && half > 0) {
+    double *freq = amk_xmalloc((size_t)half * sizeof *freq);
+    amk_rope_inv_freq(&spec, freq, half);
+    for (int i = 0; i < half; i++)
+      out[i] = (float)freq[i];
+    free(freq);
+    return;
+  }
+  float theta = params->theta.f;
+  for (int i = 0; i < half; i++)
+    out[i] = 1.0f / powf(theta, (float)i / (float)half);
+}
+
+static bool plan_tasks(PlanStorage *s, AmkDiagEngine *diag) {
+  AmkPlan *p = &s->pub;
+  const AmkModule *m = p->m;
+  uint32_t n = m->n_tasks;
+  p->tasks = amk_xcalloc(n ? n : 1, sizeof *p->tasks);
+  size_t n_refs = 0, n_floats = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    n_refs += (size_t)m->tasks[t].n_inputs + m->tasks[t].n_outputs;
+    p->n_waits += m->tasks[t].n_waits;
+  }
+  s->task_buffers = amk_xmalloc((n_refs ? n_refs : 1) * sizeof *s->task_buffers);
+  p->wait_counter = amk_xmalloc((p->n_waits ? p->n_waits : 1) * sizeof *p->wait_counter);
+  p->wait_threshold = amk_xmalloc((p->n_waits ? p->n_waits : 1) * sizeof *p->wait_threshold);
+  size_t ref = 0;
+  uint32_t wait = 0;
+  int32_t max_sm = -1;
+  bool all_assigned = n > 0;
+  for (uint32_t t = 0; t < n; t++) {
+    const AmkTask *task = &m->tasks[t];
+    AmkPlanTask *pt = &p->tasks[t];
+    char err[256];
+    if (amk_inst_params_from_task(task, &pt->params, err, sizeof err) != 0) {
+      amk_error(diag, task->loc, "task %d ('%s'): %s", task->id, task->label, err);
+      return false;
+    }
+    pt->op = task->op;
+    pt->recipe = amk_task_param(task, "recipe");
+    pt->n_inputs = task->n_inputs;
+    pt->n_outputs = task->n_outputs;
+    uint32_t *refs = s->task_buffers + ref;
+    pt->inputs = refs;
+    pt->outputs = refs + task->n_inputs;
+    ref += (size_t)task->n_inputs + task->n_outputs;
+    for (uint32_t i = 0; i < task->n_inputs + task->n_outputs; i++) {
+      bool input = i < task->n_inputs;
+      int32_t id = input ? task->inputs[i] : task->outputs[i - task->n_inputs];
+      int32_t b = buffer_index(m, id);
+      if (b < 0) {
+        amk_error(diag, task->loc, "task %d ('%s') names buffer %d, which does not exist",
+                  task->id, task->label, id);
+        return false;
+      }
+      /* Weights may be the mapped checkpoint itself: nothing writes them. */
+      if (!input && amk_kind_is_read_only(m->buffers[b].kind)) {
+        amk_error(diag, task->loc, "task %d ('%s') writes read-only %s buffer '%s'", task->id,
+                  task->label, amk_kind_text_name(m->buffers[b].kind), m->buffers[b].name);
+        return false;
+      }
+      refs[i] = (uint32_t)b;
+    }
+    int32_t counter = counter_index(m, task->out_counter);
+    if (counter < 0) {
+      amk_error(diag, task->loc, "task %d ('%s') signals counter %d, which does not exist",
+                task->id, task->label, task->out_counter);
+      return false;
+    }
+    pt->counter = (uint32_t)counter;
+    pt->wait_begin = wait;
+    for (uint32_t w = 0; w < task->n_waits; w++, wait++) {
+      int64_t threshold = 0;
+      amk_value_as_int(&task->waits[w].threshold, &threshold);
+      int32_t c = counter_index(m, task->waits[w].counter);
+      if (c < 0 || threshold < 0 || threshold > UINT32_MAX) {
+        amk_error(diag, task->loc, "task %d ('%s') waits on counter %d >= %" PRId64
+                  ", which cannot be checked", task->id, task->label, task->waits[w].counter,
+                  threshold);
+        return false;
+      }
+      p->wait_counter[wait] = (uint32_t)c;
+      p->wait_threshold[wait] = (uint32_t)threshold;
+    }
+    pt->wait_end = wait;
+    pt->follow = follow_of(task->op, &pt->params);
+    pt->sm = task->has_sm && task->sm >= 0 ? task->sm : -1;
+    if (pt->sm < 0)
+      all_assigned = false;
+    else if (pt->sm > max_sm)
+      max_sm = pt->sm;
+    if (task->op == AMK_OP_ROPE && task->n_inputs < 3) {
+      int half = pt->params.head_dim.i / 2;
+      pt->rope_half = half > 0 ? half : 0;
+      n_floats += (size_t)(half > 0 ? half : 1);
+    }
+    pt->weight_read = weight_read_of(p, pt);
+  }
+  p->sm_count = all_assigned ? max_sm + 1 : 0;
+  /* The frequency tables, packed in task order. */
+  s->rope_tables = amk_xcalloc(n_floats ? n_floats : 1, sizeof *s->rope_tables);
+  size_t at = 0;
+  for (uint32_t t = 0; t < n; t++) {
+    AmkPlanTask *pt = &p->tasks[t];
+    if (pt->op != AMK_OP_ROPE || pt->n_inputs >= 3)
+      continue;
+    pt->rope_inv_freq = s->rope_tables + at;
+    rope_table(&m->tasks[t], &pt->params, pt->rope_half, s->rope_tables + at);
+    at += (size_t)(pt->rope_half > 0 ? pt->rope_half : 1);
+  }
+  return true;
+}
+
+/* Split-KV partitions (docs/Fusion.md): partition p of P covers window rows
+ * [p * c, min(W, (p + 1) * c)) with W = pos + 1 and c = ceil(W / P). P and p
+ * come from the ATTENTION_COMBINE that reads the partial: P is its input
+ * count and p the input the partial is. A partial no combine reads keeps
+ * its compiled kv_start and spans to the next partial of the same cache
+ * (the last to the cache's end). Two combines disagreeing is an error. */
+static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
+  const AmkModule *m = p->m;
+  int64_t *index_of = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *index_of);
+  int64_t *count_of = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *count_of);
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    index_of[b] = count_of[b] = -1;
+  bool ok = true;
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    const AmkPlanTask *c = &p->tasks[t];
+    if (c->op != AMK_OP_ATTENTION_COMBINE)
+      continue;
+    for (uint32_t i = 0; i < c->n_inputs && ok; i++) {
+      uint32_t b = c->inputs[i];
+      if (index_of[b] >= 0 && (index_of[b] != i || count_of[b] != c->n_inputs)) {
+        amk_error(diag, m->tasks[t].loc,
+                  "task %d ('%s'): buffer '%s' is partial %u of %u here but partial %" PRId64
+                  " of %" PRId64 " of another combine; no engine can tell its split-KV "
+                  "partition",
+                  m->tasks[t].id, m->tasks[t].label, m->buffers[b].name, i, c->n_inputs,
+                  index_of[b], count_of[b]);
+        ok = false;
+      }
+      index_of[b] = i;
+      count_of[b] = c->n_inputs;
+    }
+  }
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    AmkPlanTask *pt = &p->tasks[t];
+    if (pt->follow != AMK_PLAN_FOLLOW_PARTITION || pt->n_outputs < 1)
+      continue;
+    uint32_t out = pt->outputs[0];
+    if (count_of[out] > 0) {
+      pt->part_index = index_of[out];
+      pt->part_count = count_of[out];
+      continue;
+    }
+    /* No combine: the compiled spans. */
+    if (pt->n_inputs < 2)
+      continue;
+    uint32_t cache = pt->inputs[1];
+    int64_t mine = pt->params.kv_start.i;
+    int64_t next = p->buffers[cache].rank ? p->buffers[cache].shape[0] : 0;
+    for (uint32_t u = 0; u < p->n_tasks; u++) {
+      const AmkPlanTask *other = &p->tasks[u];
+      int64_t start = other->params.kv_start.i;
+      if (other->follow == AMK_PLAN_FOLLOW_PARTITION && other->n_inputs >= 2 &&
+          other->inputs[1] == cache && start > mine && start < next)
+        next = start;
+    }
+    pt->span = next - mine;
+  }
+  free(index_of);
+  free(count_of);
+  return ok;
+}
+
+/* ---- IO ------------------------------------------------------------------------ */
+
+/* The IO buffers the host drives, found by the names the lowerings use. */
+static bool plan_io(AmkPlan *p, AmkDiagEngine *diag) {
+  const AmkModule *m = p->m;
+  p->token_buffer = p->pos_buffer = p->logits_buffer = -1;
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "token_id") == 0)
+      p->token_buffer = (int32_t)b;
+    else if (buf->kind == AMK_KIND_IO_INPUT && strcmp(buf->name, "pos") == 0)
+      p->pos_buffer = (int32_t)b;
+    else if (buf->kind == AMK_KIND_IO_OUTPUT && p->logits_buffer < 0)
+      p->logits_buffer = (int32_t)b;
+    if (buf->kind == AMK_KIND_KV_CACHE && buf->rank >= 1) {
+      int64_t rows = p->buffers[b].shape[0];
+      if (p->max_seq == 0 || rows < p->max_seq)
+        p->max_seq = rows;
+    }
+  }
+  if (p->token_buffer < 0 || p->logits_buffer < 0) {
+    amk_error(diag, no_loc(),
+              "the program has no %s buffer; the VM feeds an IO_INPUT named 'token_id' and "
+              "reads the first IO_OUTPUT as the logits",
+              p->token_buffer < 0 ? "IO_INPUT 'token_id'" : "IO_OUTPUT");
+    return false;
+  }
+  AmkDType dt = p->buffers[p->logits_buffer].dtype;
+  if (dt != AMK_DTYPE_F32 && dt != AMK_DTYPE_BF16 && dt != AMK_DTYPE_F16) {
+    amk_error(diag, no_loc(), "the logits buffer '%s' is not a floating-point buffer",
+              m->buffers[p->logits_buffer].name);
+    return false;
+  }
+  p->vocab = p->buffers[p->logits_buffer].numel;
+  if (p->max_seq == 0)
+    p->max_seq = INT64_MAX; /* no cache: any position */
+  return true;
+}
+
+/* ---- synthetic CONST buffers ------------------------------------------------ */
+
+#define ROPE_INV_FREQ_SOURCE "amk.rope_inv_freq:"
+
+/* One number of a synthetic source: the whole text must parse. */
+static bool parse_number(const char *text, double *out) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || *end != '\0' || errno == ERANGE || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Parses "head_dim=..,theta=..[,rope_type=llama3,factor=..,low_freq_factor=..,
+ * high_freq_factor=..,original_max_position_embeddings=..]" (docs/Fusion.md).
+ * Returns NULL or what is wrong. */
+static const char *parse_rope_source(const char *text, AmkRopeSpec *spec) {
+  *spec = (AmkRopeSpec){.kind = AMK_ROPE_DEFAULT};
+  enum { HEAD_DIM, THETA, TYPE, FACTOR, LOW, HIGH, ORIGINAL, N_KEYS };
+  static const char *const keys[N_KEYS] = {
+      "head_dim", "theta", "rope_type", AMK_ROPE_PARAM_FACTOR, AMK_ROPE_PARAM_LOW_FREQ_FACTOR,
+      AMK_ROPE_PARAM_HIGH_FREQ_FACTOR, AMK_ROPE_PARAM_ORIGINAL_MAX_POS};
+  double value[N_KEYS] = {0};
+  bool seen[N_KEYS] = {false};
+  char copy[512];
+  if (strlen(text) >= sizeof copy)
+    return "the source is too long";
+  memcpy(copy, text, strlen(text) + 1);
+  char *save = NULL;
+  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    if (!eq)
+      return "an item is not key=value";
+    *eq = '\0';
+    int k = -1;
+    for (int i = 0; i < N_KEYS; i++)
+      if (strcmp(item, keys[i]) == 0)
+        k = i;
+    if (k < 0)
+      return "unknown key";
+    if (seen[k])
+      return "a key is given twice";
+    seen[k] = true;
+    if (k == TYPE) {
+      if (strcmp(eq + 1, "llama3") != 0)
+        return "rope_type must be llama3";
+    } else if (!parse_number(eq + 1, &value[k])) {
+      return "a value is not a finite number";
+    }
+  }
+  if (!seen[HEAD_DIM] || !seen[THETA])
+    return "head_dim and theta are required";
+  if (value[HEAD_DIM] != floor(value[HEAD_DIM]) || value[HEAD_DIM] <= 0 ||
+      value[HEAD_DIM] > (1 << 20) || (int64_t)value[HEAD_DIM] % 2 != 0)
+    return "head_dim must be a positive even integer";
+  if (!(value[THETA] > 1.0))
+    return "theta must be greater than 1";
+  spec->head_dim = (int)value[HEAD_DIM];
+  spec->theta = value[THETA];
+  int scaled = seen[FACTOR] + seen[LOW] + seen[HIGH] + seen[ORIGINAL];
+  if (!seen[TYPE] && scaled == 0)
+    return NULL;
+  if (!seen[TYPE] || scaled != 4)
+    return "llama3 rope needs rope_type=llama3 with factor, low_freq_factor, "
+           "high_freq_factor and original_max_position_embeddings";
+  if (!(value[FACTOR] > 0.0) || !(value[LOW] > 0.0) || !(value[HIGH] > value[LOW]) ||
+      !(value[ORIGINAL] > 0.0))
+    return "llama3 rope needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+           "original_max_position_embeddings > 0";
+  spec->kind = AMK_ROPE_LLAMA3;
+  spec->factor = value[FACTOR];
+  spec->low_freq_factor = value[LOW];
+  spec->high_freq_factor = value[HIGH];
+  spec->original_max_pos = value[ORIGINAL];
+  return NULL;
+}
+
+/* The inverse frequencies, as fp32 exactly as the unfused path gets them:
+ * the ROPE kernel's own 1 / powf(theta, i / half) for default rope (theta
+ * marshalled to fp32 as the param is), the fp32 rounding of
+ * amk_rope_inv_freq for llama3 (what a ROPE task's table holds). */
+static void rope_inv_freq_f32(const AmkRopeSpec *spec, float *out, int half) {
+  if (spec->kind == AMK_ROPE_DEFAULT) {
+    float theta = (float)spec->theta;
+    for (int i = 0; i < half; i++)
+      out[i] = 1.0f / powf(theta, (float)i / (float)half);
+    return;
+  }
+  double *freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
+  amk_rope_inv_freq(spec, freq, half);
+  for (int i = 0; i < half; i++)
+    out[i] = (float)freq[i];
+  free(freq);
+}
+
+/* A CONST buffer whose source starts with "amk." is computed, not loaded:
+ * amk.rope_inv_freq:... is the only such source. */
+static bool is_synthetic(const AmkBuffer *buf) {
+  return buf->kind == AMK_KIND_CONST && buf->source && strncmp(buf->source, "amk.", 4) == 0;
+}
+
+static bool synthesize_const(PlanStorage *s, uint32_t b, AmkDiagEngine *diag) {
+  const AmkBuffer *buf = &s->pub.m->buffers[b];
+  AmkPlanBuffer *pb = &s->pub.buffers[b];
+  if (strncmp(buf->source, ROPE_INV_FREQ_SOURCE, strlen(ROPE_INV_FREQ_SOURCE)) != 0) {
+    amk_error(diag, buf->loc,
+              "CONST buffer '%s' has the synthetic source '%s', which the VM does not know "
+              "(it computes only " ROPE_INV_FREQ_SOURCE "...)",
+              buf->name, buf->source);
+    return false;
+  }
+  AmkRopeSpec spec;
+  const char *why = parse_rope_source(buf->source + strlen(ROPE_INV_FREQ_SOURCE), &spec);
+  if (why) {
+    amk_error(diag, buf->loc, "CONST buffer '%s': malformed source '%s': %s", buf->name,
+              buf->source, why);
+    return false;
+  }
+  int half = spec.head_dim / 2;
+  if (pb->numel != half || (buf->dtype != AMK_DTYPE_F32 && buf->dtype != AMK_DTYPE_BF16 &&
+                            buf->dtype != AMK_DTYPE_F16)) {
+    amk_error(diag, buf->loc,
+              "CONST buffer '%s' is %s with %" PRId64 " elements; its source '%s' gives %d "
+              "floats (head_dim / 2)",
+              buf->name, amk_dtype_text_name(buf->dtype), pb->numel, buf->source, half);
+    return false;
+  }
+  char *bytes = amk_xcalloc(1, (size_t)(pb->nbytes > 0 ? pb->nbytes : 1));
+  float *freq = amk_xmalloc((size_t)(half > 0 ? half : 1) * sizeof *freq);
+  rope_inv_freq_f32(&spec, freq, half);
+  for (int i = 0; i < half; i++) {
+    if (buf->dtype == AMK_DTYPE_F32) {
+      memcpy(bytes + (size_t)i * 4, &freq[i], 4);
+    } else {
+      uint16_t h = buf->dtype == AMK_DTYPE_BF16 ? amk_f32_to_bf16(freq[i])
+                                                : amk_f32_to_f16(freq[i]);
+      memcpy(bytes + (size_t)i * 2, &h, 2);
+    }
+  }
+  free(freq);
+  s->synthetic[b] = bytes;
+  pb->synthetic = bytes;
+  return true;
+}
+
+/* ---- order ------------------------------------------------------------------------ */
+
+/* A global topological order: the task list when it is one, else Kahn's
+ * (FIFO) over counters, a task being ready once every producer of each
+ * counter it waits on is placed. Walking its queue in this order, every
+ * block's earliest unfinished task is runnable: no deadlock whatever the
+ * grid. */
+static void plan_order(AmkPlan *p) {
+  uint32_t n = p->n_tasks, nc = p->n_counters;
+  p->order = amk_xmalloc((n ? n : 1) * sizeof *p->order);
+  int64_t *last_producer = amk_xmalloc((nc ? nc : 1) * sizeof *last_producer);
+  uint32_t *producers = amk_xcalloc(nc ? nc : 1, sizeof *producers);
+  for (uint32_t c = 0; c < nc; c++)
+    last_producer[c] = -1;
+  for (uint32_t t = 0; t < n; t++) {
+    last_producer[p->tasks[t].counter] = t;
+    producers[p->tasks[t].counter]++;
+  }
+  bool list_ok = true;
+  for (uint32_t t = 0; t < n && list_ok; t++)
+    for (uint32_t k = p->tasks[t].wait_begin; k < p->tasks[t].wait_end; k++)
+      if (last_producer[p->wait_counter[k]] >= (int64_t)t)
+        list_ok = false;
+  p->has_order = true;
+  if (list_ok) {
+    for (uint32_t t = 0; t < n; t++)
+      p->order[t] = t;
+  } else {
+    uint32_t *placed = amk_xcalloc(nc ? nc : 1, sizeof *placed);
+    bool *done = amk_xcalloc(n ? n : 1, sizeof *done);
+    uint32_t k = 0;
+    bool progress = true;
+    while (k < n && progress) {
+      progress = false;
+      for (uint32_t t = 0; t < n; t++) {
+        if (done[t])
+          continue;
+        bool ready = true;
+        for (uint32_t w = p->tasks[t].wait_begin; w < p->tasks[t].wait_end && ready; w++)
+          ready = placed[p->wait_counter[w]] == producers[p->wait_counter[w]];
+        if (!ready)
+          continue;
+        done[t] = true;
+        p->order[k++] = t;
+        placed[p->tasks[t].counter]++;
+        progress = true;
+      }
+    }
+    p->has_order = k == n;
+    free(placed);
+    free(done);
+  }
+  free(last_producer);
+  free(producers);
+}
+
+bool amk_plan_queues(const AmkPlan *p, int32_t n_queues, int32_t *queue_of, int32_t *offsets,
+                     int32_t *queue, AmkDiagEngine *diag) {
+  if (!p->has_order) {
+    amk_error(diag, no_loc(), "the program's dependency graph has a cycle; nothing to launch");
+    return false;
+  }
+  if (n_queues < 1)
+    n_queues = 1;
+  uint32_t n = p->n_tasks;
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t t = p->order[k];
+    queue_of[t] = p->sm_count > 0 ? p->tasks[t].sm % n_queues : (int32_t)(k % (uint32_t)n_queues);
+  }
+  memset(offsets, 0, ((size_t)n_queues + 1) * sizeof *offsets);
+  for (uint32_t k = 0; k < n; k++)
+    offsets[queue_of[p->order[k]] + 1]++;
+  for (int32_t b = 0; b < n_queues; b++)
+    offsets[b + 1] += offsets[b];
+  int32_t *fill = amk_xcalloc((size_t)n_queues, sizeof *fill);
+  for (uint32_t k = 0; k < n; k++) {
+    int32_t q = queue_of[p->order[k]];
+    queue[offsets[q] + fill[q]++] = (int32_t)p->order[k];
+  }
+  free(fill);
+  return true;
+}
+
+/* ---- positions ------------------------------------------------------------------- */
+
+AmkInstParams amk_plan_params_at(const AmkPlan *plan, uint32_t t, int64_t pos) {
+  const AmkPlanTask *pt = &plan->tasks[t];
+  AmkInstParams params = pt->params;
+  switch (pt->follow) {
+  case AMK_PLAN_FOLLOW_NONE:
+    break;
+  case AMK_PLAN_FOLLOW_KV_ROW:
+    params.pos.i = (int32_t)pos;
+    params.present |= AMK_PARAM_BIT(pos);
+    break;
+  case AMK_PLAN_FOLLOW_WINDOW:
+    params.kv_start.i = 0;
+    params.kv_len.i = (int32_t)(pos + 1);
+    break;
+  case AMK_PLAN_FOLLOW_PARTITION: {
+    int64_t start, end;
+    if (pt->part_count > 0) {
+      int64_t window = pos + 1;
+      int64_t chunk = (window + pt->part_count - 1) / pt->part_count;
+      start = pt->part_index * chunk;
+      if (start > window)
+        start = window;
+      end = start + chunk < window ? start + chunk : window;
+    } else {
+      start = params.kv_start.i;
+      end = start + pt->span < pos + 1 ? start + pt->span : pos + 1;
+    }
+    params.kv_start.i = (int32_t)start;
+    params.kv_len.i = (int32_t)(end > start ? end - start : 0);
+    break;
+  }
+  }
+  return params;
+}
+
+/* ---- building ---------------------------------------------------------------------- */
+
+static bool is_low_precision(const AmkModule *m) {
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    if ((m->buffers[b].kind == AMK_KIND_WEIGHT || m->buffers[b].kind == AMK_KIND_IO_OUTPUT ||
+         m->buffers[b].kind == AMK_KIND_ACTIVATION) &&
+        (m->buffers[b].dtype == AMK_DTYPE_BF16 || m->buffers[b].dtype == AMK_DTYPE_F16))
+      return true;
+  return false;
+}
+
+AmkPlan *amk_plan_build(const AmkModule *m, const AmkPlanOptions *opt, AmkDiagEngine *diag) {
+  if (!(opt && opt->already_validated)) {
+    AmkValidateResult result;
+    if (!amk_validate_module(m, diag, NULL, &result)) {
+      amk_error(diag, no_loc(),
+                "the reference VM refuses to run a program that validate rejects");
+      return NULL;
+    }
+  }
+  PlanStorage *s = amk_xcalloc(1, sizeof *s);
+  AmkPlan *p = &s->pub;
+  p->m = m;
+  p->n_tasks = m->n_tasks;
+  p->n_buffers = m->n_buffers;
+  p->n_counters = m->n_counters;
+  s->synthetic = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *s->synthetic);
+  bool ok = plan_buffers(p, diag) && plan_tasks(s, diag) && plan_partitions(p, diag) &&
+            plan_io(p, diag);
+  for (uint32_t b = 0; ok && b < m->n_buffers; b++)
+    if (is_synthetic(&m->buffers[b]))
+      ok = synthesize_const(s, b, diag);
+  if (!ok) {
+    amk_plan_free(p);
+    return NULL;
+  }
+  plan_order(p);
+  p->low_precision = is_low_precision(m);
+  p->weight_bytes = amk_module_streamed_weight_bytes(m);
+  return p;
+}

@@ -1,0 +1,379 @@
+/* The lowered plan (amk/plan.h) and the weights loader (amk/weights.h).
+ *
+ *   test_plan SPLIT.amkir ASSIGNED.amkir CHECKPOINT_DIR
+ *
+ * SPLIT is a one-layer program tiled with two split-KV partitions and no SM
+ * assignment; ASSIGNED a compiled program with every task on an SM and a
+ * synthetic rope CONST; CHECKPOINT_DIR a folder whose checkpoint fits
+ * ASSIGNED. Checks follow modes, partitions, params at a position, IO, waits,
+ * queues, rope tables, the conflict error, the already-validated option and
+ * both weight sources. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/fileio.h"
+#include "amk/io.h"
+#include "amk/plan.h"
+#include "amk/safetensors.h"
+#include "amk/vm.h"
+#include "amk/weights.h"
+#include "unit.h"
+
+static AmkDiagEngine *capture(void) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  return d;
+}
+
+static int count_errors_containing(const AmkDiagEngine *d, const char *needle) {
+  int n = 0;
+  for (size_t i = 0; i < amk_diag_captured_count(d); i++)
+    if (amk_diag_captured(d, i)->severity == AMK_SEVERITY_ERROR &&
+        strstr(amk_diag_captured(d, i)->message, needle))
+      n++;
+  return n;
+}
+
+static AmkModule *parse(const char *name, const char *text) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkModule *m = amk_parse_text(name, text, strlen(text), d);
+  amk_diag_free(d);
+  return m;
+}
+
+static char *read_text(const char *path) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  size_t len;
+  char *text = amk_read_file(path, &len, d);
+  amk_diag_free(d);
+  return text;
+}
+
+/* text with the first `from` replaced by `to` (malloc'd). */
+static char *replace_once(const char *text, const char *from, const char *to) {
+  const char *at = strstr(text, from);
+  if (!at)
+    return NULL;
+  size_t n = strlen(text) - strlen(from) + strlen(to) + 1;
+  char *out = malloc(n);
+  snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+  return out;
+}
+
+static int32_t task_labelled(const AmkModule *m, const char *label) {
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    if (m->tasks[t].label && strcmp(m->tasks[t].label, label) == 0)
+      return (int32_t)t;
+  return -1;
+}
+
+static int32_t buffer_named(const AmkModule *m, const char *name) {
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    if (strcmp(m->buffers[b].name, name) == 0)
+      return (int32_t)b;
+  return -1;
+}
+
+/* Every task once, and each queue in the order of plan->order. */
+static bool queues_hold_order(const AmkPlan *p, int32_t n_queues, const int32_t *offsets,
+                              const int32_t *queue) {
+  uint32_t *rank = calloc(p->n_tasks + 1, sizeof *rank);
+  int *seen = calloc(p->n_tasks + 1, sizeof *seen);
+  for (uint32_t k = 0; k < p->n_tasks; k++)
+    rank[p->order[k]] = k;
+  bool ok = offsets[0] == 0 && offsets[n_queues] == (int32_t)p->n_tasks;
+  for (int32_t q = 0; q < n_queues && ok; q++)
+    for (int32_t i = offsets[q]; i < offsets[q + 1]; i++) {
+      seen[queue[i]]++;
+      if (i > offsets[q] && rank[queue[i]] <= rank[queue[i - 1]])
+        ok = false;
+    }
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++)
+    ok = seen[t] == 1;
+  free(rank);
+  free(seen);
+  return ok;
+}
+
+static void test_split(UnitCounts *c, const char *text) {
+  AmkModule *m = parse("split", text);
+  CHECK(c, m != NULL);
+  if (!m)
+    return;
+  AmkDiagEngine *d = capture();
+  AmkPlan *p = amk_plan_build(m, NULL, d);
+  CHECK(c, p != NULL);
+  CHECK(c, amk_diag_error_count(d) == 0);
+  if (!p) {
+    amk_diag_free(d);
+    amk_module_free(m);
+    return;
+  }
+  /* IO and sizes. */
+  CHECK(c, p->token_buffer == buffer_named(m, "token_id"));
+  CHECK(c, p->pos_buffer == buffer_named(m, "pos"));
+  CHECK(c, p->logits_buffer == buffer_named(m, "logits"));
+  CHECK(c, p->vocab == 64);
+  CHECK(c, p->max_seq == 16);
+  CHECK(c, !p->low_precision);
+  /* Follow modes and partitions. */
+  int32_t p0 = task_labelled(m, "L0.attention[p0.kv0]");
+  int32_t p1 = task_labelled(m, "L0.attention[p1.kv1]");
+  int32_t combine = task_labelled(m, "L0.attention.combine");
+  int32_t append = task_labelled(m, "L0.k_append");
+  int32_t rope = task_labelled(m, "L0.rope_q");
+  int32_t embed = task_labelled(m, "embed");
+  CHECK(c, p0 >= 0 && p1 >= 0 && combine >= 0 && append >= 0 && rope >= 0 && embed >= 0);
+  if (p0 < 0 || p1 < 0 || combine < 0 || append < 0 || rope < 0 || embed < 0)
+    goto done;
+  CHECK(c, p->tasks[p0].follow == AMK_PLAN_FOLLOW_PARTITION);
+  CHECK(c, p->tasks[p0].part_index == 0 && p->tasks[p0].part_count == 2);
+  CHECK(c, p->tasks[p1].follow == AMK_PLAN_FOLLOW_PARTITION);
+  CHECK(c, p->tasks[p1].part_index == 1 && p->tasks[p1].part_count == 2);
+  CHECK(c, p->tasks[combine].follow == AMK_PLAN_FOLLOW_NONE);
+  CHECK(c, p->tasks[append].follow == AMK_PLAN_FOLLOW_KV_ROW);
+  CHECK(c, p->tasks[embed].follow == AMK_PLAN_FOLLOW_NONE);
+  /* At position 4 the window is 5 rows, chunks of 3: [0, 3) and [3, 5). */
+  AmkInstParams a = amk_plan_params_at(p, (uint32_t)p0, 4);
+  CHECK(c, a.kv_start.i == 0 && a.kv_len.i == 3);
+  a = amk_plan_params_at(p, (uint32_t)p1, 4);
+  CHECK(c, a.kv_start.i == 3 && a.kv_len.i == 2);
+  /* At position 0 the second share is empty. */
+  a = amk_plan_params_at(p, (uint32_t)p1, 0);
+  CHECK(c, a.kv_start.i == 1 && a.kv_len.i == 0);
+  a = amk_plan_params_at(p, (uint32_t)append, 7);
+  CHECK(c, a.pos.i == 7 && amk_inst_param_has(&a, AMK_PARAM_pos));
+  a = amk_plan_params_at(p, (uint32_t)embed, 7);
+  CHECK(c, memcmp(&a, &p->tasks[embed].params, sizeof a) == 0);
+  /* Buffers and waits: the combine reads both partials and waits for all
+   * four partial tiles on one counter. */
+  const AmkPlanTask *ct = &p->tasks[combine];
+  CHECK(c, ct->n_inputs == 2 && ct->inputs[0] == (uint32_t)buffer_named(m, "L0.attn.part0") &&
+               ct->inputs[1] == (uint32_t)buffer_named(m, "L0.attn.part1"));
+  CHECK(c, ct->n_outputs == 1 && ct->outputs[0] == (uint32_t)buffer_named(m, "L0.attn"));
+  CHECK(c, ct->wait_end - ct->wait_begin == 1);
+  CHECK(c, p->wait_threshold[ct->wait_begin] == 4);
+  CHECK(c, p->wait_counter[ct->wait_begin] == p->tasks[p0].counter);
+  /* A ROPE task without a frequency input gets the kernel's own table. */
+  const AmkPlanTask *rt = &p->tasks[rope];
+  CHECK(c, rt->rope_inv_freq != NULL && rt->rope_half == 4);
+  if (rt->rope_inv_freq)
+    CHECK(c, rt->rope_inv_freq[0] == 1.0f &&
+                 rt->rope_inv_freq[1] == 1.0f / powf(10000.0f, 0.25f));
+  CHECK(c, p->tasks[embed].rope_inv_freq == NULL);
+  /* No SM assignment: the queues go round robin in topological order. */
+  CHECK(c, p->sm_count == 0 && p->has_order);
+  int32_t *queue_of = calloc(p->n_tasks, sizeof *queue_of);
+  int32_t offsets[4], *queue = calloc(p->n_tasks, sizeof *queue);
+  CHECK(c, amk_plan_queues(p, 3, queue_of, offsets, queue, d));
+  CHECK(c, queues_hold_order(p, 3, offsets, queue));
+  for (uint32_t k = 0; k < p->n_tasks; k++)
+    CHECK(c, queue_of[p->order[k]] == (int32_t)(k % 3));
+  free(queue_of);
+  free(queue);
+done:
+  amk_plan_free(p);
+  amk_diag_free(d);
+  amk_module_free(m);
+}
+
+/* Two combines reading a partial as different partitions: one error, from
+ * the plan, and no plan. */
+static void test_conflict(UnitCounts *c, const char *text) {
+  const char *extra =
+      "buffer %L0.attn.swapped : f32[1, 32] activation\n"
+      "counter #L0.attn.swapped \"L0.attention.swapped\"\n"
+      "task 99 attention_combine(%L0.attn.part1, %L0.attn.part0) -> %L0.attn.swapped "
+      "wait #L0.attn.partials >= 4 signal #L0.attn.swapped {head_dim = 8, n_heads = 4} "
+      "label \"swapped\"\n";
+  size_t n = strlen(text) + strlen(extra) + 1;
+  char *joined = malloc(n);
+  snprintf(joined, n, "%s%s", text, extra);
+  AmkModule *m = parse("conflict", joined);
+  CHECK(c, m != NULL);
+  if (m) {
+    AmkDiagEngine *d = capture();
+    AmkPlan *p = amk_plan_build(m, NULL, d);
+    CHECK(c, p == NULL);
+    CHECK(c, amk_diag_error_count(d) == 1);
+    CHECK(c, count_errors_containing(d, "buffer 'L0.attn.part1' is partial 0 of 2 here but "
+                                        "partial 1 of 2 of another combine") == 1);
+    amk_plan_free(p);
+    amk_diag_free(d);
+  }
+  amk_module_free(m);
+  free(joined);
+}
+
+/* A racy program: refused unless the caller says it validated it. */
+static void test_validation_option(UnitCounts *c, const char *text) {
+  char *racy = replace_once(text, "wait #L0.attn.partials >= 4 ", "");
+  CHECK(c, racy != NULL);
+  if (!racy)
+    return;
+  AmkModule *m = parse("racy", racy);
+  CHECK(c, m != NULL);
+  if (m) {
+    AmkDiagEngine *d = capture();
+    AmkPlan *p = amk_plan_build(m, NULL, d);
+    CHECK(c, p == NULL);
+    CHECK(c, count_errors_containing(d, "refuses to run a program that validate rejects") == 1);
+    amk_diag_free(d);
+    d = capture();
+    AmkPlanOptions trusted = {.already_validated = true};
+    p = amk_plan_build(m, &trusted, d);
+    CHECK(c, p != NULL);
+    CHECK(c, amk_diag_error_count(d) == 0);
+    amk_plan_free(p);
+    amk_diag_free(d);
+  }
+  amk_module_free(m);
+  free(racy);
+}
+
+static void test_assigned(UnitCounts *c, const char *text, const char *checkpoint) {
+  AmkModule *m = parse("assigned", text);
+  CHECK(c, m != NULL);
+  if (!m)
+    return;
+  AmkDiagEngine *d = capture();
+  AmkPlan *p = amk_plan_build(m, NULL, d);
+  CHECK(c, p != NULL);
+  if (!p) {
+    amk_diag_free(d);
+    amk_module_free(m);
+    return;
+  }
+  /* Every task on an SM: queue sm % n, in topological order. */
+  int32_t max_sm = -1;
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    if (m->tasks[t].sm > max_sm)
+      max_sm = m->tasks[t].sm;
+  CHECK(c, p->sm_count == max_sm + 1 && p->sm_count > 2);
+  int32_t *queue_of = calloc(p->n_tasks, sizeof *queue_of);
+  int32_t *offsets = calloc((size_t)p->sm_count + 1, sizeof *offsets);
+  int32_t *queue = calloc(p->n_tasks, sizeof *queue);
+  CHECK(c, amk_plan_queues(p, p->sm_count, queue_of, offsets, queue, d));
+  CHECK(c, queues_hold_order(p, p->sm_count, offsets, queue));
+  for (uint32_t t = 0; t < p->n_tasks; t++)
+    CHECK(c, queue_of[t] == m->tasks[t].sm);
+  /* Folded onto two blocks. */
+  CHECK(c, amk_plan_queues(p, 2, queue_of, offsets, queue, d));
+  CHECK(c, queues_hold_order(p, 2, offsets, queue));
+  for (uint32_t t = 0; t < p->n_tasks; t++)
+    CHECK(c, queue_of[t] == m->tasks[t].sm % 2);
+  free(queue_of);
+  free(offsets);
+  free(queue);
+  /* The weight rows a GEMV tile streams. */
+  int32_t lm = task_labelled(m, "lm_head[t1]");
+  CHECK(c, lm >= 0);
+  if (lm >= 0) {
+    const AmkPlanTask *pt = &p->tasks[lm];
+    int64_t row = 4 * (int64_t)pt->params.K.i;
+    CHECK(c, pt->weight_read.buffer == (int32_t)pt->inputs[1]);
+    CHECK(c, pt->weight_read.offset == pt->params.n_off.i * row);
+    CHECK(c, pt->weight_read.nbytes == pt->params.N_tile.i * row);
+  }
+  CHECK(c, p->tasks[0].weight_read.buffer == -1); /* embed streams no tile */
+  /* The synthetic rope CONST is computed by the plan. */
+  int32_t freq = buffer_named(m, "rope.inv_freq");
+  CHECK(c, freq >= 0 && p->buffers[freq].synthetic != NULL);
+  if (freq >= 0 && p->buffers[freq].synthetic) {
+    const float *f = p->buffers[freq].synthetic;
+    CHECK(c, f[0] == 1.0f && f[1] < 1.0f && f[1] > 0.0f);
+  }
+
+  /* Random weights: a rule per buffer that reproduces its bytes, buffers
+   * taking consecutive stretches of one stream. */
+  AmkWeights *w = amk_weights_random(p, 42, d);
+  CHECK(c, w != NULL);
+  int32_t embed_w = buffer_named(m, "embed.w"), norm_w = buffer_named(m, "L0.input_norm.w");
+  AmkRandomRule first, second;
+  CHECK(c, amk_weights_random_rule(w, (uint32_t)embed_w, &first) && first.state == 42 &&
+               first.center == 0.0 && first.scale == 1.0 / sqrt(64.0));
+  CHECK(c, amk_weights_random_rule(w, (uint32_t)norm_w, &second) && second.center == 1.0 &&
+               second.scale == 0.1);
+  CHECK(c, !amk_weights_random_rule(w, (uint32_t)freq, &second));
+  CHECK(c, amk_weights_origin(w, (uint32_t)freq) == AMK_WEIGHTS_SYNTHETIC);
+  CHECK(c, amk_weights_origin(w, (uint32_t)p->logits_buffer) == AMK_WEIGHTS_NONE);
+  size_t nbytes = 0;
+  const void *bytes = amk_weights_data(w, (uint32_t)embed_w, &nbytes);
+  void *again = malloc(nbytes);
+  amk_random_fill(&first, AMK_DTYPE_F32, (int64_t)(nbytes / 4), again);
+  CHECK(c, bytes && nbytes == 256 * 64 * 4 && memcmp(bytes, again, nbytes) == 0);
+  free(again);
+  amk_weights_free(w);
+
+  /* A checkpoint of the program's dtype is handed over in place. */
+  w = amk_weights_load(p, checkpoint, d);
+  CHECK(c, w != NULL);
+  if (w) {
+    AmkSafetensors *st = amk_safetensors_open(checkpoint, d);
+    const AmkStTensor *t = st ? amk_safetensors_find(st, "model.embed_tokens.weight") : NULL;
+    bytes = amk_weights_data(w, (uint32_t)embed_w, &nbytes);
+    CHECK(c, t && bytes && nbytes == t->nbytes && memcmp(bytes, t->data, nbytes) == 0);
+    CHECK(c, amk_weights_origin(w, (uint32_t)embed_w) == AMK_WEIGHTS_MAPPED ||
+                 (uintptr_t)t->data % 4 != 0);
+    amk_safetensors_close(st);
+    amk_weights_free(w);
+  }
+  /* Two CPU engines over one plan and one set of weights (what --check
+   * does with the GPU) agree; the optional hooks the VM lacks say so. */
+  w = amk_weights_random(p, 7, d);
+  AmkEngine *e1 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
+  AmkEngine *e2 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
+  CHECK(c, e1 && e2);
+  if (e1 && e2) {
+    CHECK_STR(c, amk_engine_name(e1), "cpu");
+    CHECK_STR(c, amk_engine_describe(e1), "cpu");
+    CHECK(c, amk_engine_max_seq(e1) == 128 && amk_engine_vocab(e1) == 256);
+    CHECK(c, !amk_engine_measures_kernel_time(e1));
+    CHECK(c, amk_engine_measure_read_bw(e1, 0, 3, d) <= 0);
+    struct AmkTrace *no_trace = NULL;
+    CHECK(c, !amk_engine_trace(e1, no_trace, d) &&
+                 count_errors_containing(d, "the cpu engine records no traces") == 1);
+    for (int64_t pos = 0; pos < 3; pos++) {
+      CHECK(c, amk_engine_step(e1, (int32_t)(pos + 5), pos, NULL, d) == AMK_STEP_OK);
+      CHECK(c, amk_engine_step(e2, (int32_t)(pos + 5), pos, NULL, d) == AMK_STEP_OK);
+    }
+    size_t n1 = 0, n2 = 0;
+    const float *l1 = amk_engine_logits(e1, &n1), *l2 = amk_engine_logits(e2, &n2);
+    CHECK(c, n1 == 256 && n2 == 256 && memcmp(l1, l2, n1 * sizeof *l1) == 0);
+    AmkLogitCheck cr = amk_check_logits(l1, l2, n1, false);
+    CHECK(c, cr.pass && cr.max_abs == 0);
+    CHECK(c, amk_engine_step(e1, 256, 3, NULL, d) == AMK_STEP_ERROR);
+    CHECK(c, amk_engine_step(e1, 1, 128, NULL, d) == AMK_STEP_ERROR);
+    CHECK(c, amk_engine_reset(e1, d));
+  }
+  amk_engine_free(e1);
+  amk_engine_free(e2);
+  amk_weights_free(w);
+  /* A missing folder is an error naming it, not a crash. */
+  w = amk_weights_load(p, "/nonexistent/amk-plan-test", d);
+  CHECK(c, w == NULL && count_errors_containing(d, "amk-plan-test") >= 1);
+  amk_plan_free(p);
+  amk_diag_free(d);
+  amk_module_free(m);
+}
+
+int main(int argc, char **argv) {
+  UnitCounts c = {0};
+  if (argc != 4) {
+    fprintf(stderr, "usage: test_plan SPLIT.amkir ASSIGNED.amkir CHECKPOINT_DIR\n");
+    return 2;
+  }
+  char *split = read_text(argv[1]), *assigned = read_text(argv[2]);
+  CHECK(&c, split != NULL && assigned != NULL);
+  if (split && assigned) {
+    test_split(&c, split);
+    test_conflict(&c, split);
+    test_validation_option(&c, split);
+    test_assigned(&c, assigned, argv[3]);
+  }
+  free(split);
+  free(assigned);
+  return unit_finish("test_plan", &c);
+}
