@@ -143,7 +143,7 @@ static StreamGeometry stream_geometry(const Gen *g, int64_t lookahead) {
   if (want == STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
     return r;
   r.lookahead = lookahead > MAX_LOOKAHEAD ? MAX_LOOKAHEAD : lookahead;
-  r.l2_ahead_bytes = (int64_t)env_long("AMK_CUDA_L2_AHEAD_KB", 256) * 1024;
+  r.l2_ahead_bytes = (int64_t)env_long("AMK_CUDA_L2_AHEAD_KB", 128) * 1024;
   r.offset = (g->smem + 127) / 128 * 128;
   size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE;
   if (r.offset + STREAM_HEADER_BYTES > budget)
@@ -620,6 +620,7 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
                   a.numel, o.numel);
     if (!need_numeric(g, t, &a, "partial") || !need_numeric(g, t, &o, "output"))
       return false;
+    need_smem(g, (size_t)(nh * (int64_t)t->n_inputs + nh));
     amk_sb_printf(inst, "amk_combine<%d, %d, %" PRId64 ", %" PRId64 ", %u>", (int)a.dtype,
                   (int)o.dtype, hd, nh, t->n_inputs);
     return true;

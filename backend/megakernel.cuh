@@ -1111,26 +1111,51 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
 }
 
-// ATTENTION_COMBINE: NP partials [NH, HD + 2] -> [NH * HD].
+// ATTENTION_COMBINE: NP partials [NH, HD + 2] -> [NH * HD]. The per-head
+// weights exp(m_p - m) come first (one thread per head, every partition's
+// m and l loaded at once), then every element sums its partials with all
+// loads in flight: the same operations in the same order as one pass per
+// element, without its chains of dependent loads.
 template <int PDT, int ODT, int HD, int NH, int NP>
 __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  float *weight = smem;           // [NH][NP]
+  float *denom = smem + NH * NP;  // [NH]
+  const void *parts[NP];
+#pragma unroll
+  for (int p = 0; p < NP; p++)
+    parts[p] = amk_in(P, I, p);
+  for (int h = threadIdx.x; h < NH; h += AMK_NT) {
+    long long base = (long long)h * (HD + 2);
+    float mp[NP], lp[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+      mp[p] = amk_ld<PDT>(parts[p], base + HD);
+      lp[p] = amk_ld<PDT>(parts[p], base + HD + 1);
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+      m = fmaxf(m, mp[p]);
+    float d = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+      float w = lp[p] > 0.0f ? expf(mp[p] - m) : 0.0f;
+      d += lp[p] * w;
+      weight[h * NP + p] = w;
+    }
+    denom[h] = d < 1e-20f ? 1e-20f : d;
+  }
+  __syncthreads();
+  void *out = amk_out(P, I, 0);
+#pragma unroll 4
   for (int i = threadIdx.x; i < NH * HD; i += AMK_NT) {
     int h = i / HD, d = i - h * HD;
     long long base = (long long)h * (HD + 2);
-    float m = -INFINITY;
+    float acc = 0.0f;
+#pragma unroll
     for (int p = 0; p < NP; p++)
-      m = fmaxf(m, amk_ld<PDT>(amk_in(P, I, p), base + HD));
-    float denom = 0.0f, acc = 0.0f;
-    for (int p = 0; p < NP; p++) {
-      const void *part = amk_in(P, I, p);
-      float mp = amk_ld<PDT>(part, base + HD), lp = amk_ld<PDT>(part, base + HD + 1);
-      float w = lp > 0.0f ? expf(mp - m) : 0.0f;
-      denom += lp * w;
-      acc += amk_ld<PDT>(part, base + d) * w;
-    }
-    if (denom < 1e-20f)
-      denom = 1e-20f;
-    amk_st<ODT>(amk_out(P, I, 0), i, acc / denom);
+      acc += amk_ld<PDT>(parts[p], base + d) * weight[h * NP + p];
+    amk_st<ODT>(out, i, acc / denom[h]);
   }
 }
 
