@@ -647,7 +647,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                  : 256;
   if (want == 128 || want == 256 || want == 512 || want == 1024)
     g.nt = want;
-  need_smem(&g, 16);
+  /* amk_block_argmax (decoding on the device) reduces in the first floats. */
+  need_smem(&g, (size_t)(4 * (g.nt / 32) + 16));
   char **keys = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *keys);
   int n_keys = 0;
   out->variant_of = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *out->variant_of);

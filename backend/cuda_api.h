@@ -80,6 +80,7 @@ enum {
   X(cuEventDestroy, CUresult, (CUevent))                                      \
   X(cuEventRecord, CUresult, (CUevent, CUstream))                             \
   X(cuEventSynchronize, CUresult, (CUevent))                                  \
+  X(cuEventQuery, CUresult, (CUevent))                                        \
   X(cuEventElapsedTime, CUresult, (float *, CUevent, CUevent))                \
   X(cuLaunchKernel, CUresult,                                                 \
     (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \

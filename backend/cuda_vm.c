@@ -12,6 +12,9 @@
 #include "cuda_api.h"
 
 #define ALIGN 256
+/* Launches amk_cuda_vm_generate keeps queued ahead of the one it waits for:
+ * enough that the GPU never idles while the host reads a token. */
+#define GEN_IN_FLIGHT 4
 
 struct AmkCudaVm {
   const AmkModule *m;
@@ -45,6 +48,13 @@ struct AmkCudaVm {
   int32_t *block_of;      /* per task: the queue (block) that runs it */
   CUdeviceptr trace;      /* amk_trace_t[n_tasks] when tracing, else 0 */
   amk_trace_t *trace_host;
+  /* Decoding on the device (amk_cuda_vm_generate): the decode state, the
+   * prompt, the host-mapped produced tokens and per-launch events. */
+  amk_decode_t no_decode; /* all zero: the host drives the step */
+  CUdeviceptr decode_state, decode_feed, produced_dev;
+  int32_t *produced;
+  size_t feed_cap, produced_cap;
+  CUevent gen_start[GEN_IN_FLIGHT], gen_end[GEN_IN_FLIGHT];
   char describe[400];
 };
 
@@ -100,6 +110,18 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
       vm->drv.cuStreamSynchronize(vm->stream);
     if (vm->ev0)
       vm->drv.cuEventDestroy(vm->ev0);
+    for (int i = 0; i < GEN_IN_FLIGHT; i++) {
+      if (vm->gen_start[i])
+        vm->drv.cuEventDestroy(vm->gen_start[i]);
+      if (vm->gen_end[i])
+        vm->drv.cuEventDestroy(vm->gen_end[i]);
+    }
+    if (vm->decode_state)
+      vm->drv.cuMemFree(vm->decode_state);
+    if (vm->decode_feed)
+      vm->drv.cuMemFree(vm->decode_feed);
+    if (vm->produced)
+      vm->drv.cuMemFreeHost(vm->produced);
     if (vm->ev1)
       vm->drv.cuEventDestroy(vm->ev1);
     if (vm->stream)
@@ -458,6 +480,75 @@ static const char *status_name(uint32_t code) {
   }
 }
 
+/* Waits for a launch to finish (the event `done`, or the whole stream when
+ * NULL) under the host watchdog, then reads the device status: OK, or an
+ * error or TIMEOUT reported through diag. With read_status false a launch
+ * that finished in time is taken as OK without reading the status (a
+ * synchronous copy would wait for every launch queued behind it): the
+ * caller has its own sign of success. */
+static AmkCudaStepStatus wait_launch(AmkCudaVm *vm, CUevent done, int64_t pos, bool read_status,
+                                     AmkDiagEngine *diag) {
+  uint32_t status[8] = {0};
+  CUresult r;
+  /* The watchdog: poll; past the limit raise the abort flag, which every
+   * waiting block polls, and give the kernel a moment to stop. */
+  double start = now_ms();
+  bool timed_out = false;
+  for (;;) {
+    r = done ? vm->drv.cuEventQuery(done) : vm->drv.cuStreamQuery(vm->stream);
+    if (r != AMK_CUDA_ERROR_NOT_READY)
+      break;
+    double elapsed = now_ms() - start;
+    if (!timed_out && elapsed > vm->timeout_ms) {
+      timed_out = true;
+      __atomic_store_n(&vm->host_flags[0], 1u, __ATOMIC_SEQ_CST);
+    }
+    if (timed_out && elapsed > vm->timeout_ms + 5000) {
+      vm->dead = true;
+      amk_error(diag, no_loc(),
+                "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and did not stop "
+                "after the abort flag was raised; the GPU context is abandoned",
+                pos, vm->timeout_ms);
+      return AMK_CUDA_STEP_TIMEOUT;
+    }
+    struct timespec ts = {0, elapsed < 2 ? 2000 : 50000};
+    nanosleep(&ts, NULL);
+  }
+  if (r == AMK_CUDA_ERROR_LAUNCH_TIMEOUT) {
+    char buf[200];
+    amk_error(diag, no_loc(), "TIMEOUT: the driver stopped the launch at position %" PRId64 ": %s",
+              pos, amk_cuda_error_text(&vm->drv, r, buf, sizeof buf));
+    vm->dead = true;
+    return AMK_CUDA_STEP_TIMEOUT;
+  }
+  if (!cu_ok(vm, r, "the megakernel launch", diag)) {
+    vm->dead = true; /* a sticky launch error */
+    return AMK_CUDA_STEP_ERROR;
+  }
+  if (!read_status && !timed_out)
+    return AMK_CUDA_STEP_OK;
+  if (!cu_ok(vm, vm->drv.cuMemcpyDtoH(status, vm->status, sizeof status), "read status", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (timed_out || status[0] == AMK_STATUS_ABORTED || status[0] == AMK_STATUS_SPIN) {
+    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
+    amk_error(diag, no_loc(),
+              "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and was aborted%s%s%s "
+              "(waiting on counter %u for %u)",
+              pos, vm->timeout_ms, t ? "; a block was waiting in task '" : "",
+              t && t->label ? t->label : "", t ? "'" : "", status[2], status[3]);
+    return AMK_CUDA_STEP_TIMEOUT;
+  }
+  if (status[0] != 0) {
+    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
+    amk_error(diag, no_loc(), "the GPU reported an error at position %" PRId64
+                              " in task %d ('%s'): %s (%d, %d)",
+              pos, t ? t->id : -1, t && t->label ? t->label : "?", status_name(status[0]),
+              (int)status[2], (int)status[3]);
+    return AMK_CUDA_STEP_ERROR;
+  }
+  return AMK_CUDA_STEP_OK;
+}
+
 AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
                                    AmkDiagEngine *diag) {
   if (vm->dead) {
@@ -498,7 +589,7 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
              "zero trace", diag))
     return AMK_CUDA_STEP_ERROR;
   int pos32 = (int)pos;
-  void *args[] = {&vm->prog, &pos32};
+  void *args[] = {&vm->prog, &pos32, &vm->no_decode};
   vm->drv.cuEventRecord(vm->ev0, vm->stream);
   CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
                                                  (unsigned)vm->threads, 1, 1, (unsigned)vm->smem,
@@ -508,61 +599,9 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
   vm->drv.cuEventRecord(vm->ev1, vm->stream);
   vm->drv.cuMemcpyDtoHAsync(vm->logits_raw, vm->buf_addr[vm->logits_buffer],
                             vm->buf_bytes[vm->logits_buffer], vm->stream);
-  uint32_t status[8] = {0};
-  /* The watchdog: poll; past the limit raise the abort flag, which every
-   * waiting block polls, and give the kernel a moment to stop. */
-  double start = now_ms();
-  bool timed_out = false;
-  for (;;) {
-    r = vm->drv.cuStreamQuery(vm->stream);
-    if (r != AMK_CUDA_ERROR_NOT_READY)
-      break;
-    double elapsed = now_ms() - start;
-    if (!timed_out && elapsed > vm->timeout_ms) {
-      timed_out = true;
-      __atomic_store_n(&vm->host_flags[0], 1u, __ATOMIC_SEQ_CST);
-    }
-    if (timed_out && elapsed > vm->timeout_ms + 5000) {
-      vm->dead = true;
-      amk_error(diag, no_loc(),
-                "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and did not stop "
-                "after the abort flag was raised; the GPU context is abandoned",
-                pos, vm->timeout_ms);
-      return AMK_CUDA_STEP_TIMEOUT;
-    }
-    struct timespec ts = {0, elapsed < 2 ? 2000 : 50000};
-    nanosleep(&ts, NULL);
-  }
-  if (r == AMK_CUDA_ERROR_LAUNCH_TIMEOUT) {
-    char buf[200];
-    amk_error(diag, no_loc(), "TIMEOUT: the driver stopped the launch at position %" PRId64 ": %s",
-              pos, amk_cuda_error_text(&vm->drv, r, buf, sizeof buf));
-    vm->dead = true;
-    return AMK_CUDA_STEP_TIMEOUT;
-  }
-  if (!cu_ok(vm, r, "the megakernel launch", diag)) {
-    vm->dead = true; /* a sticky launch error */
-    return AMK_CUDA_STEP_ERROR;
-  }
-  if (!cu_ok(vm, vm->drv.cuMemcpyDtoH(status, vm->status, sizeof status), "read status", diag))
-    return AMK_CUDA_STEP_ERROR;
-  if (timed_out || status[0] == AMK_STATUS_ABORTED || status[0] == AMK_STATUS_SPIN) {
-    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
-    amk_error(diag, no_loc(),
-              "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and was aborted%s%s%s "
-              "(waiting on counter %u for %u)",
-              pos, vm->timeout_ms, t ? "; a block was waiting in task '" : "",
-              t && t->label ? t->label : "", t ? "'" : "", status[2], status[3]);
-    return AMK_CUDA_STEP_TIMEOUT;
-  }
-  if (status[0] != 0) {
-    const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
-    amk_error(diag, no_loc(), "the GPU reported an error at position %" PRId64
-                              " in task %d ('%s'): %s (%d, %d)",
-              pos, t ? t->id : -1, t && t->label ? t->label : "?", status_name(status[0]),
-              (int)status[2], (int)status[3]);
-    return AMK_CUDA_STEP_ERROR;
-  }
+  AmkCudaStepStatus st = wait_launch(vm, NULL, pos, true, diag);
+  if (st != AMK_CUDA_STEP_OK)
+    return st;
   float ms = 0;
   vm->drv.cuEventElapsedTime(&ms, vm->ev0, vm->ev1);
   if (kernel_ms)
@@ -591,6 +630,167 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
     }
   }
   return AMK_CUDA_STEP_OK;
+}
+
+/* Grows the device prompt array and the host-mapped produced array. */
+static bool reserve_decode(AmkCudaVm *vm, int64_t n_feed, int64_t n_steps, AmkDiagEngine *diag) {
+  if (!vm->decode_state) {
+    if (!cu_ok(vm, vm->drv.cuMemAlloc(&vm->decode_state, 16), "cuMemAlloc(decode state)", diag))
+      return false;
+    for (int i = 0; i < GEN_IN_FLIGHT; i++)
+      if (!cu_ok(vm, vm->drv.cuEventCreate(&vm->gen_start[i], AMK_CU_EVENT_DEFAULT),
+                 "cuEventCreate", diag) ||
+          !cu_ok(vm, vm->drv.cuEventCreate(&vm->gen_end[i], AMK_CU_EVENT_DEFAULT),
+                 "cuEventCreate", diag))
+        return false;
+  }
+  if ((size_t)n_feed > vm->feed_cap) {
+    if (vm->decode_feed)
+      vm->drv.cuMemFree(vm->decode_feed);
+    vm->decode_feed = 0;
+    vm->feed_cap = 0;
+    if (!cu_ok(vm, vm->drv.cuMemAlloc(&vm->decode_feed, (size_t)n_feed * 4), "cuMemAlloc(prompt)",
+               diag))
+      return false;
+    vm->feed_cap = (size_t)n_feed;
+  }
+  if ((size_t)n_steps > vm->produced_cap) {
+    if (vm->produced)
+      vm->drv.cuMemFreeHost(vm->produced);
+    vm->produced = NULL;
+    vm->produced_cap = 0;
+    if (!cu_ok(vm, vm->drv.cuMemHostAlloc((void **)&vm->produced, (size_t)n_steps * 4,
+                                          AMK_CU_MEMHOSTALLOC_DEVICEMAP),
+               "cuMemHostAlloc(tokens)", diag) ||
+        !cu_ok(vm, vm->drv.cuMemHostGetDevicePointer(&vm->produced_dev, vm->produced, 0),
+               "cuMemHostGetDevicePointer(tokens)", diag))
+      return false;
+    vm->produced_cap = (size_t)n_steps;
+  }
+  return true;
+}
+
+AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, double *kernel_ms,
+                                       AmkDiagEngine *diag) {
+  if (kernel_ms)
+    *kernel_ms = 0;
+  if (vm->dead) {
+    amk_error(diag, no_loc(), "the GPU context is unusable after an earlier timeout");
+    return AMK_CUDA_STEP_ERROR;
+  }
+  if (g->n_feed < 1 || g->n_steps < 1 || g->n_feed > INT32_MAX || g->n_steps > INT32_MAX ||
+      g->pos < 0 || g->pos + g->n_steps > vm->max_seq) {
+    amk_error(diag, no_loc(),
+              "device decoding of %" PRId64 " steps from position %" PRId64 " (%" PRId64
+              " prompt tokens) does not fit the KV cache of %" PRId64 " positions",
+              g->n_steps, g->pos, g->n_feed, vm->max_seq);
+    return AMK_CUDA_STEP_ERROR;
+  }
+  for (int64_t i = 0; i < g->n_feed; i++)
+    if (g->feed[i] < 0 || g->feed[i] >= vm->vocab) {
+      amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")",
+                g->feed[i], vm->vocab);
+      return AMK_CUDA_STEP_ERROR;
+    }
+  const AmkBuffer *tb = &vm->m->buffers[vm->token_buffer];
+  const AmkBuffer *pb = vm->pos_buffer >= 0 ? &vm->m->buffers[vm->pos_buffer] : NULL;
+  const AmkBuffer *lb = &vm->m->buffers[vm->logits_buffer];
+  int64_t n_logits = 0;
+  if (!amk_buffer_numel(lb, &n_logits) || (tb->dtype != AMK_DTYPE_I32 && tb->dtype != AMK_DTYPE_F32) ||
+      (pb && pb->dtype != AMK_DTYPE_I32 && pb->dtype != AMK_DTYPE_F32) ||
+      (lb->dtype != AMK_DTYPE_F32 && lb->dtype != AMK_DTYPE_BF16 &&
+       lb->dtype != AMK_DTYPE_F16) ||
+      n_logits != vm->vocab) {
+    amk_error(diag, no_loc(), "device decoding needs i32 or f32 token and position buffers and "
+                              "one row of f32, bf16 or f16 logits");
+    return AMK_CUDA_STEP_ERROR;
+  }
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  if (!reserve_decode(vm, g->n_feed, g->n_steps, diag))
+    return AMK_CUDA_STEP_ERROR;
+  for (int64_t i = 0; i < g->n_steps; i++)
+    __atomic_store_n(&vm->produced[i], -1, __ATOMIC_RELAXED);
+  uint32_t state[4] = {0, 0, (uint32_t)g->pos, 0};
+  int32_t first = g->feed[0], pos32 = (int32_t)g->pos;
+  float firstf = (float)first, posf = (float)pos32;
+  vm->host_flags[0] = 0;
+  if (!cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->decode_feed, g->feed, (size_t)g->n_feed * 4),
+             "write prompt", diag) ||
+      !cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->decode_state, state, sizeof state), "write state",
+             diag) ||
+      !cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->buf_addr[vm->token_buffer],
+                                      tb->dtype == AMK_DTYPE_I32 ? (const void *)&first
+                                                                  : (const void *)&firstf,
+                                      4),
+             "write token", diag) ||
+      (pb && !cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->buf_addr[vm->pos_buffer],
+                                             pb->dtype == AMK_DTYPE_I32 ? (const void *)&pos32
+                                                                         : (const void *)&posf,
+                                             4),
+                    "write pos", diag)) ||
+      !cu_ok(vm, vm->drv.cuMemsetD32(vm->counters, 0, (size_t)(vm->n_counters ? vm->n_counters : 1)),
+             "zero counters", diag) ||
+      !cu_ok(vm, vm->drv.cuMemsetD32(vm->status, 0, 8), "zero status", diag))
+    return AMK_CUDA_STEP_ERROR;
+  amk_decode_t D = {.state = vm->decode_state,
+                    .feed = vm->decode_feed,
+                    .produced = vm->produced_dev,
+                    .n_feed = (int32_t)g->n_feed,
+                    .n_steps = (int32_t)g->n_steps,
+                    .token_buffer = vm->token_buffer,
+                    .pos_buffer = vm->pos_buffer,
+                    .logits_buffer = vm->logits_buffer};
+  int pos_unused = 0;
+  void *args[] = {&vm->prog, &pos_unused, &D};
+  uint64_t trace = vm->prog.trace;
+  vm->prog.trace = 0; /* one table of stamps cannot hold several queued launches */
+  int64_t launched = 0, completed = 0, n_steps = g->n_steps;
+  AmkCudaStepStatus st = AMK_CUDA_STEP_OK;
+  double total_ms = 0;
+  while (completed < n_steps) {
+    while (launched < n_steps && launched - completed < GEN_IN_FLIGHT) {
+      int slot = (int)(launched % GEN_IN_FLIGHT);
+      vm->drv.cuEventRecord(vm->gen_start[slot], vm->stream);
+      CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
+                                                     (unsigned)vm->threads, 1, 1,
+                                                     (unsigned)vm->smem, vm->stream, args);
+      if (!cu_ok(vm, r, "cuLaunchCooperativeKernel", diag)) {
+        st = AMK_CUDA_STEP_ERROR;
+        break;
+      }
+      vm->drv.cuEventRecord(vm->gen_end[slot], vm->stream);
+      launched++;
+    }
+    if (st != AMK_CUDA_STEP_OK)
+      break;
+    int slot = (int)(completed % GEN_IN_FLIGHT);
+    int64_t pos = g->pos + completed;
+    st = wait_launch(vm, vm->gen_end[slot], pos, false, diag);
+    if (st != AMK_CUDA_STEP_OK)
+      break;
+    int32_t token = __atomic_load_n(&vm->produced[completed], __ATOMIC_ACQUIRE);
+    if (token < 0) {
+      /* No block finished the step: read the status for the reason. */
+      st = wait_launch(vm, NULL, pos, true, diag);
+      if (st == AMK_CUDA_STEP_OK) {
+        amk_error(diag, no_loc(), "the launch at position %" PRId64 " produced no token", pos);
+        st = AMK_CUDA_STEP_ERROR;
+      }
+      break;
+    }
+    float ms = 0;
+    vm->drv.cuEventElapsedTime(&ms, vm->gen_start[slot], vm->gen_end[slot]);
+    total_ms += ms;
+    completed++;
+    if (g->on_token && !g->on_token(g->ctx, completed - 1, token))
+      n_steps = launched; /* stop queueing; drain what is in flight */
+  }
+  if (st != AMK_CUDA_STEP_OK && !vm->dead)
+    vm->drv.cuStreamSynchronize(vm->stream);
+  vm->prog.trace = trace;
+  if (kernel_ms)
+    *kernel_ms = total_ms;
+  return st;
 }
 
 const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n) {
@@ -711,6 +911,24 @@ static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *
   }
 }
 
+static AmkStepStatus engine_generate(void *self, const AmkGenerate *g, double *kernel_ms,
+                                     AmkDiagEngine *diag) {
+  AmkCudaGenerate cg = {.feed = g->feed,
+                        .n_feed = g->n_feed,
+                        .pos = g->pos,
+                        .n_steps = g->n_steps,
+                        .on_token = g->on_token,
+                        .ctx = g->ctx};
+  switch (amk_cuda_vm_generate(self, &cg, kernel_ms, diag)) {
+  case AMK_CUDA_STEP_OK:
+    return AMK_STEP_OK;
+  case AMK_CUDA_STEP_TIMEOUT:
+    return AMK_STEP_TIMEOUT;
+  default:
+    return AMK_STEP_ERROR;
+  }
+}
+
 static const float *engine_logits(const void *self, size_t *n) {
   return amk_cuda_vm_logits(self, n);
 }
@@ -742,6 +960,7 @@ const AmkEngineOps *amk_cuda_engine(void) {
       .measure_read_bw = engine_read_bw,
       .set_tracing = engine_set_tracing,
       .trace = engine_trace,
+      .generate = engine_generate,
   };
   return &ops;
 }

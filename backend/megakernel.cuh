@@ -1428,6 +1428,99 @@ __device__ void amk_argmax(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem
 
 __device__ void amk_nop(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {}
 
+// ---- decoding on the device ------------------------------------------------------
+
+// The greedy token of a launch, as the host's amk_argmax takes it: the
+// largest logit, NaN skipped, the lowest index on ties, 0 when all are NaN.
+template <int DT> __device__ int amk_block_argmax(const void *logits, long long n, float *red) {
+  float best = -INFINITY;
+  long long at = -1;
+  for (long long i = threadIdx.x; i < n; i += AMK_NT) {
+    float v = amk_ld<DT>(logits, i);
+    if (v == v && (at < 0 || v > best)) {
+      best = v;
+      at = i;
+    }
+  }
+  // Reduce (best, at) pairs: a pair wins with a larger value, or an equal
+  // value at a lower index; at < 0 never wins.
+  for (int o = 16; o > 0; o >>= 1) {
+    float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    long long oa = __shfl_xor_sync(0xffffffffu, at, o);
+    if (oa >= 0 && (at < 0 || ob > best || (ob == best && oa < at))) {
+      best = ob;
+      at = oa;
+    }
+  }
+  long long *ra = (long long *)(red + 2 * AMK_NWARPS);
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    red[warp] = best;
+    ra[warp] = at;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < AMK_NWARPS; w++)
+      if (ra[w] >= 0 && (at < 0 || red[w] > best || (red[w] == best && ra[w] < at))) {
+        best = red[w];
+        at = ra[w];
+      }
+    ra[0] = at;
+  }
+  __syncthreads();
+  long long r = ra[0];
+  __syncthreads();
+  return r < 0 ? 0 : (int)r;
+}
+
+template <int DT> __device__ __forceinline__ void amk_store_id(void *p, int v) {
+  if constexpr (DT == AMK_ABI_DTYPE_I32)
+    *(int *)p = v;
+  else
+    amk_st<DT>(p, 0, (float)v);
+}
+
+// The last block of a launch (every other block has signalled all it runs).
+__device__ void amk_decode_finish(AmkP P, const amk_decode_t &D, int pos, float *smem) {
+  __threadfence(); // acquire what the other blocks released
+  volatile unsigned int *state = (volatile unsigned int *)D.state;
+  const amk_buffer_t &lb = amk_buf(P, D.logits_buffer);
+  long long vocab = lb.numel; // the host checked that it is one row
+  const void *logits = (const void *)lb.ptr;
+  int token;
+  if (lb.dtype == AMK_ABI_DTYPE_BF16)
+    token = amk_block_argmax<AMK_ABI_DTYPE_BF16>(logits, vocab, smem);
+  else if (lb.dtype == AMK_ABI_DTYPE_F16)
+    token = amk_block_argmax<AMK_ABI_DTYPE_F16>(logits, vocab, smem);
+  else
+    token = amk_block_argmax<AMK_ABI_DTYPE_F32>(logits, vocab, smem);
+  int step = (int)state[1];
+  unsigned int *C = (unsigned int *)P.counters;
+  for (int c = threadIdx.x; c < P.n_counters; c += AMK_NT)
+    C[c] = 0u;
+  if (threadIdx.x == 0) {
+    int next = step + 1 < D.n_feed ? ((const int *)D.feed)[step + 1] : token;
+    if (step < D.n_steps)
+      ((volatile int *)D.produced)[step] = token;
+    const amk_buffer_t &tb = amk_buf(P, D.token_buffer);
+    if (tb.dtype == AMK_ABI_DTYPE_I32)
+      amk_store_id<AMK_ABI_DTYPE_I32>((void *)tb.ptr, next);
+    else
+      amk_store_id<AMK_ABI_DTYPE_F32>((void *)tb.ptr, next);
+    if (D.pos_buffer >= 0) {
+      const amk_buffer_t &pb = amk_buf(P, D.pos_buffer);
+      if (pb.dtype == AMK_ABI_DTYPE_I32)
+        amk_store_id<AMK_ABI_DTYPE_I32>((void *)pb.ptr, pos + 1);
+      else
+        amk_store_id<AMK_ABI_DTYPE_F32>((void *)pb.ptr, pos + 1);
+    }
+    state[2] = (unsigned int)(pos + 1);
+    state[1] = (unsigned int)(step + 1);
+    state[0] = 0u;
+    __threadfence_system();
+  }
+}
+
 // ---- the persistent megakernel ---------------------------------------------------
 
 __device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem);
@@ -1438,9 +1531,11 @@ __device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 // counters, run, signal. No grid-wide barrier. With a trace table, thread 0
 // stamps each instruction's arrival, start and end (%globaltimer).
 extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
-    amk_megakernel(const amk_program_t P, int pos) {
+    amk_megakernel(const amk_program_t P, int pos, const amk_decode_t D) {
   extern __shared__ float4 amk_smem4[];
   float *smem = (float *)amk_smem4;
+  if (D.state)
+    pos = (int)((volatile unsigned int *)D.state)[2];
   const int *qo = (const int *)P.queue_offsets;
   const int *q = (const int *)P.queue;
   const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
@@ -1482,6 +1577,20 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
     }
     __syncthreads();
     amk_stream_end(smem);
+  }
+  if (D.state) {
+    // The last block to get here runs the decode step's epilogue. A block
+    // that stopped on an error never gets here, so no token is produced.
+    __shared__ int s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      unsigned int done = atomicAdd((unsigned int *)D.state, 1u);
+      s_last = done == gridDim.x - 1 && ((volatile unsigned int *)P.status)[4] == 0u;
+    }
+    __syncthreads();
+    if (s_last)
+      amk_decode_finish(P, D, pos, smem);
   }
 }
 

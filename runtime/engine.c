@@ -75,3 +75,14 @@ bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag) {
   }
   return e->ops->trace(e->self, out, diag);
 }
+
+bool amk_engine_can_generate(const AmkEngine *e) { return e->ops->generate != NULL; }
+
+AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *kernel_ms,
+                                  AmkDiagEngine *diag) {
+  if (!e->ops->generate) {
+    amk_error(diag, no_loc(), "the %s engine does not decode by itself", e->ops->name);
+    return AMK_STEP_ERROR;
+  }
+  return e->ops->generate(e->self, g, kernel_ms, diag);
+}

@@ -172,6 +172,21 @@ typedef struct {
   uint64_t end;    /* signalled */
 } amk_trace_t;
 
+/* Decoding on the device (a backend extension, passed to the megakernel by
+ * value; state 0: the host drives each step). The last block to finish a
+ * launch takes the greedy argmax of the logits, records it in produced[step],
+ * writes the next token (feed[step + 1] while the prompt lasts, else the
+ * argmax) and position into the IO buffers, zeroes the counters and
+ * advances the step, so the next launch can follow without the host. */
+typedef struct {
+  uint64_t state;    /* uint32[4] in device memory: blocks done, step, pos, pad */
+  uint64_t feed;     /* int32[n_feed] in device memory: the prompt */
+  uint64_t produced; /* int32[n_steps], host-mapped: each step's argmax */
+  int32_t n_feed, n_steps;
+  int32_t token_buffer, pos_buffer, logits_buffer; /* buffer table indices (-1: none) */
+  int32_t pad;
+} amk_decode_t;
+
 /* ---- layout pins (AMK-REFERENCE §6) ------------------------------------ */
 
 AMK_ABI_STATIC_ASSERT(sizeof(amk_params_t) == 88, "amk_params_t is 88 bytes");
@@ -181,6 +196,7 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
 AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 48, "amk_inst_aux_t is 48 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 96, "amk_program_t is 96 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 24, "amk_trace_t is 24 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_decode_t) == 48, "amk_decode_t is 48 bytes");
 #ifndef AMK_ABI_NO_OFFSETOF
 AMK_ABI_STATIC_ASSERT(AMK_ABI_OFFSETOF(amk_params_t, eps) == 76,
                       "eps follows the 19 int32 fields");

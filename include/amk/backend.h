@@ -135,6 +135,24 @@ typedef enum {
  * NULL) receives the kernel time measured with CUDA events. */
 AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos,
                                    float *kernel_ms, AmkDiagEngine *diag);
+/* Greedy decoding on the device with no host round trip per token: launch
+ * i runs at position pos + i; while the prompt lasts the next token is
+ * feed[i + 1], after it the argmax of launch i's logits, which the device
+ * writes into the token buffer itself. Up to a few launches are queued
+ * ahead; on_token (may be NULL) sees each launch's argmax as it completes
+ * and returns false to stop (launches already queued still run). The logits
+ * are not copied back (amk_cuda_vm_logits is stale afterwards). kernel_ms
+ * receives the summed launch times. */
+typedef struct {
+  const int32_t *feed;
+  int64_t n_feed; /* >= 1: feed[0] is the first launch's token */
+  int64_t pos;
+  int64_t n_steps;
+  bool (*on_token)(void *ctx, int64_t step, int32_t token);
+  void *ctx;
+} AmkCudaGenerate;
+AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, double *kernel_ms,
+                                       AmkDiagEngine *diag);
 /* The logits of the last step as fp32. */
 const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n);
 /* A VM created with `trace` stamps every launch; this pauses (false) and

@@ -47,6 +47,18 @@ typedef enum {
 
 /* What an engine implements. The first block is required; the rest may be
  * NULL. `self` is what create returned. */
+/* Greedy decoding inside the engine (the `generate` hook): launch i feeds
+ * feed[i] while i < n_feed, else the argmax of launch i - 1, at position
+ * pos + i; on_token sees launch i's argmax (return false to stop). */
+typedef struct {
+  const int32_t *feed;
+  int64_t n_feed; /* >= 1 */
+  int64_t pos;
+  int64_t n_steps;
+  bool (*on_token)(void *ctx, int64_t step, int32_t token);
+  void *ctx;
+} AmkGenerate;
+
 typedef struct {
   const char *name; /* "cpu", "cuda" */
   void *(*create)(const AmkPlan *plan, const AmkWeights *weights, const AmkEngineOptions *opt,
@@ -64,6 +76,10 @@ typedef struct {
   double (*measure_read_bw)(void *self, size_t bytes, int reps, AmkDiagEngine *diag);
   void (*set_tracing)(void *self, bool on);
   bool (*trace)(void *self, struct AmkTrace *out, AmkDiagEngine *diag);
+  /* Greedy decoding with no host round trip per token (the GPU); kernel_ms
+   * receives the summed device time. */
+  AmkStepStatus (*generate)(void *self, const AmkGenerate *g, double *kernel_ms,
+                            AmkDiagEngine *diag);
 } AmkEngineOps;
 
 typedef struct AmkEngine AmkEngine;
@@ -99,6 +115,11 @@ double amk_engine_measure_read_bw(AmkEngine *e, size_t bytes, int reps, AmkDiagE
 void amk_engine_set_tracing(AmkEngine *e, bool on);
 /* The trace of the last step. False after reporting. */
 bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag);
+
+/* Whether the engine decodes greedily by itself, and doing so. */
+bool amk_engine_can_generate(const AmkEngine *e);
+AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *kernel_ms,
+                                  AmkDiagEngine *diag);
 
 /* One step of --check: an engine's logits against the reference's. max_abs
  * is max |got - ref|, scale max |ref|; pass follows the rule for the
