@@ -137,9 +137,8 @@ static bool parse_real(const char *text, double *out) {
   return true;
 }
 
-/* Parses `text` by the option's type into `out` (text not copied). */
-static bool parse_value(const AmkPassOptionInfo *info, const char *text,
-                        AmkOptionValue *out, AmkDiagEngine *diag) {
+bool amk_pass_option_parse(const AmkPassOptionInfo *info, const char *text,
+                           AmkOptionValue *out, AmkDiagEngine *diag) {
   char flag[96];
   option_flag(info, flag, sizeof flag);
   *out = (AmkOptionValue){.info = info, .text = text};
@@ -203,7 +202,7 @@ static bool parse_owned(const AmkPassOptionInfo *info, const char *text, OwnedVa
                         AmkDiagEngine *diag) {
   char *copy = amk_xstrdup(text);
   AmkOptionValue v;
-  if (!parse_value(info, copy, &v, diag)) {
+  if (!amk_pass_option_parse(info, copy, &v, diag)) {
     free(copy);
     return false;
   }

@@ -45,6 +45,12 @@ bool amk_pipeline_add_pass(AmkPipeline *p, const char *spec, AmkDiagEngine *diag
 bool amk_pipeline_set_option(AmkPipeline *p, const char *key, const char *value,
                              AmkDiagEngine *diag);
 
+/* Parses one value by its option's type and range into *out (which points
+ * into `text`: keep it alive). Reports a bad value through diag as
+ * amk_pipeline_set_option does. */
+bool amk_pass_option_parse(const AmkPassOptionInfo *info, const char *text,
+                           AmkOptionValue *out, AmkDiagEngine *diag);
+
 size_t amk_pipeline_size(const AmkPipeline *p);
 const AmkPassInfo *amk_pipeline_pass_at(const AmkPipeline *p, size_t i);
 /* True when some pass of the pipeline changes the module. */

@@ -135,6 +135,28 @@ static void test_options(UnitCounts *c, AmkDiagEngine *diag) {
   }
   amk_pipeline_free(p);
 
+  /* Real values and negative ranges (no registered option has them yet). */
+  const AmkPassOptionInfo ratio = {"ratio", "demo", AMK_OPTION_REAL, -1, 2.5, NULL, ""};
+  const AmkPassOptionInfo offset = {"offset", "demo", AMK_OPTION_INT, -8, 8, NULL, ""};
+  AmkOptionValue parsed;
+  CHECK(c, amk_pass_option_parse(&ratio, "2.5", &parsed, diag) && parsed.as.real == 2.5);
+  CHECK(c, amk_pass_option_parse(&ratio, "-0.25", &parsed, diag) && parsed.as.real == -0.25);
+  CHECK(c, amk_pass_option_parse(&ratio, "1e-3", &parsed, diag) && parsed.as.real == 1e-3);
+  CHECK_STR(c, parsed.text, "1e-3");
+  const char *bad_reals[] = {"2.6", "nan", "inf", "", " 1", "1.5x", "1e999"};
+  for (size_t i = 0; i < sizeof bad_reals / sizeof bad_reals[0]; i++) {
+    char want[128];
+    snprintf(want, sizeof want, "demo: --ratio must be a number in [-1, 2.5], not '%s'",
+             bad_reals[i]);
+    CHECK(c, !amk_pass_option_parse(&ratio, bad_reals[i], &parsed, diag));
+    CHECK_STR(c, take_message(diag), want);
+  }
+  CHECK(c, amk_pass_option_parse(&offset, "-8", &parsed, diag) && parsed.as.i == -8);
+  CHECK(c, !amk_pass_option_parse(&offset, "-9", &parsed, diag));
+  CHECK_STR(c, take_message(diag), "demo: --offset must be an integer in [-8, 8], not '-9'");
+  CHECK(c, !amk_pass_option_parse(&offset, "-", &parsed, diag));
+  CHECK_STR(c, take_message(diag), "demo: --offset must be an integer in [-8, 8], not '-'");
+
   /* The typed reads a pass makes; a later value for a key wins. */
   const AmkPassOptionInfo *max_seq = amk_pass_option_lookup("max-seq");
   const AmkPassOptionInfo *dtype = amk_pass_option_lookup("dtype");
@@ -147,8 +169,11 @@ static void test_options(UnitCounts *c, AmkDiagEngine *diag) {
       {dtype, "bf16", {.word = 1}},
       {fusion, "none", {.s = "none"}},
       {max_seq, "32", {.i = 32}},
+      {&ratio, "0.5", {.real = 0.5}},
   };
-  AmkPassContext ctx = {diag, values, 4, NULL};
+  AmkPassContext ctx = {diag, values, 5, NULL};
+  double real = 0;
+  CHECK(c, amk_pass_option_real(&ctx, "ratio", &real) && real == 0.5);
   int64_t v = 0;
   size_t word = 9;
   CHECK(c, amk_pass_option_int(&ctx, "max-seq", &v) && v == 32);
