@@ -142,17 +142,12 @@ static void free_candidates(Candidate *c, uint32_t n) {
 bool amk_pass_color(AmkModule *m, AmkPassContext *ctx) {
   AmkLoc none = {0, 0};
   AmkPagePolicy policy = m->config ? m->config->page_allocation : AMK_PAGES_GRAPH_COLOR;
-  const char *override = amk_pass_option(ctx, "page-allocation");
-  if (override) {
-    int p = amk_page_policy_from_name(override);
-    if (p < 0) {
-      amk_error(ctx->diag, none,
-                "color: unknown --page-allocation '%s' (expected linear, graph_color or none)",
-                override);
-      return false;
-    }
-    policy = (AmkPagePolicy)p;
-  }
+  /* The words of --page-allocation in AMK_PASS_OPTIONS, in order. */
+  static const AmkPagePolicy policy_by_word[] = {AMK_PAGES_LINEAR, AMK_PAGES_GRAPH_COLOR,
+                                                 AMK_PAGES_NONE};
+  size_t word;
+  if (amk_pass_option_enum(ctx, "page-allocation", &word))
+    policy = policy_by_word[word];
   AmkTaskGraph g;
   amk_graph_build(&g, m);
   if (!g.acyclic) {

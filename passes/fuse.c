@@ -1070,7 +1070,7 @@ static void fuse_attention(Fuser *f) {
 
 bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   bool on[FUSION_COUNT] = {false};
-  const char *option = amk_pass_option(ctx, "fusion");
+  const char *option = amk_pass_option_string(ctx, "fusion");
   if (option) {
     if (!parse_fusion_option(option, on, ctx))
       return false;

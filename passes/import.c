@@ -17,7 +17,7 @@ static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
 /* Default KV cache length cap: long-context models would otherwise ask for
  * caches of 128K rows. --max-seq overrides. */
-enum { DEFAULT_MAX_SEQ_CAP = 4096, MAX_SEQ_LIMIT = 1 << 24 };
+enum { DEFAULT_MAX_SEQ_CAP = 4096 };
 
 /* ---- the module builder ---------------------------------------------------- */
 
@@ -352,31 +352,6 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
 
 /* ---- options ------------------------------------------------------------------ */
 
-static bool parse_dtype_option(const char *text, AmkDType *out) {
-  static const struct {
-    const char *name;
-    AmkDType dtype;
-  } names[] = {{"f32", AMK_DTYPE_F32}, {"bf16", AMK_DTYPE_BF16},
-               {"f16", AMK_DTYPE_F16}};
-  for (size_t i = 0; i < 3; i++)
-    if (strcasecmp(text, names[i].name) == 0) {
-      *out = names[i].dtype;
-      return true;
-    }
-  return false;
-}
-
-static bool parse_max_seq(const char *text, int64_t *out) {
-  char *end = NULL;
-  if (!*text || *text == '-' || *text == '+')
-    return false;
-  long long v = strtoll(text, &end, 10);
-  if (*end || v < 1 || v > MAX_SEQ_LIMIT)
-    return false;
-  *out = v;
-  return true;
-}
-
 /* ---- the folder ---------------------------------------------------------------- */
 
 static char *join_path(const char *dir, const char *name) {
@@ -609,7 +584,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   }
 
   /* Options first: a typo should not cost a checkpoint scan. */
-  const char *target_name = amk_pass_option(ctx, "target");
+  const char *target_name = amk_pass_option_string(ctx, "target");
   const AmkTarget *target = NULL;
   if (target_name) {
     target = amk_builtin_target(target_name);
@@ -624,20 +599,14 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
       return false;
     }
   }
-  const char *dtype_text = amk_pass_option(ctx, "dtype");
-  AmkDType forced_dtype = AMK_DTYPE_F32;
-  if (dtype_text && !parse_dtype_option(dtype_text, &forced_dtype)) {
-    amk_error(diag, no_loc(), "import: --dtype must be f32, bf16 or f16, not "
-              "'%s'", dtype_text);
-    return false;
-  }
-  const char *max_seq_text = amk_pass_option(ctx, "max-seq");
-  int64_t max_seq = 0;
-  if (max_seq_text && !parse_max_seq(max_seq_text, &max_seq)) {
-    amk_error(diag, no_loc(), "import: --max-seq must be an integer in [1, "
-              "%d], not '%s'", MAX_SEQ_LIMIT, max_seq_text);
-    return false;
-  }
+  /* The words of --dtype in AMK_PASS_OPTIONS, in order. */
+  static const AmkDType dtype_by_word[] = {AMK_DTYPE_F32, AMK_DTYPE_BF16,
+                                           AMK_DTYPE_F16};
+  size_t dtype_word = 0;
+  bool dtype_forced = amk_pass_option_enum(ctx, "dtype", &dtype_word);
+  AmkDType forced_dtype = dtype_by_word[dtype_word];
+  int64_t max_seq = 0; /* range-checked by the option table */
+  bool max_seq_given = amk_pass_option_int(ctx, "max-seq", &max_seq);
 
   char *dir = resolve_model_dir(m);
   bool ok = false;
@@ -680,7 +649,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
 
   /* Program dtype: --dtype, else the checkpoint's, else config.json's. */
   AmkDType dtype = AMK_DTYPE_F32;
-  if (dtype_text)
+  if (dtype_forced)
     dtype = forced_dtype;
   else if (have_ckpt_dtype)
     dtype = ckpt_dtype == AMK_ST_BF16 ? AMK_DTYPE_BF16
@@ -689,7 +658,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   else if (cfg.has_dtype)
     dtype = cfg.dtype;
 
-  if (!max_seq_text) {
+  if (!max_seq_given) {
     max_seq = cfg.max_position_embeddings < DEFAULT_MAX_SEQ_CAP
                   ? cfg.max_position_embeddings
                   : DEFAULT_MAX_SEQ_CAP;

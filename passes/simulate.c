@@ -424,20 +424,9 @@ bool amk_pass_simulate_counters(AmkModule *m, AmkPassContext *ctx) {
 }
 
 bool amk_pass_simulate_adversarial(AmkModule *m, AmkPassContext *ctx) {
-  uint32_t seeds = 16;
-  const char *arg = amk_pass_option(ctx, "simulate-adversarial");
-  if (arg) {
-    char *end = NULL;
-    unsigned long long n = strtoull(arg, &end, 10);
-    if (!*arg || *end || arg[0] == '-' || n < 1 || n > 1000000) {
-      amk_error(ctx->diag, no_loc,
-                "-simulate-adversarial=%s: expected a seed count in "
-                "[1, 1000000]",
-                arg);
-      return false;
-    }
-    seeds = (uint32_t)n;
-  }
+  int64_t given = 16; /* -simulate-adversarial=N, in [1, 1000000] */
+  amk_pass_option_int(ctx, "simulate-adversarial", &given);
+  uint32_t seeds = (uint32_t)given;
   size_t violations = amk_simulate_adversarial(m, ctx->diag, seeds);
   amk_note(ctx->diag, no_loc,
            "simulate-adversarial: %u interleavings, %zu violations", seeds,

@@ -368,18 +368,12 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
   }
   int64_t num_sms = m->target->num_sms;
   AmkSmPolicy policy = m->config ? m->config->sm_assignment : AMK_SM_LOAD_BALANCE;
-  const char *override = amk_pass_option(ctx, "sm-assignment");
-  if (override) {
-    int p = amk_sm_policy_from_name(override);
-    if (p < 0 || p == AMK_SM_EXPLICIT) {
-      amk_error(ctx->diag, none,
-                "sm-assign: unknown --sm-assignment '%s' (expected round_robin or "
-                "load_balance; explicit maps go in the module's config)",
-                override);
-      return false;
-    }
-    policy = (AmkSmPolicy)p;
-  }
+  /* The words of --sm-assignment in AMK_PASS_OPTIONS, in order (explicit
+   * maps come only from the module's config). */
+  static const AmkSmPolicy policy_by_word[] = {AMK_SM_ROUND_ROBIN, AMK_SM_LOAD_BALANCE};
+  size_t word;
+  if (amk_pass_option_enum(ctx, "sm-assignment", &word))
+    policy = policy_by_word[word];
 
   AmkTaskGraph g;
   amk_graph_build(&g, m);

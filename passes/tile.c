@@ -50,16 +50,8 @@ static const AmkValue *tiling_value(const AmkModule *m, const char *group,
 static bool read_setting(const AmkModule *m, AmkPassContext *ctx,
                          const char *option, const char *group, const char *key,
                          int64_t min, int64_t max, int64_t *out) {
-  const char *text = amk_pass_option(ctx, option);
-  if (text) {
-    if (!amk_rw_parse_int(text, min, max, out)) {
-      amk_error(ctx->diag, no_loc,
-                "tile: --%s must be an integer in [%lld, %lld], not '%s'",
-                option, (long long)min, (long long)max, text);
-      return false;
-    }
-    return true;
-  }
+  if (amk_pass_option_int(ctx, option, out))
+    return true; /* range-checked by the option table, as [min, max] here */
   const AmkValue *v = tiling_value(m, group, key);
   if (!v)
     return true;

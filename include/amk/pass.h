@@ -1,13 +1,15 @@
-/* Passes and the pass manager.
+/* Passes, their options and their statistics.
  *
  * A pass is one function in one file (passes/<name>.c). AMK_PASSES is the
  * single registry: the driver's flags, -passes=, --help and --print-passes
- * all come from it.
+ * all come from it. The pass manager that runs them is amk/pipeline.h.
  */
 #ifndef AMK_PASS_H
 #define AMK_PASS_H
 
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include "amk/diag.h"
 #include "amk/ir.h"
@@ -15,21 +17,56 @@
 typedef struct AmkStats AmkStats;
 typedef struct AmkPassContext AmkPassContext;
 
-/* Named `--key=value` options that passes read (`--target=h200`). */
+/* How a pass option's value is written. The registry parses and checks a
+ * value once, when it is given (amk_pipeline_set_option), so a pass reads a
+ * value that is already of its type and in its range. */
+typedef enum {
+  AMK_OPTION_INT,    /* a decimal integer in [min, max] */
+  AMK_OPTION_REAL,   /* a finite number in [min, max] */
+  AMK_OPTION_ENUM,   /* one of `words` ("a|b|c"), any case; read as its index */
+  AMK_OPTION_STRING, /* non-empty text with a grammar of the pass's own */
+} AmkOptionType;
+
+/* One row of AMK_PASS_OPTIONS. */
 typedef struct {
-  const char *key;
-  const char *value;
-} AmkOption;
+  const char *key;  /* `--key=value`; a key equal to its pass's name is the
+                       value of `-pass=VALUE` */
+  const char *pass; /* the pass that reads it (named in errors) */
+  AmkOptionType type;
+  double min, max;   /* INT and REAL: the allowed range */
+  const char *words; /* ENUM: the allowed words, '|'-separated */
+  const char *help;
+} AmkPassOptionInfo;
+
+/* A parsed option value, as a pass sees it. */
+typedef struct {
+  const AmkPassOptionInfo *info;
+  const char *text; /* as given, for messages */
+  union {
+    int64_t i;     /* INT */
+    double real;   /* REAL */
+    size_t word;   /* ENUM: index into info->words */
+    const char *s; /* STRING: the same as text */
+  } as;
+} AmkOptionValue;
 
 struct AmkPassContext {
   AmkDiagEngine *diag;
-  const AmkOption *options;
+  const AmkOptionValue *options; /* a later value for a key wins */
   size_t n_options;
   AmkStats *stats; /* NULL unless -stats */
 };
 
-/* The value of option `key`, or NULL when not given. */
-const char *amk_pass_option(const AmkPassContext *ctx, const char *key);
+/* Typed option reads: true (and *out set) when the option was given. Reading
+ * a key as another type than its AMK_PASS_OPTIONS row is an internal error. */
+bool amk_pass_option_int(const AmkPassContext *ctx, const char *key,
+                         int64_t *out);
+bool amk_pass_option_real(const AmkPassContext *ctx, const char *key,
+                          double *out);
+bool amk_pass_option_enum(const AmkPassContext *ctx, const char *key,
+                          size_t *word_index);
+/* The text of a STRING option, or NULL when not given. */
+const char *amk_pass_option_string(const AmkPassContext *ctx, const char *key);
 
 /* A pass returns false when it reported an error (through ctx->diag). It may
  * change the module in place. */
@@ -58,27 +95,35 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
   X(color, "color", 0,                                                         \
     "Bind activations to scratch pages (linear, graph_color or none)")
 
-/* Options that passes read: X(key, pass flag name, help). The driver accepts
- * exactly these as `--key=value`. A pass given as `-pass=VALUE` (e.g.
- * `-simulate-adversarial=32`) sees VALUE as option "<pass flag name>":
- * amk_pass_option(ctx, "simulate-adversarial"). */
+/* Options that passes read: X(key, pass flag name, type, min, max, words,
+ * help), see AmkPassOptionInfo. Drivers accept exactly these as
+ * `--key=value`. A pass given as `-pass=VALUE` (e.g.
+ * `-simulate-adversarial=32`) takes VALUE as its option of the same name.
+ * --target and --fusion stay strings: the target table and the fusion-group
+ * grammar (shared with config.fusion_grouping) belong to their passes. */
 #define AMK_PASS_OPTIONS(X)                                                    \
-  X("target", "import", "GPU target record (default h200)")                  \
-  X("dtype", "import",                                                         \
+  X("target", "import", AMK_OPTION_STRING, 0, 0, NULL,                         \
+    "GPU target record (default h200)")                                        \
+  X("dtype", "import", AMK_OPTION_ENUM, 0, 0, "f32|bf16|f16",                  \
     "program dtype: f32, bf16 or f16 (default: the checkpoint's)")            \
-  X("max-seq", "import",                                                       \
+  X("max-seq", "import", AMK_OPTION_INT, 1, 16777216, NULL,                    \
     "KV cache length (default: max_position_embeddings, capped at 4096)")     \
-  X("gemv-n-tile", "tile",                                                     \
+  X("gemv-n-tile", "tile", AMK_OPTION_INT, 1, 2147483647, NULL,                \
     "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
-  X("kv-partitions", "tile",                                                   \
+  X("kv-partitions", "tile", AMK_OPTION_INT, 1, 8, NULL,                       \
     "split-KV partitions (1-8) over config.tiling.attention (default: split " \
     "caches of 1024+ rows)")                                                   \
-  X("fusion", "fuse",                                                          \
+  X("fusion", "fuse", AMK_OPTION_STRING, 0, 0, NULL,                           \
     "all, none or groups like rmsnorm+gemv,gemv+add (over fusion_grouping)")  \
-  X("sm-assignment", "sm-assign",                                              \
+  X("sm-assignment", "sm-assign", AMK_OPTION_ENUM, 0, 0,                       \
+    "round_robin|load_balance",                                                \
     "round_robin or load_balance, overriding config.sm_assignment")           \
-  X("page-allocation", "color",                                                \
-    "linear, graph_color or none, overriding config.page_allocation")
+  X("page-allocation", "color", AMK_OPTION_ENUM, 0, 0,                         \
+    "linear|graph_color|none",                                                 \
+    "linear, graph_color or none, overriding config.page_allocation")         \
+  X("simulate-adversarial", "simulate-adversarial", AMK_OPTION_INT, 1,         \
+    1000000, NULL, "seeded random orders to try (-simulate-adversarial=N; "    \
+    "default 16)")
 
 #define X(ident, flag, analysis, desc)                                          \
   bool amk_pass_##ident(AmkModule *m, AmkPassContext *ctx);
@@ -92,12 +137,19 @@ typedef struct {
   AmkPassFn run;
 } AmkPassInfo;
 
+/* The pass table (passes/registry.c). */
 size_t amk_pass_count(void);
 const AmkPassInfo *amk_pass_at(size_t i);
 const AmkPassInfo *amk_pass_lookup(const char *name);
 
-/* Statistics (-stats): each pass records named values; the driver prints them
- * as a table after the pipeline, in the order recorded. */
+/* The option table (passes/registry.c). */
+size_t amk_pass_option_count(void);
+const AmkPassOptionInfo *amk_pass_option_at(size_t i);
+const AmkPassOptionInfo *amk_pass_option_lookup(const char *key);
+
+/* Statistics (-stats, passes/pass_context.c): each pass records named
+ * values; the driver prints them as a table after the pipeline, in the order
+ * recorded. A NULL AmkStats records nothing. */
 AmkStats *amk_stats_new(void);
 void amk_stats_free(AmkStats *s);
 void amk_stat_int(AmkStats *s, const char *pass, const char *name, int64_t v);
@@ -105,6 +157,10 @@ void amk_stat_real(AmkStats *s, const char *pass, const char *name, double v);
 void amk_stat_str(AmkStats *s, const char *pass, const char *name,
                   const char *v);
 void amk_stats_print(const AmkStats *s, FILE *out);
+/* The i-th recorded value (for tests and tools that print their own way). */
+size_t amk_stats_count(const AmkStats *s);
+bool amk_stats_at(const AmkStats *s, size_t i, const char **pass,
+                  const char **name, const char **value);
 
 /* The structural verifier as a function (also run by the driver after
  * parsing and, with -verify-each, after every pass). Reports through diag;

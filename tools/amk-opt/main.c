@@ -11,20 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "amk/backend.h"
 #include "amk/io.h"
 #include "amk/pass.h"
+#include "amk/pipeline.h"
+#include "amk/strutil.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
 typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN } EmitKind;
 typedef enum { CHANGED_NONE, CHANGED_FULL, CHANGED_DIFF } PrintChanged;
-
-typedef struct {
-  const AmkPassInfo *pass;
-  const char *arg; /* `-pass=arg`, or NULL */
-} PipelineStep;
 
 typedef struct {
   const char *input;
@@ -33,28 +29,13 @@ typedef struct {
   EmitKind emit;
   bool emit_given;
   const char *arch; /* --arch for --emit=cubin */
-  PipelineStep *steps;
-  size_t n_steps;
+  AmkPipeline *pipeline; /* the passes and their options, parsed once */
   const char *print_before, *print_after;
   bool print_before_all, print_after_all;
   PrintChanged print_changed;
   bool verify_each, disable_verify, disable_output;
   bool time_passes, stats, split_input_file, verify_diagnostics;
-  AmkOption *options;
-  size_t n_options;
-  char **owned; /* strings the options point into, freed at exit */
-  size_t n_owned;
 } DriverOptions;
-
-/* Options that passes read (--target=h200 ...), from the registry. */
-static const struct {
-  const char *key, *pass, *help;
-} pass_options[] = {
-#define X(key, pass, help) {key, pass, help},
-    AMK_PASS_OPTIONS(X)
-#undef X
-        {NULL, NULL, NULL},
-};
 
 /* ---- help ------------------------------------------------------------------ */
 
@@ -71,6 +52,8 @@ static void print_help(FILE *out) {
         "                         compiled by NVRTC (needs -o; no GPU needed)\n"
         "  --arch=<sm_XY>         GPU architecture for --emit=cubin (default sm_90)\n"
         "  -passes=<p1,p2,...>    Run these passes in order (same as -p1 -p2 ...)\n"
+        "  -default-pipeline      Run the default pipeline, as amk-run compiles a model\n"
+        "                         folder (" AMK_DEFAULT_PIPELINE ")\n"
         "  -disable-verify        Do not verify the input after parsing\n"
         "  -verify-each           Verify the module after every pass\n"
         "  -disable-output        Do not write the module\n"
@@ -93,11 +76,11 @@ static void print_help(FILE *out) {
     const AmkPassInfo *p = amk_pass_at(i);
     fprintf(out, "  -%-22s %s\n", p->name, p->description);
   }
-  if (pass_options[0].key) {
-    fputs("\nPASS OPTIONS:\n", out);
-    for (size_t i = 0; pass_options[i].key; i++)
-      fprintf(out, "  --%-21s %s (%s)\n", pass_options[i].key,
-              pass_options[i].help, pass_options[i].pass);
+  fputs("\nPASS OPTIONS:\n", out);
+  for (size_t i = 0; i < amk_pass_option_count(); i++) {
+    const AmkPassOptionInfo *opt = amk_pass_option_at(i);
+    if (strcmp(opt->key, opt->pass) != 0) /* -pass=VALUE is in the pass's line */
+      fprintf(out, "  --%-21s %s (%s)\n", opt->key, opt->help, opt->pass);
   }
   fputs("\nExit status: 0 on success, 1 on any input or pass error.\n", out);
 }
@@ -112,86 +95,33 @@ static void print_passes(FILE *out) {
 
 /* ---- command line --------------------------------------------------------- */
 
-static size_t edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64)
-    return 99;
-  size_t row[65];
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t up = row[j];
-      size_t best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best)
-        best = up + 1;
-      if (row[j - 1] + 1 < best)
-        best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
 static const char *const driver_flags[] = {
-    "o", "x", "emit", "arch", "passes", "disable-verify", "verify-each", "disable-output",
+    "o", "x", "emit", "arch", "passes", "default-pipeline", "disable-verify", "verify-each", "disable-output",
     "print-before", "print-after", "print-before-all", "print-after-all",
     "print-changed", "time-passes", "stats", "split-input-file",
     "verify-diagnostics", "print-passes", "version", "help", NULL};
 
 static void suggest_flag(const char *name) {
-  const char *best = NULL;
-  size_t best_d = 3;
-  for (size_t i = 0; driver_flags[i]; i++) {
-    size_t d = edit_distance(name, driver_flags[i]);
-    if (d < best_d)
-      best_d = d, best = driver_flags[i];
-  }
-  for (size_t i = 0; i < amk_pass_count(); i++) {
-    size_t d = edit_distance(name, amk_pass_at(i)->name);
-    if (d < best_d)
-      best_d = d, best = amk_pass_at(i)->name;
-  }
-  for (size_t i = 0; pass_options[i].key; i++) {
-    size_t d = edit_distance(name, pass_options[i].key);
-    if (d < best_d)
-      best_d = d, best = pass_options[i].key;
-  }
+  size_t n_flags = 0;
+  while (driver_flags[n_flags])
+    n_flags++;
+  size_t n = n_flags + amk_pass_count() + amk_pass_option_count();
+  const char **candidates = amk_xmalloc(n * sizeof *candidates);
+  memcpy(candidates, driver_flags, n_flags * sizeof *candidates);
+  n = n_flags;
+  for (size_t i = 0; i < amk_pass_count(); i++)
+    candidates[n++] = amk_pass_at(i)->name;
+  for (size_t i = 0; i < amk_pass_option_count(); i++)
+    candidates[n++] = amk_pass_option_at(i)->key;
+  const char *best = amk_suggest(name, strlen(name), candidates, n);
   if (best)
     fprintf(stderr, "amk-opt: did you mean '-%s'?\n", best);
-}
-
-static bool add_step(DriverOptions *o, const char *spec) {
-  const char *eq = strchr(spec, '=');
-  char name[128];
-  size_t n = eq ? (size_t)(eq - spec) : strlen(spec);
-  if (n == 0 || n >= sizeof name) {
-    fprintf(stderr, "amk-opt: error: bad pass name '%s'\n", spec);
-    return false;
-  }
-  memcpy(name, spec, n);
-  name[n] = '\0';
-  const AmkPassInfo *p = amk_pass_lookup(name);
-  if (!p) {
-    fprintf(stderr, "amk-opt: error: unknown pass '%s'\n", name);
-    suggest_flag(name);
-    return false;
-  }
-  o->steps = amk_xrealloc(o->steps, (o->n_steps + 1) * sizeof *o->steps);
-  o->steps[o->n_steps++] = (PipelineStep){p, eq ? eq + 1 : NULL};
-  return true;
-}
-
-static void add_option(DriverOptions *o, const char *key, const char *value) {
-  o->options = amk_xrealloc(o->options, (o->n_options + 1) * sizeof *o->options);
-  o->options[o->n_options++] = (AmkOption){key, value};
+  free(candidates);
 }
 
 /* Returns 0 to continue, 1 on error, 2 when the command is complete (help). */
-static int parse_args(int argc, char **argv, DriverOptions *o) {
+static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *diag) {
+  o->pipeline = amk_pipeline_new();
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (arg[0] != '-' || strcmp(arg, "-") == 0) {
@@ -266,13 +196,11 @@ static int parse_args(int argc, char **argv, DriverOptions *o) {
       o->arch = value;
     } else if (IS("passes")) {
       NEED_VALUE();
-      char *list = amk_xstrdup(value);
-      o->owned = amk_xrealloc(o->owned, (o->n_owned + 1) * sizeof *o->owned);
-      o->owned[o->n_owned++] = list;
-      char *save = NULL;
-      for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
-        if (!add_step(o, tok))
-          return 1;
+      if (!amk_pipeline_parse(o->pipeline, value, diag))
+        return 1;
+    } else if (IS("default-pipeline")) {
+      if (!amk_pipeline_parse(o->pipeline, AMK_DEFAULT_PIPELINE, diag))
+        return 1;
     } else if (IS("disable-verify")) {
       o->disable_verify = true;
     } else if (IS("verify-each")) {
@@ -315,21 +243,18 @@ static int parse_args(int argc, char **argv, DriverOptions *o) {
       memcpy(name, flag, name_len);
       name[name_len] = '\0';
       if (amk_pass_lookup(name)) {
-        if (!add_step(o, flag))
+        if (!amk_pipeline_add_pass(o->pipeline, flag, diag))
           return 1;
         continue;
       }
-      bool known = false;
-      for (size_t k = 0; pass_options[k].key; k++)
-        if (strcmp(pass_options[k].key, name) == 0) {
-          known = true;
-          if (!value) {
-            fprintf(stderr, "amk-opt: error: '%s' needs a value (--%s=...)\n", arg, name);
-            return 1;
-          }
-          add_option(o, pass_options[k].key, value);
+      if (amk_pass_option_lookup(name)) {
+        if (!value) {
+          fprintf(stderr, "amk-opt: error: '%s' needs a value (--%s=...)\n", arg, name);
+          return 1;
         }
-      if (!known) {
+        if (!amk_pipeline_set_option(o->pipeline, name, value, diag))
+          return 1;
+      } else {
         fprintf(stderr, "amk-opt: error: unknown option '%s'\n", arg);
         suggest_flag(name);
         fprintf(stderr, "amk-opt: run 'amk-opt --help' for the list of options\n");
@@ -358,47 +283,6 @@ static int parse_args(int argc, char **argv, DriverOptions *o) {
     }
   }
   return 0;
-}
-
-/* ---- timing ---------------------------------------------------------------- */
-
-typedef struct {
-  const char *name;
-  double seconds;
-} Timing;
-
-typedef struct {
-  Timing *items;
-  size_t n;
-} Timings;
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void timing_add(Timings *t, const char *name, double seconds) {
-  for (size_t i = 0; i < t->n; i++)
-    if (strcmp(t->items[i].name, name) == 0) {
-      t->items[i].seconds += seconds;
-      return;
-    }
-  t->items = amk_xrealloc(t->items, (t->n + 1) * sizeof *t->items);
-  t->items[t->n++] = (Timing){name, seconds};
-}
-
-static void timing_print(const Timings *t, FILE *out) {
-  double total = 0;
-  for (size_t i = 0; i < t->n; i++)
-    total += t->items[i].seconds;
-  fputs("===--- Pass execution timing report ---===\n", out);
-  fprintf(out, "  Total Execution Time: %.4f seconds\n\n", total);
-  fputs("   Wall Time           Name\n", out);
-  for (size_t i = 0; i < t->n; i++)
-    fprintf(out, "   %.4f (%5.1f%%)  %s\n", t->items[i].seconds,
-            total > 0 ? 100.0 * t->items[i].seconds / total : 0.0, t->items[i].name);
-  fprintf(out, "   %.4f (100.0%%)  Total\n", total);
 }
 
 /* ---- printing ------------------------------------------------------------ */
@@ -493,13 +377,6 @@ static void print_diff(FILE *out, const char *before, const char *after) {
   for (size_t i = a.n - tail; i < a.n - tail + shown; i++)
     fprintf(out, " %.*s\n", (int)a.len[i], a.start[i]);
   free(a.start), free(a.len), free(b.start), free(b.len);
-}
-
-static char *module_text(const AmkModule *m) {
-  AmkStrBuf sb;
-  amk_sb_init(&sb);
-  amk_print_text(m, &sb);
-  return sb.data ? sb.data : amk_xstrdup("");
 }
 
 /* ---- -verify-diagnostics ---------------------------------------------------- */
@@ -633,20 +510,48 @@ static InputFormat detect_format(const DriverOptions *o, const char *text) {
   return *text == '{' ? FORMAT_JSON : FORMAT_AMKIR;
 }
 
+/* The pipeline's print hooks: the library says when, these say how. */
+static void print_before_pass(void *user, const AmkPassInfo *pass, const AmkModule *m) {
+  char banner[160];
+  snprintf(banner, sizeof banner, "IR Dump Before %s", pass->name);
+  print_module_to(stderr, m, banner);
+}
+
+static void print_after_pass(void *user, const AmkPassInfo *pass, const AmkModule *m,
+                             bool pass_failed) {
+  char banner[160];
+  snprintf(banner, sizeof banner, "IR Dump After %s%s", pass->name,
+           pass_failed ? " (failed)" : "");
+  print_module_to(stderr, m, banner);
+}
+
+static void print_changed(void *user, const AmkPassInfo *pass, const char *before,
+                          const char *after, bool is_changed) {
+  const DriverOptions *o = user;
+  if (!is_changed)
+    fprintf(stderr, "; *** IR Dump After %s omitted because no change ***\n", pass->name);
+  else if (o->print_changed == CHANGED_DIFF) {
+    fprintf(stderr, "; *** IR Diff After %s ***\n", pass->name);
+    print_diff(stderr, before, after);
+  } else {
+    fprintf(stderr, "; *** IR Dump After %s ***\n%s", pass->name, after);
+  }
+}
+
 /* Runs one input (a whole file, or one -split-input-file chunk). Appends the
  * output to `out`; returns false on any error. */
 static bool process(const DriverOptions *o, const char *text, size_t len,
-                    AmkDiagEngine *diag, AmkStats *stats, Timings *timings,
+                    AmkDiagEngine *diag, AmkStats *stats, AmkTimings *timings,
                     AmkStrBuf *out, bool *printed_module) {
   const char *name = strcmp(o->input, "-") == 0 ? "<stdin>" : o->input;
   AmkModule *m;
-  double t0 = now_seconds();
+  AmkClock start = amk_clock_now();
   if (text) {
     amk_diag_set_source(diag, name, text, len);
     InputFormat format = detect_format(o, text);
     m = format == FORMAT_JSON ? amk_read_json(name, text, len, diag)
                               : amk_parse_text(name, text, len, diag);
-    timing_add(timings, "parse", now_seconds() - t0);
+    amk_timings_add_since(timings, "parse", start);
     if (!m)
       return false;
     if (!m->source_name)
@@ -660,67 +565,37 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
   }
   bool ok = true;
   if (!o->disable_verify && text) {
-    t0 = now_seconds();
+    start = amk_clock_now();
     ok = amk_verify_module(m, diag);
-    timing_add(timings, "verify (input)", now_seconds() - t0);
+    amk_timings_add_since(timings, "verify (input)", start);
   }
-  bool any_transform = false;
-  for (size_t s = 0; ok && s < o->n_steps; s++) {
-    const AmkPassInfo *pass = o->steps[s].pass;
-    any_transform |= !pass->is_analysis;
-    if (o->print_before_all || (o->print_before && strcmp(o->print_before, pass->name) == 0)) {
-      char banner[160];
-      snprintf(banner, sizeof banner, "IR Dump Before %s", pass->name);
-      print_module_to(stderr, m, banner);
-    }
-    char *before = o->print_changed ? module_text(m) : NULL;
-    /* The pass sees the global options plus its own `-pass=value`. */
-    size_t n_opts = o->n_options + (o->steps[s].arg != NULL);
-    AmkOption *opts = amk_xmalloc((n_opts ? n_opts : 1) * sizeof *opts);
-    if (o->n_options)
-      memcpy(opts, o->options, o->n_options * sizeof *opts);
-    if (o->steps[s].arg)
-      opts[o->n_options] = (AmkOption){pass->name, o->steps[s].arg};
-    AmkPassContext ctx = {diag, opts, n_opts, stats};
-    t0 = now_seconds();
-    ok = pass->run(m, &ctx);
-    timing_add(timings, pass->name, now_seconds() - t0);
-    free(opts);
-    if (ok && o->verify_each && !pass->is_analysis) {
-      t0 = now_seconds();
-      ok = amk_verify_module(m, diag);
-      timing_add(timings, "verify (each)", now_seconds() - t0);
-      if (!ok)
-        fprintf(stderr, "amk-opt: error: the module is malformed after pass '%s'\n",
-                pass->name);
-    }
-    if (o->print_after_all || (o->print_after && strcmp(o->print_after, pass->name) == 0)) {
-      char banner[160];
-      snprintf(banner, sizeof banner, "IR Dump After %s%s", pass->name,
-               ok ? "" : " (failed)");
-      print_module_to(stderr, m, banner);
-    }
-    if (before) {
-      char *after = module_text(m);
-      if (strcmp(before, after) != 0) {
-        if (o->print_changed == CHANGED_DIFF) {
-          fprintf(stderr, "; *** IR Diff After %s ***\n", pass->name);
-          print_diff(stderr, before, after);
-        } else {
-          fprintf(stderr, "; *** IR Dump After %s ***\n%s", pass->name, after);
-        }
-      } else {
-        fprintf(stderr, "; *** IR Dump After %s omitted because no change ***\n",
-                pass->name);
-      }
-      free(before);
-      free(after);
-    }
+  if (ok) {
+    AmkPipelineRunOptions run = {
+        .verify_each = o->verify_each,
+        .stats = stats,
+        .timings = timings,
+        .print_before = o->print_before,
+        .print_after = o->print_after,
+        .print_before_all = o->print_before_all,
+        .print_after_all = o->print_after_all,
+        .print_changed = o->print_changed != CHANGED_NONE,
+        .user = (void *)o,
+        .before_pass = print_before_pass,
+        .after_pass = print_after_pass,
+        .changed = print_changed,
+    };
+    AmkPipelineResult r = amk_pipeline_run(o->pipeline, m, diag, &run);
+    ok = r.status == AMK_PIPELINE_OK;
+    if (r.status == AMK_PIPELINE_VERIFY_FAILED)
+      fprintf(stderr, "amk-opt: error: the module is malformed after pass '%s'\n",
+              r.failed_pass->name);
   }
+  size_t n_passes = amk_pipeline_size(o->pipeline);
   bool want_output = !o->disable_output &&
-                     (o->emit_given || o->output || any_transform || o->n_steps == 0);
+                     (o->emit_given || o->output || amk_pipeline_transforms(o->pipeline) ||
+                      n_passes == 0);
   if (ok && want_output) {
-    t0 = now_seconds();
+    start = amk_clock_now();
     switch (o->emit) {
     case EMIT_AMKIR:
       amk_print_text(m, out);
@@ -757,7 +632,7 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
       break;
     }
     }
-    timing_add(timings, "print", now_seconds() - t0);
+    amk_timings_add_since(timings, "print", start);
     *printed_module = true;
   }
   amk_module_free(m);
@@ -797,21 +672,16 @@ static size_t split_chunks(const char *text, size_t len, size_t **starts, size_t
   return n;
 }
 
-static void free_options(DriverOptions *o) {
-  for (size_t i = 0; i < o->n_owned; i++)
-    free(o->owned[i]);
-  free(o->owned);
-  free(o->steps);
-  free(o->options);
-}
+static void free_options(DriverOptions *o) { amk_pipeline_free(o->pipeline); }
 
 /* Runs the pipeline over the input named on the command line: a model
  * folder (for -import), or a file split into chunks when asked. */
 static bool run_input(const DriverOptions *o, AmkDiagEngine *diag, AmkStats *stats,
-                      Timings *timings, AmkStrBuf *out, bool *printed) {
+                      AmkTimings *timings, AmkStrBuf *out, bool *printed) {
   struct stat st;
   if (strcmp(o->input, "-") != 0 && stat(o->input, &st) == 0 && S_ISDIR(st.st_mode)) {
-    if (o->n_steps == 0 || strcmp(o->steps[0].pass->name, "import") != 0) {
+    const AmkPassInfo *first = amk_pipeline_pass_at(o->pipeline, 0);
+    if (!first || strcmp(first->name, "import") != 0) {
       fprintf(stderr, "amk-opt: error: '%s' is a directory; a HuggingFace model folder "
                       "must be read by -import, given as the first pass\n", o->input);
       return false;
@@ -872,29 +742,33 @@ static bool run_input(const DriverOptions *o, AmkDiagEngine *diag, AmkStats *sta
 
 int main(int argc, char **argv) {
   DriverOptions o = {0};
-  int rc = parse_args(argc, argv, &o);
+  /* Command-line errors (bad pass names and option values) read
+   * "amk-opt: error: ..."; each input names itself later. */
+  AmkDiagEngine *diag = amk_diag_new(stderr);
+  amk_diag_set_source(diag, "amk-opt", NULL, 0);
+  int rc = parse_args(argc, argv, &o, diag);
   if (rc) {
     free_options(&o);
+    amk_diag_free(diag);
     return rc == 2 ? 0 : 1;
   }
-  AmkDiagEngine *diag = amk_diag_new(stderr);
   AmkStats *stats = o.stats ? amk_stats_new() : NULL;
-  Timings timings = {0};
+  AmkTimings *timings = amk_timings_new();
   AmkStrBuf out;
   amk_sb_init(&out);
   bool printed = false;
-  bool ok = run_input(&o, diag, stats, &timings, &out, &printed);
+  bool ok = run_input(&o, diag, stats, timings, &out, &printed);
   if (ok && printed && out.len &&
       amk_write_file_atomic(o.output ? o.output : "-", out.data, out.len, diag) != 0)
     ok = false;
   if (o.time_passes)
-    timing_print(&timings, stderr);
+    amk_timings_print(timings, stderr);
   if (stats)
     amk_stats_print(stats, stderr);
   amk_sb_free(&out);
   amk_stats_free(stats);
+  amk_timings_free(timings);
   amk_diag_free(diag);
-  free(timings.items);
   free_options(&o);
   return ok ? 0 : 1;
 }

@@ -20,26 +20,25 @@
 #include "amk/engine.h"
 #include "amk/io.h"
 #include "amk/pass.h"
+#include "amk/pipeline.h"
 #include "amk/plan.h"
 #include "amk/sampling.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
 
-/* The passes a model folder goes through before it runs. */
-#define DEFAULT_PIPELINE "import,tile,fuse,sm-assign,color"
-
 typedef struct {
   const char *target;
   const char *device;
   const char *weights;
-  const char *pipeline;
+  const char *pipeline; /* --passes, as given: parsed by the library */
+  const char *save_program;
   const char *dump_logits;
   const char *dtype;
   const char *gpu_target;
   int32_t *prompt;
   size_t n_prompt;
   int64_t n_new;
-  int64_t max_seq; /* 0: the import default */
+  const char *max_seq; /* as given: parsed (once) as import's --max-seq */
   AmkSamplingParams sampling;
   bool json;
   bool check;          /* --check: the reference VM beside the GPU */
@@ -63,7 +62,7 @@ static double now_ms(void) {
 static void usage(FILE *out) {
   fputs("USAGE: amk-run [options] TARGET\n\n"
         "  TARGET is a HuggingFace model folder (compiled with the default pipeline\n"
-        "  " DEFAULT_PIPELINE ") or a compiled .amkir or .json program.\n\n"
+        "  " AMK_DEFAULT_PIPELINE ") or a compiled .amkir or .json program.\n\n"
         "OPTIONS:\n"
         "  --device cpu|cuda|auto   where to decode (default auto: the GPU when there is\n"
         "                           one, else the CPU reference VM)\n"
@@ -77,7 +76,9 @@ static void usage(FILE *out) {
         "  --dtype f32|bf16|f16     program dtype when compiling a model folder\n"
         "  --target NAME            GPU target record when compiling (default h200)\n"
         "  --passes a,b,c           the pipeline for a model folder (default\n"
-        "                           " DEFAULT_PIPELINE ")\n"
+        "                           " AMK_DEFAULT_PIPELINE ")\n"
+        "  --save-program FILE      write the program compiled from a model folder to\n"
+        "                           FILE (.amkir text) before decoding\n"
         "  --weights DIR            the checkpoint folder for a compiled program\n"
         "  --random-weights SEED    seeded random weights at the program's shapes\n"
         "  --dump-logits FILE       write the logits after every fed token as JSON\n"
@@ -155,7 +156,7 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
   o->device = "auto";
   o->bench_steps = 128;
   o->bench_warmup = 10;
-  o->pipeline = DEFAULT_PIPELINE;
+  o->pipeline = AMK_DEFAULT_PIPELINE;
   o->n_new = 16;
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
   for (int i = 1; i < argc; i++) {
@@ -247,12 +248,8 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
       }
       o->sampling.seed = (uint64_t)seed;
     } else if (IS("--max-seq")) {
-      if (!(v = VALUE()))
+      if (!(o->max_seq = VALUE()))
         return 1;
-      if (!parse_int64(v, &o->max_seq) || o->max_seq < 1 || o->max_seq > (1 << 24)) {
-        fprintf(stderr, "amk-run: error: --max-seq takes a length from 1 to 16777216, not '%s'\n", v);
-        return 1;
-      }
     } else if (IS("--dtype")) {
       if (!(o->dtype = VALUE()))
         return 1;
@@ -261,6 +258,9 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
         return 1;
     } else if (IS("--passes")) {
       if (!(o->pipeline = VALUE()))
+        return 1;
+    } else if (IS("--save-program")) {
+      if (!(o->save_program = VALUE()))
         return 1;
     } else if (IS("--weights")) {
       if (!(o->weights = VALUE()))
@@ -368,6 +368,11 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
                       "model folder; '%s' is already compiled\n", o->target);
       return NULL;
     }
+    if (o->save_program) {
+      fprintf(stderr, "amk-run: error: --save-program applies when compiling a model folder; "
+                      "'%s' is already compiled\n", o->target);
+      return NULL;
+    }
     size_t len;
     char *text = amk_read_file(o->target, &len, diag);
     if (!text)
@@ -387,36 +392,31 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     *text_out = text;
     return m;
   }
-  /* The passes see the compile options as amk-opt's --key=value would give. */
-  char max_seq[32];
-  AmkOption opts[3];
-  size_t n_opts = 0;
-  if (o->max_seq) {
-    snprintf(max_seq, sizeof max_seq, "%" PRId64, o->max_seq);
-    opts[n_opts++] = (AmkOption){"max-seq", max_seq};
+  /* The library's pipeline, with the compile options as amk-opt's --key=value
+   * would give them: each value is parsed once, here. */
+  AmkPipeline *pipeline = amk_pipeline_new();
+  bool ok = amk_pipeline_parse(pipeline, o->pipeline, diag);
+  const struct {
+    const char *key, *value;
+  } options[] = {{"max-seq", o->max_seq}, {"dtype", o->dtype}, {"target", o->gpu_target}};
+  for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
+    if (options[i].value)
+      ok = amk_pipeline_set_option(pipeline, options[i].key, options[i].value, diag);
+  const AmkPassInfo *first = amk_pipeline_pass_at(pipeline, 0);
+  if (ok && (!first || strcmp(first->name, "import") != 0)) {
+    fprintf(stderr, "amk-run: error: a model folder's pipeline must start with import\n");
+    ok = false;
   }
-  if (o->dtype)
-    opts[n_opts++] = (AmkOption){"dtype", o->dtype};
-  if (o->gpu_target)
-    opts[n_opts++] = (AmkOption){"target", o->gpu_target};
-  AmkPassContext ctx = {diag, opts, n_opts, NULL};
-  char *list = amk_xstrdup(o->pipeline);
-  char *save = NULL;
-  bool ok = true, first = true;
-  for (char *name = strtok_r(list, ",", &save); name && ok; name = strtok_r(NULL, ",", &save)) {
-    const AmkPassInfo *pass = amk_pass_lookup(name);
-    if (!pass) {
-      fprintf(stderr, "amk-run: error: unknown pass '%s' in --passes\n", name);
-      ok = false;
-    } else if (first && strcmp(name, "import") != 0) {
-      fprintf(stderr, "amk-run: error: a model folder's pipeline must start with import\n");
-      ok = false;
-    } else {
-      ok = pass->run(m, &ctx);
-    }
-    first = false;
+  if (ok)
+    ok = amk_pipeline_run(pipeline, m, diag, NULL).status == AMK_PIPELINE_OK;
+  amk_pipeline_free(pipeline);
+  if (ok && o->save_program) {
+    AmkStrBuf sb;
+    amk_sb_init(&sb);
+    amk_print_text(m, &sb);
+    ok = amk_write_file_atomic(o->save_program, sb.data ? sb.data : "", sb.len, diag) == 0;
+    amk_sb_free(&sb);
   }
-  free(list);
   if (!ok) {
     amk_module_free(m);
     return NULL;
