@@ -458,6 +458,30 @@ static void write_logits_row(AmkStrBuf *sb, const float *logits, size_t n, bool 
   amk_sb_putc(sb, ']');
 }
 
+/* Where device decoding's tokens go as they arrive: the sequence, and
+ * stdout once the prompt is done. */
+typedef struct {
+  int32_t *sequence;
+  int64_t *n_seq;
+  int64_t n_prompt, total;
+  bool json;
+  double first_token_ms; /* when the first generated token arrived (-1: none yet) */
+} GenerateSink;
+
+static bool generate_sink(void *ctx, int64_t step, int32_t token) {
+  GenerateSink *s = ctx;
+  if (step + 1 < s->n_prompt)
+    return true; /* a prompt step: its argmax is not used */
+  if (s->first_token_ms < 0)
+    s->first_token_ms = now_ms();
+  s->sequence[(*s->n_seq)++] = token;
+  if (!s->json) {
+    printf("%s%d", *s->n_seq - 1 == s->n_prompt ? "" : " ", token);
+    fflush(stdout);
+  }
+  return *s->n_seq < s->total;
+}
+
 static void print_timing_line(const char *what, double ms, int64_t count, const char *unit) {
   fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " %-6s", what, ms, count, unit);
   if (count > 0 && ms > 0)
@@ -708,10 +732,38 @@ int main(int argc, char **argv) {
             total, amk_engine_max_seq(engine));
     ok = false;
   }
+  int64_t launches = 0;
+  /* Greedy decoding with nothing else to do per step stays on the device:
+   * no logits come back, the device picks and feeds each token. */
+  bool on_device = ok && o.sampling.temperature <= 0 && !o.check && !o.dump_logits && !o.trace &&
+                   o.n_prompt > 0 && o.n_new > 0 && amk_engine_can_generate(engine);
+  if (on_device) {
+    GenerateSink sink = {.sequence = sequence, .n_seq = &n_seq, .n_prompt = (int64_t)o.n_prompt,
+                         .total = total, .json = o.json, .first_token_ms = -1};
+    AmkGenerate g = {.feed = o.prompt,
+                     .n_feed = (int64_t)o.n_prompt,
+                     .pos = 0,
+                     .n_steps = total - 1,
+                     .on_token = generate_sink,
+                     .ctx = &sink};
+    double t0 = now_ms(), kms = 0;
+    AmkStepStatus st = amk_engine_generate(engine, &g, &kms, diag);
+    double t1 = now_ms();
+    if (st != AMK_STEP_OK) {
+      ok = false;
+      exit_status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+    }
+    kernel_total = kms;
+    launches = g.n_steps;
+    double first = sink.first_token_ms >= 0 ? sink.first_token_ms : t1;
+    prompt_ms = first - t0;
+    eval_ms = t1 - first;
+    eval_steps = g.n_steps - (int64_t)o.n_prompt;
+  }
   /* Feed every token of the sequence; after the prompt each step's logits
    * choose the next token. With --dump-logits the last generated token is
    * fed too, so there is a row for every token of the sequence. */
-  for (int64_t pos = 0; ok && pos < n_seq; pos++) {
+  for (int64_t pos = 0; ok && !on_device && pos < n_seq; pos++) {
     double t0 = now_ms();
     const float *logits;
     size_t vocab;
@@ -724,6 +776,7 @@ int main(int argc, char **argv) {
     }
     kernel_total += kms;
     last_launch = pos;
+    launches++;
     logits = amk_engine_logits(engine, &vocab);
     double dt = now_ms() - t0;
     if (o.check && (o.check_steps == 0 || checked < o.check_steps)) {
@@ -808,8 +861,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: %16s = %10.2f ms / %5" PRId64 " tokens\n", "total time",
             t_end - t_start, n_seq);
     if (amk_engine_measures_kernel_time(engine))
-      fprintf(stderr, "amk-run: %16s = %10.2f ms (CUDA events, %" PRId64 " launches)\n",
-              "kernel time", kernel_total, n_seq);
+      fprintf(stderr, "amk-run: %16s = %10.2f ms (CUDA events, %" PRId64 " launches%s)\n",
+              "kernel time", kernel_total, launches,
+              on_device ? ", tokens chosen on the device" : "");
     if (o.check)
       fprintf(stderr, "amk-run: check PASS: %" PRId64 " steps against the reference VM, worst "
                       "max|diff|/scale %.3g\n", checked, worst_rel);
