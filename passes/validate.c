@@ -33,32 +33,6 @@ AmkValidateOptions amk_validate_default_options(void) {
   return o;
 }
 
-void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
-                          const char *fmt, ...) {
-  if (v->stopped)
-    return;
-  if (sev == AMK_SEVERITY_ERROR && v->errors >= v->opts.max_errors) {
-    v->stopped = true;
-    amk_note(v->diag, no_loc,
-             "too many errors (%d); validation stopped", v->opts.max_errors);
-    return;
-  }
-  if (sev == AMK_SEVERITY_WARNING && v->warnings >= v->opts.max_errors)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  amk_diag_v(v->diag, sev, loc, fmt, ap);
-  va_end(ap);
-  if (sev == AMK_SEVERITY_ERROR)
-    v->errors++;
-  else if (sev == AMK_SEVERITY_WARNING)
-    v->warnings++;
-}
-
-const char *amk_validator_label(const AmkTask *t) {
-  return t->label ? t->label : "";
-}
-
 static const char *op_name(AmkOp op) {
   return (unsigned)op < AMK_OP_COUNT ? amk_op_info(op)->json_name : "?";
 }
@@ -305,20 +279,6 @@ static void build_param_fields(AmkValidator *v) {
     }
   }
   v->pfield_off[m->n_tasks] = (uint32_t)k;
-}
-
-uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
-                              AmkParamTable *pt) {
-  const AmkTask *task = &v->m->tasks[t];
-  const uint8_t *field = &v->pfield[v->pfield_off[t]];
-  uint32_t present = 0;
-  memset(pt, 0, sizeof *pt);
-  for (uint32_t i = 0; i < task->n_params; i++)
-    if (field[i] != UINT8_MAX) {
-      pt->v[field[i]] = &task->params[i].value;
-      present |= 1u << field[i];
-    }
-  return present;
 }
 
 static void check_params(AmkValidator *v, const AmkTask *t) {

@@ -1,4 +1,5 @@
-/* Shared state of one validation run (validate.c, validate_bounds.c). */
+/* Shared state of one validation run (validate.c, validate_bounds.c; the
+ * helpers both use live in validate_common.c). */
 #ifndef AMK_VALIDATE_INTERNAL_H
 #define AMK_VALIDATE_INTERNAL_H
 
