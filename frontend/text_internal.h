@@ -103,6 +103,7 @@ typedef struct {
 
 typedef struct AmkTextParser {
   /* the lexer's cursor over a private NUL-terminated copy of the input */
+  char *copy;
   const unsigned char *cursor, *marker, *limit, *token;
   const unsigned char *line_start;
   uint32_t line;
@@ -193,5 +194,12 @@ void amk_text_add_binding(AmkTextParser *p, AmkTextRef buffer, AmkLoc at,
                           int64_t page, AmkLoc page_loc);
 void amk_text_end_pages(AmkTextParser *p);
 
+
+/* Parser state around one run of the generated parser (text_entry.c):
+ * init copies the input and sets up the scratch; finish resolves names,
+ * frees the scratch and returns the module, or NULL after any error. */
+void amk_text_parser_init(AmkTextParser *p, const char *name, const char *text, size_t len,
+                          AmkDiagEngine *diag);
+AmkModule *amk_text_parser_finish(AmkTextParser *p, int parse_status);
 
 #endif

@@ -799,49 +799,49 @@ static void resolve_names(AmkTextParser *p) {
 
 /* ---- the entry point ---------------------------------------------------------- */
 
-AmkModule *amk_parse_text(const char *name, const char *text, size_t len,
+void amk_text_parser_init(AmkTextParser *p, const char *name, const char *text, size_t len,
                           AmkDiagEngine *diag) {
-  AmkTextParser p;
-  memset(&p, 0, sizeof p);
+  memset(p, 0, sizeof *p);
   /* a private copy whose final NUL is the lexer's sentinel */
   char *copy = amk_xmalloc(len + 1);
   if (len)
     memcpy(copy, text, len);
   copy[len] = 0;
-  p.cursor = p.line_start = (const unsigned char *)copy;
-  p.limit = (const unsigned char *)copy + len;
-  p.line = 1;
-  p.diag = diag;
-  p.module = amk_module_new();
-  p.module->source_name = name;
-  p.module->source_text = text;
-  p.module->source_len = len;
-  amk_vec_init(&p.values, sizeof(AmkValue));
-  amk_vec_init(&p.members, sizeof(AmkTextMember));
-  amk_vec_init(&p.refs, sizeof(AmkTextRefAt));
-  amk_vec_init(&p.waits, sizeof(AmkTextWait));
-  amk_vec_init(&p.pending, sizeof(AmkPendingRef));
-  amk_vec_init(&p.pages, sizeof(AmkPage));
-  amk_vec_init(&p.bindings, sizeof(AmkPageBinding));
+  p->copy = copy;
+  p->cursor = p->line_start = (const unsigned char *)copy;
+  p->limit = (const unsigned char *)copy + len;
+  p->line = 1;
+  p->diag = diag;
+  p->module = amk_module_new();
+  p->module->source_name = name;
+  p->module->source_text = text;
+  p->module->source_len = len;
+  amk_vec_init(&p->values, sizeof(AmkValue));
+  amk_vec_init(&p->members, sizeof(AmkTextMember));
+  amk_vec_init(&p->refs, sizeof(AmkTextRefAt));
+  amk_vec_init(&p->waits, sizeof(AmkTextWait));
+  amk_vec_init(&p->pending, sizeof(AmkPendingRef));
+  amk_vec_init(&p->pages, sizeof(AmkPage));
+  amk_vec_init(&p->bindings, sizeof(AmkPageBinding));
+}
 
-  int status = amk_yyparse(&p);
-  if (status == 0)
-    resolve_names(&p);
-
-  amk_vec_free(&p.values);
-  amk_vec_free(&p.members);
-  amk_vec_free(&p.refs);
-  amk_vec_free(&p.waits);
-  amk_vec_free(&p.pending);
-  amk_vec_free(&p.pages);
-  amk_vec_free(&p.bindings);
-  amk_name_map_free(&p.buffer_names);
-  amk_name_map_free(&p.counter_names);
-  free(copy);
-
-  if (status != 0 || p.failed) {
-    amk_module_free(p.module);
+AmkModule *amk_text_parser_finish(AmkTextParser *p, int parse_status) {
+  if (parse_status == 0)
+    resolve_names(p);
+  amk_vec_free(&p->values);
+  amk_vec_free(&p->members);
+  amk_vec_free(&p->refs);
+  amk_vec_free(&p->waits);
+  amk_vec_free(&p->pending);
+  amk_vec_free(&p->pages);
+  amk_vec_free(&p->bindings);
+  amk_name_map_free(&p->buffer_names);
+  amk_name_map_free(&p->counter_names);
+  free(p->copy);
+  p->copy = NULL;
+  if (parse_status != 0 || p->failed) {
+    amk_module_free(p->module);
     return NULL;
   }
-  return p.module;
+  return p->module;
 }

@@ -1,11 +1,8 @@
-/* FUSED: run a recipe of primitive steps over transient scratch.
- *
- * Each step is an ordinary instruction (run through amk_inst_execute, so
- * with every check of the unfused op) reading task inputs and earlier
- * scratch and writing either a scratch slot or the task's output. Scratch
- * is zeroed, shaped and typed as the step says, so a recipe gives exactly
- * the bits of its unfused steps when the scratch dtypes match the unfused
- * intermediate buffers. docs/Instructions.md defines the format.
+/* FUSED recipes: parsing and the structural check. A recipe is a list of
+ * primitive steps reading task inputs and earlier scratch and writing
+ * either a scratch slot or the task's output; the dispatcher (dispatch.c)
+ * runs the steps, each through amk_inst_execute. docs/Instructions.md
+ * defines the format.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -16,28 +13,6 @@
 #include "inst_internal.h"
 
 /* A scratch slot larger than this is a malformed recipe, not a request. */
-#define RECIPE_MAX_SCRATCH_BYTES ((int64_t)1 << 30)
-
-typedef enum { ARG_INPUT, ARG_SCRATCH } ArgKind;
-
-typedef struct {
-  AmkOp op;
-  AmkInstParams params;
-  uint32_t n_args;
-  ArgKind arg_kind[AMK_MAX_INPUTS];
-  int32_t arg_index[AMK_MAX_INPUTS];
-  int32_t out_slot; /* -1: the task's output */
-  bool has_shape, has_dtype;
-  uint32_t rank;
-  int64_t shape[AMK_MAX_RANK];
-  AmkDType dtype;
-} RecipeStep;
-
-typedef struct {
-  uint32_t n_steps;
-  RecipeStep steps[AMK_RECIPE_MAX_STEPS];
-} Recipe;
-
 static int recipe_error(char *err, size_t err_len, const char *fmt, ...)
     AMK_PRINTF(3, 4);
 static int recipe_error(char *err, size_t err_len, const char *fmt, ...) {
@@ -94,7 +69,7 @@ static int parse_op(const AmkValue *v, uint32_t index, AmkOp *op, char *err,
 }
 
 static int parse_args(const AmkValue *args, uint32_t index, uint32_t n_inputs,
-                      const bool *slot_written, RecipeStep *step, char *err,
+                      const bool *slot_written, InstRecipeStep *step, char *err,
                       size_t err_len) {
   step->n_args = 0;
   if (!args || args->kind == AMK_VALUE_NULL)
@@ -118,14 +93,14 @@ static int parse_args(const AmkValue *args, uint32_t index, uint32_t n_inputs,
         return recipe_error(err, err_len,
                             "step %u: input %" PRId64 " is outside [0, %u)",
                             index, k, n_inputs);
-      step->arg_kind[a] = ARG_INPUT;
+      step->arg_kind[a] = INST_ARG_INPUT;
     } else if (strcmp(key, "s") == 0) {
       if (k < 0 || k >= AMK_RECIPE_MAX_SCRATCH || !slot_written[k])
         return recipe_error(err, err_len,
                             "step %u: reads scratch %" PRId64
                             " before a step writes it",
                             index, k);
-      step->arg_kind[a] = ARG_SCRATCH;
+      step->arg_kind[a] = INST_ARG_SCRATCH;
     } else {
       return recipe_error(err, err_len,
                           "step %u: arg %u must be {\"in\": k} or {\"s\": j}",
@@ -137,7 +112,7 @@ static int parse_args(const AmkValue *args, uint32_t index, uint32_t n_inputs,
   return AMK_INST_OK;
 }
 
-static int parse_out(const AmkValue *v, uint32_t index, RecipeStep *step,
+static int parse_out(const AmkValue *v, uint32_t index, InstRecipeStep *step,
                      char *err, size_t err_len) {
   int64_t slot;
   if (v && v->kind == AMK_VALUE_STRING && strcmp(v->as.s, "final") == 0) {
@@ -157,7 +132,7 @@ static int parse_out(const AmkValue *v, uint32_t index, RecipeStep *step,
 }
 
 static int parse_scratch_type(const AmkValue *step_v, uint32_t index,
-                              RecipeStep *step, char *err, size_t err_len) {
+                              InstRecipeStep *step, char *err, size_t err_len) {
   const AmkValue *shape = amk_object_get(step_v, "out_shape");
   const AmkValue *dtype = amk_object_get(step_v, "out_dtype");
   step->has_shape = shape && shape->kind != AMK_VALUE_NULL;
@@ -191,7 +166,7 @@ static int parse_scratch_type(const AmkValue *step_v, uint32_t index,
   return AMK_INST_OK;
 }
 
-static int parse_recipe(const AmkValue *recipe, uint32_t n_inputs, Recipe *r,
+int inst_recipe_parse(const AmkValue *recipe, uint32_t n_inputs, InstRecipe *r,
                         char *err, size_t err_len) {
   const AmkValue *steps = amk_object_get(recipe, "steps");
   if (!steps || steps->kind != AMK_VALUE_LIST || steps->count == 0)
@@ -206,7 +181,7 @@ static int parse_recipe(const AmkValue *recipe, uint32_t n_inputs, Recipe *r,
   r->n_steps = steps->count;
   for (uint32_t i = 0; i < steps->count; i++) {
     const AmkValue *sv = &steps->as.items[i];
-    RecipeStep *step = &r->steps[i];
+    InstRecipeStep *step = &r->steps[i];
     memset(step, 0, sizeof *step);
     int rc;
     if (sv->kind != AMK_VALUE_OBJECT)
@@ -232,86 +207,10 @@ static int parse_recipe(const AmkValue *recipe, uint32_t n_inputs, Recipe *r,
 
 int amk_inst_recipe_check(const AmkValue *recipe, uint32_t n_inputs,
                           char *err, size_t err_len) {
-  Recipe *r = malloc(sizeof *r);
+  InstRecipe *r = malloc(sizeof *r);
   if (!r)
     return AMK_INST_ERR_NOMEM;
-  int rc = parse_recipe(recipe, n_inputs, r, err, err_len);
-  free(r);
-  return rc;
-}
-
-/* Allocate a zeroed scratch tensor shaped and typed as the step says,
- * defaulting to its first argument's (f32 when it has none; the parser made
- * sure such a step gives out_shape). */
-static int make_scratch(const AmkInstCall *call, uint32_t index,
-                        const RecipeStep *step, const AmkTensorView *first_arg,
-                        AmkTensorView *view) {
-  const int64_t *shape = step->has_shape ? step->shape : first_arg->shape;
-  uint32_t rank = step->has_shape ? step->rank : first_arg->rank;
-  AmkDType dtype = step->has_dtype ? step->dtype
-                   : first_arg     ? first_arg->dtype
-                                   : AMK_DTYPE_F32;
-  *view = amk_tensor_view(NULL, dtype, rank, shape);
-  int64_t nbytes = view->numel < 0 ? -1 : inst_nbytes(view);
-  if (nbytes < 0 || nbytes > RECIPE_MAX_SCRATCH_BYTES)
-    return inst_fail(call, AMK_INST_ERR_RECIPE,
-                     "step %u: scratch of that shape is too large", index);
-  view->data = calloc((size_t)(nbytes ? nbytes : 1), 1);
-  if (!view->data)
-    return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  return AMK_INST_OK;
-}
-
-static int run_recipe(const AmkInstCall *call, const Recipe *r,
-                      AmkTensorView *scratch) {
-  for (uint32_t i = 0; i < r->n_steps; i++) {
-    const RecipeStep *step = &r->steps[i];
-    AmkTensorView args[AMK_MAX_INPUTS];
-    for (uint32_t a = 0; a < step->n_args; a++)
-      args[a] = step->arg_kind[a] == ARG_INPUT ? call->in[step->arg_index[a]]
-                                               : scratch[step->arg_index[a]];
-    AmkTensorView target;
-    int rc;
-    if (step->out_slot < 0)
-      target = call->out[0];
-    else if ((rc = make_scratch(call, i, step,
-                                   step->n_args ? &args[0] : NULL, &target)))
-      return rc;
-    char detail[256];
-    rc = amk_inst_execute(step->op, &step->params, args, step->n_args, &target,
-                          1, call->extra, detail, sizeof detail);
-    if (step->out_slot >= 0) {
-      /* Replace the slot only now: the step may have read its old value. */
-      if (rc) {
-        free(target.data);
-      } else {
-        free(scratch[step->out_slot].data);
-        scratch[step->out_slot] = target;
-      }
-    }
-    if (rc)
-      return inst_fail(call, rc, "step %u: %s", i, detail);
-  }
-  return AMK_INST_OK;
-}
-
-/* inputs: whatever the recipe names; one output, written by the steps
- * whose out is "final". The recipe comes in call->extra->recipe. */
-int amk_kernel_FUSED(const AmkInstCall *call) {
-  if (!call->extra->recipe)
-    return inst_fail(call, AMK_INST_ERR_RECIPE, "no recipe given");
-  Recipe *r = malloc(sizeof *r);
-  AmkTensorView *scratch = calloc(AMK_RECIPE_MAX_SCRATCH, sizeof *scratch);
-  int rc;
-  if (!r || !scratch)
-    rc = inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  else if (!(rc = parse_recipe(call->extra->recipe, call->n_in, r, call->err,
-                               call->err_len)))
-    rc = run_recipe(call, r, scratch);
-  if (scratch)
-    for (int s = 0; s < AMK_RECIPE_MAX_SCRATCH; s++)
-      free(scratch[s].data);
-  free(scratch);
+  int rc = inst_recipe_parse(recipe, n_inputs, r, err, err_len);
   free(r);
   return rc;
 }

@@ -2,8 +2,8 @@
  * (+ bias[n_off + j]) for a tile of N_tile output columns, with fp weights
  * [N, K] or weight-only int8/int4 weights [x, qW, scales]. A GEMV tile whose
  * output has R rows and whose weight R * width rows writes all R rows of its
- * columns (stacked gate|up). flags >> 16 selects a fused pattern
- * (patterns.c). */
+ * columns (stacked gate|up). flags >> 16 selects a fused pattern:
+ * amk_kernel_GEMV_TILE is in patterns.c, which calls the plain tile here. */
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -171,14 +171,6 @@ int inst_gemv_plain(const AmkInstCall *call) {
 }
 
 /* flags bits 16-31 name a fused pattern (docs/Fusion.md); 0 is plain. */
-int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
-  int64_t pattern = (int64_t)(uint32_t)inst_int_or(call, AMK_PARAM_flags, 0) >>
-                    AMK_PATTERN_SHIFT;
-  if (pattern == AMK_PATTERN_PLAIN)
-    return inst_gemv_plain(call);
-  return inst_gemv_pattern(call, pattern);
-}
-
 int amk_kernel_GEMM_TILE(const AmkInstCall *call) {
   return run_matmul_tile(call, true);
 }

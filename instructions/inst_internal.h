@@ -142,9 +142,37 @@ int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
 
 /* ---- GEMV (gemv.c) and its fused patterns (patterns.c) ---------------------- */
 
-/* The plain GEMV_TILE (pattern 0), whatever flags says. */
+/* The plain GEMV_TILE (pattern 0), whatever flags says. patterns.c holds
+ * amk_kernel_GEMV_TILE, which picks the pattern, so the dependency runs
+ * from the patterns to the plain tile only. */
 int inst_gemv_plain(const AmkInstCall *call);
-/* A fused GEMV pattern (flags >> AMK_PATTERN_SHIFT, not 0). */
-int inst_gemv_pattern(const AmkInstCall *call, int64_t pattern);
+
+/* ---- FUSED recipes (fused.c parses them; dispatch.c runs them) --------------- */
+
+typedef enum { INST_ARG_INPUT, INST_ARG_SCRATCH } InstRecipeArgKind;
+
+/* One step: an ordinary instruction over task inputs and scratch slots. */
+typedef struct {
+  AmkOp op;
+  AmkInstParams params;
+  uint32_t n_args;
+  InstRecipeArgKind arg_kind[AMK_MAX_INPUTS];
+  int32_t arg_index[AMK_MAX_INPUTS];
+  int32_t out_slot; /* -1: the task's output */
+  bool has_shape, has_dtype;
+  uint32_t rank;
+  int64_t shape[AMK_MAX_RANK];
+  AmkDType dtype;
+} InstRecipeStep;
+
+typedef struct {
+  uint32_t n_steps;
+  InstRecipeStep steps[AMK_RECIPE_MAX_STEPS];
+} InstRecipe;
+
+/* Parse and check a recipe for a task with n_inputs inputs; on failure
+ * AMK_INST_ERR_RECIPE with "fused: malformed recipe: ..." in err. */
+int inst_recipe_parse(const AmkValue *recipe, uint32_t n_inputs, InstRecipe *r,
+                      char *err, size_t err_len);
 
 #endif

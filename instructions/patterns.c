@@ -1,6 +1,7 @@
 /* Fused GEMV patterns (docs/Fusion.md): a GEMV_TILE whose flags bits 16-31
  * name a pattern (norm, residual, silu, silu_residual, rope_kv, attention,
- * attention_rope).
+ * attention_rope), and amk_kernel_GEMV_TILE, which picks the plain tile
+ * (gemv.c) or one of them.
  *
  * Each pattern runs the kernels of its unfused steps (RMSNORM, SILU_MUL,
  * the plain GEMV, ADD over the tile's columns, ROPE, the shared attention
@@ -451,8 +452,19 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   return rc;
 }
 
-int inst_gemv_pattern(const AmkInstCall *call, int64_t pattern) {
-  switch (pattern) {
+/* GEMV_TILE: flags >> AMK_PATTERN_SHIFT picks the plain tile (gemv.c) or a
+ * fused pattern. Every pattern has a case (no default): a pattern added to
+ * AMK_GEMV_PATTERNS fails to compile here until it has a kernel. */
+int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
+  int64_t pattern = (int64_t)(uint32_t)inst_int_or(call, AMK_PARAM_flags, 0) >>
+                    AMK_PATTERN_SHIFT;
+  if (pattern >= AMK_PATTERN_COUNT)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "unknown fused pattern %" PRId64 " (flags >> %d)", pattern,
+                     AMK_PATTERN_SHIFT);
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_PLAIN:
+    return inst_gemv_plain(call);
   case AMK_PATTERN_NORM:
     return run_norm(call, pattern);
   case AMK_PATTERN_RESIDUAL:
@@ -467,9 +479,9 @@ int inst_gemv_pattern(const AmkInstCall *call, int64_t pattern) {
     return run_attention(call, pattern);
   case AMK_PATTERN_ATTENTION_ROPE:
     return run_attention_rope(call, pattern);
-  default:
-    return inst_fail(call, AMK_INST_ERR_PARAM,
-                     "unknown fused pattern %" PRId64 " (flags >> %d)", pattern,
-                     AMK_PATTERN_SHIFT);
+  case AMK_PATTERN_COUNT:
+    break;
   }
+  return inst_fail(call, AMK_INST_ERR_PARAM, "unknown fused pattern %" PRId64,
+                   pattern);
 }

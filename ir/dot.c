@@ -6,13 +6,17 @@
 
 #include "amk/io.h"
 
-/* One fill colour per op code (X11 colour names Graphviz knows). */
-static const char *const op_colors[AMK_OP_COUNT] = {
+/* One fill colour per op code (X11 colour names Graphviz knows), in code
+ * order; the assertion below makes a new op fail to compile until it has
+ * one. */
+static const char *const op_colors[] = {
     "white",       "gray80",     "lightyellow", "palegreen",  "palegreen3",
     "lightblue",   "steelblue1", "orange",      "plum",       "khaki",
     "khaki3",      "lightpink",  "pink3",       "wheat",      "tan",
     "lightcyan",   "salmon",     "gold",        "orange3",    "mediumpurple1",
 };
+_Static_assert(sizeof op_colors / sizeof op_colors[0] == AMK_OP_COUNT,
+               "op_colors: give every op in AMK_OPS a colour");
 
 static void put_escaped(AmkStrBuf *out, const char *s) {
   for (; *s; s++) {

@@ -11,6 +11,22 @@
     return -1;                                                                 \
   } while (0)
 
+/* Every table here is indexed by code, and each enum's COUNT is the last
+ * code + 1: the codes must be 0..n-1 with no gap (a gap would leave a zeroed
+ * entry that every per-op loop then meets). */
+#define COUNT_ENTRY(...) +1
+_Static_assert(0 AMK_DTYPES(COUNT_ENTRY) == AMK_DTYPE_COUNT,
+               "AMK_DTYPES: codes must be 0..n-1 in order");
+_Static_assert(0 AMK_MEMSPACES(COUNT_ENTRY) == AMK_SPACE_COUNT,
+               "AMK_MEMSPACES: codes must be 0..n-1 in order");
+_Static_assert(0 AMK_BUFFER_KINDS(COUNT_ENTRY) == AMK_KIND_COUNT,
+               "AMK_BUFFER_KINDS: codes must be 0..n-1 in order");
+_Static_assert(0 AMK_OPS(COUNT_ENTRY) == AMK_OP_COUNT,
+               "AMK_OPS: codes must be 0..n-1 in order");
+_Static_assert(0 AMK_GEMV_PATTERNS(COUNT_ENTRY) == AMK_PATTERN_COUNT,
+               "AMK_GEMV_PATTERNS: ids must be 0..n-1 in order");
+#undef COUNT_ENTRY
+
 /* ---- dtypes ---------------------------------------------------------------- */
 
 static const struct {

@@ -33,32 +33,6 @@ AmkValidateOptions amk_validate_default_options(void) {
   return o;
 }
 
-void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
-                          const char *fmt, ...) {
-  if (v->stopped)
-    return;
-  if (sev == AMK_SEVERITY_ERROR && v->errors >= v->opts.max_errors) {
-    v->stopped = true;
-    amk_note(v->diag, no_loc,
-             "too many errors (%d); validation stopped", v->opts.max_errors);
-    return;
-  }
-  if (sev == AMK_SEVERITY_WARNING && v->warnings >= v->opts.max_errors)
-    return;
-  va_list ap;
-  va_start(ap, fmt);
-  amk_diag_v(v->diag, sev, loc, fmt, ap);
-  va_end(ap);
-  if (sev == AMK_SEVERITY_ERROR)
-    v->errors++;
-  else if (sev == AMK_SEVERITY_WARNING)
-    v->warnings++;
-}
-
-const char *amk_validator_label(const AmkTask *t) {
-  return t->label ? t->label : "";
-}
-
 static const char *op_name(AmkOp op) {
   return (unsigned)op < AMK_OP_COUNT ? amk_op_info(op)->json_name : "?";
 }
@@ -305,20 +279,6 @@ static void build_param_fields(AmkValidator *v) {
     }
   }
   v->pfield_off[m->n_tasks] = (uint32_t)k;
-}
-
-uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
-                              AmkParamTable *pt) {
-  const AmkTask *task = &v->m->tasks[t];
-  const uint8_t *field = &v->pfield[v->pfield_off[t]];
-  uint32_t present = 0;
-  memset(pt, 0, sizeof *pt);
-  for (uint32_t i = 0; i < task->n_params; i++)
-    if (field[i] != UINT8_MAX) {
-      pt->v[field[i]] = &task->params[i].value;
-      present |= 1u << field[i];
-    }
-  return present;
 }
 
 static void check_params(AmkValidator *v, const AmkTask *t) {
@@ -626,10 +586,43 @@ static int64_t saturating_add(int64_t a, int64_t b) {
   return a > INT64_MAX - b ? INT64_MAX : a + b; /* a, b >= 0 here */
 }
 
+/* Whether `op` may write only a tile of its output (the columns
+ * [n_off, n_off + N_tile), for GEMM also rows [m_off, m_off + M_tile)), so
+ * that several writers of one buffer can be disjoint. Every op is listed:
+ * a new op fails to compile here until its footprint is decided. */
+static bool op_writes_tile(AmkOp op) {
+  switch (op) {
+  case AMK_OP_GEMV_TILE:
+  case AMK_OP_GEMM_TILE:
+    return true;
+  case AMK_OP_NOP:
+  case AMK_OP_COPY:
+  case AMK_OP_EMBED:
+  case AMK_OP_RMSNORM:
+  case AMK_OP_LAYERNORM:
+  case AMK_OP_ATTENTION_TILE:
+  case AMK_OP_ROPE:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_GELU:
+  case AMK_OP_ADD:
+  case AMK_OP_MUL:
+  case AMK_OP_DEQUANT:
+  case AMK_OP_SOFTMAX:
+  case AMK_OP_ALLREDUCE_SHARD:
+  case AMK_OP_KV_APPEND:
+  case AMK_OP_SAMPLE_ARGMAX:
+  case AMK_OP_ATTENTION_COMBINE:
+  case AMK_OP_FUSED:
+  case AMK_OP_COUNT:
+    return false; /* the whole output, as the reference treats them */
+  }
+  return false;
+}
+
 static Region write_region(const AmkValidator *v, uint32_t task) {
   const AmkTask *t = &v->m->tasks[task];
   Region r = {.whole = true};
-  if (t->op != AMK_OP_GEMV_TILE && t->op != AMK_OP_GEMM_TILE)
+  if (!op_writes_tile(t->op))
     return r;
   /* The four footprint params (the last occurrence of a key wins). */
   AmkParamTable pt;

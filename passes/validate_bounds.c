@@ -122,13 +122,15 @@ static void format_shape(const Shape *s, char *buf, size_t size) {
 /* ---- fused GEMV patterns (flags bits 16-31; docs/Fusion.md) --------------- */
 
 /* Inputs of each pattern; plain tiles take 2 or 3 (quantization scales). */
-static const uint32_t pattern_inputs[AMK_PATTERN_COUNT] = {
+static const uint32_t pattern_inputs[] = {
     [AMK_PATTERN_PLAIN] = 0,         [AMK_PATTERN_NORM] = 3,
     [AMK_PATTERN_RESIDUAL] = 3,      [AMK_PATTERN_SILU] = 2,
     [AMK_PATTERN_SILU_RESIDUAL] = 3, [AMK_PATTERN_ROPE_KV] = 3,
     [AMK_PATTERN_ATTENTION] = 3,     [AMK_PATTERN_ATTENTION_ROPE] = 3,
 };
-_Static_assert(AMK_PATTERN_COUNT == 8, "give a new pattern its checks");
+_Static_assert(sizeof pattern_inputs / sizeof pattern_inputs[0] ==
+                   AMK_PATTERN_COUNT,
+               "pattern_inputs: give a new GEMV pattern its input count");
 
 static const char *const pattern_input_names[AMK_PATTERN_COUNT] = {
 #define X(name, id, text, inputs, desc) [id] = inputs,
@@ -266,8 +268,13 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
       require_numel(v, t, "residual", out->numel, "the output's size",
                     shape_of(v, t->inputs[2]));
     return;
-  default:
-    break;
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_ATTENTION_ROPE:
+    break; /* the per-head patterns, below */
+  case AMK_PATTERN_PLAIN: /* returned above */
+  case AMK_PATTERN_COUNT:
+    return;
   }
   /* The per-head patterns: n_off / N_tile count heads. */
   int64_t head_dim, n_heads, n_kv;
@@ -529,7 +536,8 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
   case AMK_OP_MUL:
   case AMK_OP_GELU:
   case AMK_OP_SOFTMAX:
-  case AMK_OP_COPY: {
+  case AMK_OP_COPY:
+  case AMK_OP_ALLREDUCE_SHARD: {
     const Shape *out = shape_of(v, t->outputs[0]);
     if (!out->ok)
       break;
@@ -539,9 +547,51 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
     }
     break;
   }
-  default:
+  case AMK_OP_NOP:
+  case AMK_OP_DEQUANT:
+  case AMK_OP_SAMPLE_ARGMAX:
+  case AMK_OP_ATTENTION_COMBINE:
+  case AMK_OP_FUSED:
+  case AMK_OP_COUNT:
+    /* No semantic bound (amk_validate_op_has_bounds says why). */
     break;
   }
+}
+
+bool amk_validate_op_has_bounds(AmkOp op) {
+  switch (op) {
+  case AMK_OP_GEMV_TILE:
+  case AMK_OP_GEMM_TILE:
+  case AMK_OP_EMBED:
+  case AMK_OP_RMSNORM:
+  case AMK_OP_LAYERNORM:
+  case AMK_OP_ROPE:
+  case AMK_OP_KV_APPEND:
+  case AMK_OP_ATTENTION_TILE:
+  case AMK_OP_ADD:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_MUL:
+  case AMK_OP_GELU:
+  case AMK_OP_SOFTMAX:
+  case AMK_OP_COPY:
+  case AMK_OP_ALLREDUCE_SHARD:
+    return true;
+  case AMK_OP_NOP: /* reads and writes nothing */
+    return false;
+  /* Not yet: packed quantized shapes (DEQUANT), one id per row
+   * (SAMPLE_ARGMAX) and the partials' [n_heads, head_dim + 2] rows
+   * (ATTENTION_COMBINE) are left to the kernels' own checks. */
+  case AMK_OP_DEQUANT:
+  case AMK_OP_SAMPLE_ARGMAX:
+  case AMK_OP_ATTENTION_COMBINE:
+    return false;
+  /* Its shapes are its recipe's (the fuse pass checks recipes). */
+  case AMK_OP_FUSED:
+    return false;
+  case AMK_OP_COUNT:
+    break;
+  }
+  return false;
 }
 
 void amk_validate_check_bounds(AmkValidator *v) {

@@ -1,4 +1,5 @@
-/* Shared state of one validation run (validate.c, validate_bounds.c). */
+/* Shared state of one validation run (validate.c, validate_bounds.c; the
+ * helpers both use live in validate_common.c). */
 #ifndef AMK_VALIDATE_INTERNAL_H
 #define AMK_VALIDATE_INTERNAL_H
 
@@ -53,5 +54,9 @@ void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
 const char *amk_validator_label(const AmkTask *t);
 /* Checks beyond the reference: page bindings, shapes, semantic bounds. */
 void amk_validate_check_bounds(AmkValidator *v);
+/* Whether the semantic bounds check anything for `op` (its params against
+ * its buffers' shapes); every op is listed, so a new op fails to compile in
+ * validate_bounds.c until it is decided. */
+bool amk_validate_op_has_bounds(AmkOp op);
 
 #endif

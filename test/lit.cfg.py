@@ -27,6 +27,7 @@ config.substitutions.append(("%amk-run", os.path.join(config.amk_tools_dir, "amk
 config.substitutions.append(("%shared", config.amk_shared_dir))
 config.substitutions.append(("%src", config.amk_src_root))
 config.substitutions.append(("%unit", config.amk_unit_dir))
+config.substitutions.append(("%build", config.amk_obj_root))
 config.substitutions.append(("%utils", os.path.join(config.amk_src_root, "utils")))
 config.substitutions.append(("%examples", os.path.join(config.amk_src_root, "examples")))
 

@@ -80,8 +80,24 @@ def main():
     if len(sys.argv) < 2:
         sys.exit("usage: check-layering.py BUILD_DIR [--graph]")
     objdir = os.path.join(sys.argv[1], "CMakeFiles", "amk.dir")
+    source_dir = None
+    cache = os.path.join(sys.argv[1], "CMakeCache.txt")
+    if os.path.exists(cache):
+        for line in open(cache):
+            if line.startswith("CMAKE_HOME_DIRECTORY:INTERNAL="):
+                source_dir = line.split("=", 1)[1].strip()
+
+    def current(obj):
+        # An object whose source was moved or deleted is a leftover of an
+        # earlier build, not part of the library.
+        rel = os.path.relpath(obj, objdir)
+        if source_dir is None or rel.startswith("generated" + os.sep):
+            return True
+        return os.path.exists(os.path.join(source_dir, rel[: -len(".o")]))
+
     objs = sorted(os.path.join(d, f) for d, _, fs in os.walk(objdir)
                   for f in fs if f.endswith(".o"))
+    objs = [o for o in objs if current(o)]
     if not objs:
         sys.exit(f"check-layering: no object files under {objdir}")
     owner, uses = {}, {}

@@ -1,0 +1,112 @@
+/* What every kernel does with its call: fail with "<op>: <reason>", read
+ * its params, check its views' dtypes and sizes, find its column window.
+ * Used by the kernel files and the dispatcher, and uses none of them. */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "inst_internal.h"
+
+/* ---- errors ------------------------------------------------------------------- */
+
+static int format_error(char *err, size_t err_len, AmkOp op, const char *fmt,
+                        va_list ap) {
+  if (!err || err_len == 0)
+    return 0;
+  const char *name = (unsigned)op < AMK_OP_COUNT ? amk_op_info(op)->text_name
+                                                 : "instruction";
+  int used = snprintf(err, err_len, "%s: ", name);
+  if (used >= 0 && (size_t)used < err_len)
+    vsnprintf(err + used, err_len - (size_t)used, fmt, ap);
+  return 0;
+}
+
+int inst_fail(const AmkInstCall *call, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  format_error(call->err, call->err_len, call->op, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* ---- params -------------------------------------------------------------------- */
+
+/* An 'i' field's value (the slot of a field by the table's order). */
+static int32_t param_int(const AmkInstParams *p, AmkParamField field) {
+  switch (field) {
+#define X(name, type)                                                          \
+  case AMK_PARAM_##name:                                                       \
+    return p->name.i;
+    AMK_PARAMS(X)
+#undef X
+  case AMK_PARAM_COUNT:
+    break;
+  }
+  return 0;
+}
+
+int inst_require(const AmkInstCall *call, AmkParamField field) {
+  if (amk_inst_param_has(call->p, field))
+    return AMK_INST_OK;
+  return inst_fail(call, AMK_INST_ERR_PARAM, "missing param '%s'",
+                   amk_param_name(field));
+}
+
+int32_t inst_int_or(const AmkInstCall *call, AmkParamField field,
+                    int32_t fallback) {
+  if (!amk_inst_param_has(call->p, field))
+    return fallback;
+  return param_int(call->p, field);
+}
+
+/* ---- checks on views ---------------------------------------------------------- */
+
+static const char *dtype_name(AmkDType d) {
+  return (unsigned)d < AMK_DTYPE_COUNT ? amk_dtype_text_name(d) : "unknown";
+}
+
+int inst_require_numeric(const AmkInstCall *call, const AmkTensorView *v,
+                         const char *role) {
+  if (inst_dtype_is_numeric(v->dtype))
+    return AMK_INST_OK;
+  return inst_fail(call, AMK_INST_ERR_DTYPE, "%s has unsupported dtype %s",
+                   role, dtype_name(v->dtype));
+}
+
+int inst_require_integer(const AmkInstCall *call, const AmkTensorView *v,
+                         const char *role) {
+  if (inst_dtype_is_integer(v->dtype))
+    return AMK_INST_OK;
+  return inst_fail(call, AMK_INST_ERR_DTYPE,
+                   "%s must hold integers, not %s", role, dtype_name(v->dtype));
+}
+
+int inst_require_same_numel(const AmkInstCall *call, const AmkTensorView *a,
+                            const char *a_role, const AmkTensorView *b,
+                            const char *b_role) {
+  if (a->numel == b->numel)
+    return AMK_INST_OK;
+  return inst_fail(call, AMK_INST_ERR_SHAPE,
+                   "%s has %" PRId64 " elements but %s has %" PRId64, a_role,
+                   a->numel, b_role, b->numel);
+}
+
+int inst_columns(const AmkInstCall *call, const AmkTensorView *out,
+                 InstColumns *cols) {
+  cols->width = inst_width(out);
+  cols->rows = cols->width ? out->numel / cols->width : 0;
+  cols->col_begin = 0;
+  cols->col_end = cols->width;
+  if (!amk_inst_param_has(call->p, AMK_PARAM_N_tile))
+    return AMK_INST_OK;
+  int64_t n_off = inst_int_or(call, AMK_PARAM_n_off, 0);
+  int64_t n_tile = call->p->N_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > cols->width)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "column tile [%" PRId64 ", %" PRId64
+                     ") is outside the output's %" PRId64 " columns",
+                     n_off, n_off + n_tile, cols->width);
+  cols->col_begin = n_off;
+  cols->col_end = n_off + n_tile;
+  return AMK_INST_OK;
+}

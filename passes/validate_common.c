@@ -1,0 +1,51 @@
+/* What the validator's checks share (validate.c, validate_bounds.c):
+ * reporting under the error cap, task labels and a task's params by field.
+ * A file of its own so that the two check files use it and never each
+ * other. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "validate_internal.h"
+
+/* Diagnostics about the module as a whole carry no position. */
+static const AmkLoc no_loc = {0, 0};
+
+void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
+                          const char *fmt, ...) {
+  if (v->stopped)
+    return;
+  if (sev == AMK_SEVERITY_ERROR && v->errors >= v->opts.max_errors) {
+    v->stopped = true;
+    amk_note(v->diag, no_loc,
+             "too many errors (%d); validation stopped", v->opts.max_errors);
+    return;
+  }
+  if (sev == AMK_SEVERITY_WARNING && v->warnings >= v->opts.max_errors)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  amk_diag_v(v->diag, sev, loc, fmt, ap);
+  va_end(ap);
+  if (sev == AMK_SEVERITY_ERROR)
+    v->errors++;
+  else if (sev == AMK_SEVERITY_WARNING)
+    v->warnings++;
+}
+
+const char *amk_validator_label(const AmkTask *t) {
+  return t->label ? t->label : "";
+}
+
+uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
+                              AmkParamTable *pt) {
+  const AmkTask *task = &v->m->tasks[t];
+  const uint8_t *field = &v->pfield[v->pfield_off[t]];
+  uint32_t present = 0;
+  memset(pt, 0, sizeof *pt);
+  for (uint32_t i = 0; i < task->n_params; i++)
+    if (field[i] != UINT8_MAX) {
+      pt->v[field[i]] = &task->params[i].value;
+      present |= 1u << field[i];
+    }
+  return present;
+}
