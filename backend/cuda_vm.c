@@ -24,7 +24,8 @@ struct AmkCudaVm {
   CUcontext ctx;
   bool ctx_retained;
   CUmodule mod;
-  CUfunction kernel, bw_kernel;
+  CUfunction kernel, bw_kernel, fill_kernel;
+  int sm_count;
   CUstream stream;
   CUevent ev0, ev1;
   CUdeviceptr arena;   /* every buffer, page and ROPE frequency table */
@@ -79,6 +80,24 @@ static bool cu_ok(AmkCudaVm *vm, CUresult r, const char *what, AmkDiagEngine *di
     if (!cu_ok(vm, (call), (what), diag))                                      \
       goto fail;                                                               \
   } while (0)
+
+/* Fills buffer b on the device by a random rule (amk_fill_random in
+ * megakernel.cuh computes what amk_random_fill does on the host, bit for
+ * bit). */
+static bool fill_random(AmkCudaVm *vm, uint32_t b, const AmkRandomRule *rule, AmkDType dtype,
+                        int64_t numel, AmkDiagEngine *diag) {
+  if (dtype != AMK_DTYPE_F32 && dtype != AMK_DTYPE_BF16 && dtype != AMK_DTYPE_F16)
+    return true; /* no rule for other dtypes: they stay zero, as on the host */
+  unsigned long long dst = vm->buf_addr[b], state = rule->state;
+  long long n = numel;
+  int dt = (int)dtype;
+  double center = rule->center, scale = rule->scale;
+  void *args[] = {&dst, &n, &dt, &state, &center, &scale};
+  unsigned grid = (unsigned)(vm->sm_count > 0 ? vm->sm_count * 4 : 512);
+  return cu_ok(vm, vm->drv.cuLaunchKernel(vm->fill_kernel, grid, 1, 1, 256, 1, 1, 0, NULL, args,
+                                          NULL),
+               "launch amk_fill_random", diag);
+}
 
 bool amk_cuda_available(char *why, size_t why_len) {
   AmkCudaDriver d;
@@ -186,6 +205,7 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   CU(vm->drv.cuDeviceGetAttribute(&cc_minor, AMK_CU_ATTR_CC_MINOR, vm->dev), "attributes");
   CU(vm->drv.cuDeviceGetAttribute(&n_sms, AMK_CU_ATTR_MULTIPROCESSOR_COUNT, vm->dev),
      "attributes");
+  vm->sm_count = n_sms;
   CU(vm->drv.cuDeviceGetAttribute(&coop, AMK_CU_ATTR_COOPERATIVE_LAUNCH, vm->dev), "attributes");
   CU(vm->drv.cuDeviceGetAttribute(&smem_optin, AMK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, vm->dev),
      "attributes");
@@ -210,6 +230,8 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   CU(vm->drv.cuModuleLoadData(&vm->mod, cubin), "cuModuleLoadData");
   CU(vm->drv.cuModuleGetFunction(&vm->kernel, vm->mod, "amk_megakernel"), "get amk_megakernel");
   CU(vm->drv.cuModuleGetFunction(&vm->bw_kernel, vm->mod, "amk_read_bw"), "get amk_read_bw");
+  CU(vm->drv.cuModuleGetFunction(&vm->fill_kernel, vm->mod, "amk_fill_random"),
+     "get amk_fill_random");
   vm->threads = cg.threads_per_block;
   vm->smem = cg.smem_bytes;
   if ((int64_t)vm->smem > smem_optin) {
@@ -290,15 +312,36 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
     AmkBufferKind kind = plan->buffers[b].kind;
     if (kind != AMK_KIND_WEIGHT && kind != AMK_KIND_CONST)
       continue;
+    if (!vm->buf_bytes[b])
+      continue;
+    /* Random weights are made here, by the same rule the host uses; mapped
+     * checkpoint stretches go up as they are, with no host copy. */
+    AmkRandomRule rule;
+    const AmkWeightPiece *pieces;
+    uint32_t n_pieces;
+    if (amk_weights_random_rule(weights, b, &rule)) {
+      if (!fill_random(vm, b, &rule, plan->buffers[b].dtype, plan->buffers[b].numel, diag))
+        goto fail;
+      continue;
+    }
+    if (amk_weights_pieces(weights, b, &pieces, &n_pieces)) {
+      for (uint32_t i = 0; i < n_pieces; i++)
+        if (pieces[i].offset + pieces[i].nbytes <= vm->buf_bytes[b])
+          CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b] + pieces[i].offset, pieces[i].data,
+                                  pieces[i].nbytes),
+             "upload weights");
+      continue;
+    }
     size_t hb = 0;
     const void *data = amk_weights_data(weights, b, &hb);
     if (!data || hb < vm->buf_bytes[b]) {
       amk_error(diag, no_loc(), "the weights hold no data for buffer '%s'", m->buffers[b].name);
       goto fail;
     }
-    if (vm->buf_bytes[b])
-      CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]), "upload weights");
+    CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]), "upload weights");
   }
+  if (vm->fill_kernel)
+    CU(vm->drv.cuCtxSynchronize(), "fill random weights");
   freq_host = amk_xcalloc(freq_floats + 1, sizeof *freq_host);
   for (uint32_t t = 0; t < n; t++)
     if (plan->tasks[t].rope_inv_freq && plan->tasks[t].rope_half > 0)

@@ -1594,6 +1594,33 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
   }
 }
 
+// Random weights made on the device: element i is what the host's
+// amk_random_fill (runtime/weights.c) gives, bit for bit: the (i+1)-th
+// splitmix64 output from `state` (a counter, so every element stands
+// alone), u its top 53 bits, center + scale * (2u - 1) in double with
+// every operation rounded on its own (no fused multiply-add), then fp32 and
+// the buffer's dtype, rounding to nearest even.
+extern "C" __global__ void __launch_bounds__(256)
+    amk_fill_random(unsigned long long dst, long long n, int dtype, unsigned long long state,
+                    double center, double scale) {
+  for (long long i = (long long)blockIdx.x * 256 + threadIdx.x; i < n;
+       i += (long long)gridDim.x * 256) {
+    unsigned long long z = state + (unsigned long long)(i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = __dmul_rn(__ull2double_rn(z >> 11), 1.0 / 9007199254740992.0);
+    double t = __dsub_rn(__dmul_rn(2.0, u), 1.0);
+    float v = __double2float_rn(__dadd_rn(center, __dmul_rn(scale, t)));
+    if (dtype == AMK_ABI_DTYPE_F32)
+      ((float *)dst)[i] = v;
+    else if (dtype == AMK_ABI_DTYPE_BF16)
+      ((unsigned short *)dst)[i] = amk_f2bf(v);
+    else
+      ((unsigned short *)dst)[i] = amk_f2h(v);
+  }
+}
+
 // Read bandwidth probe: every byte of src read once with 16-byte loads.
 extern "C" __global__ void __launch_bounds__(AMK_NT)
     amk_read_bw(const uint4 *src, unsigned long long n16, unsigned int *sink) {

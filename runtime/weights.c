@@ -1,9 +1,11 @@
 /* Loading the weights of a plan (include/amk/weights.h). */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "amk/numerics.h"
 #include "amk/safetensors.h"
@@ -15,10 +17,14 @@
 
 typedef struct {
   AmkWeightsOrigin origin;
-  const void *data; /* into owned, the mapping or the plan */
+  /* Into owned, the mapping or the plan; NULL until first asked for when
+   * the bytes are made on demand (RANDOM, JOINED). */
+  const void *data;
   void *owned;
   size_t nbytes;
-  AmkRandomRule rule; /* AMK_WEIGHTS_RANDOM */
+  AmkRandomRule rule;     /* AMK_WEIGHTS_RANDOM */
+  AmkWeightPiece *pieces; /* AMK_WEIGHTS_MAPPED (one) and AMK_WEIGHTS_JOINED */
+  uint32_t n_pieces;
 } WeightBuffer;
 
 struct AmkWeights {
@@ -33,8 +39,10 @@ void amk_weights_free(AmkWeights *w) {
   if (!w)
     return;
   if (w->buffers)
-    for (uint32_t b = 0; b < w->plan->n_buffers; b++)
+    for (uint32_t b = 0; b < w->plan->n_buffers; b++) {
       free(w->buffers[b].owned);
+      free(w->buffers[b].pieces);
+    }
   free(w->buffers);
   amk_safetensors_close(w->checkpoint);
   free(w);
@@ -76,9 +84,12 @@ static void *own_copy(AmkWeights *w, uint32_t b, AmkWeightsOrigin origin) {
 
 /* ---- random ------------------------------------------------------------------- */
 
-void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst) {
-  uint64_t state = rule->state;
-  for (int64_t i = 0; i < numel; i++) {
+/* Elements [begin, end) of the rule's stream: splitmix64 is a counter
+ * (output i mixes state + (i + 1) * gamma), so any stretch starts on its own. */
+static void random_fill_range(const AmkRandomRule *rule, AmkDType dtype, int64_t begin,
+                              int64_t end, void *dst) {
+  uint64_t state = rule->state + (uint64_t)begin * SPLITMIX64_GAMMA;
+  for (int64_t i = begin; i < end; i++) {
     double u = (double)(amk_splitmix64(&state) >> 11) * (1.0 / 9007199254740992.0);
     float v = (float)(rule->center + rule->scale * (2.0 * u - 1.0));
     switch (dtype) {
@@ -97,11 +108,56 @@ void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, v
   }
 }
 
+typedef struct {
+  const AmkRandomRule *rule;
+  AmkDType dtype;
+  int64_t begin, end;
+  void *dst;
+} FillJob;
+
+static void *fill_job(void *arg) {
+  FillJob *j = arg;
+  random_fill_range(j->rule, j->dtype, j->begin, j->end, j->dst);
+  return NULL;
+}
+
+/* Large buffers are filled by several threads (the 8B shape has 8 G
+ * elements); the bytes do not depend on how the work is split. */
+enum { FILL_THREADS_MAX = 32, FILL_MIN_PER_THREAD = 1 << 20 };
+
+void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t threads = numel / FILL_MIN_PER_THREAD;
+  if (threads > cpus)
+    threads = cpus;
+  if (threads > FILL_THREADS_MAX)
+    threads = FILL_THREADS_MAX;
+  if (threads <= 1) {
+    random_fill_range(rule, dtype, 0, numel, dst);
+    return;
+  }
+  FillJob jobs[FILL_THREADS_MAX];
+  pthread_t tids[FILL_THREADS_MAX];
+  bool started[FILL_THREADS_MAX];
+  int64_t per = (numel + threads - 1) / threads;
+  for (int64_t k = 0; k < threads; k++) {
+    int64_t begin = k * per, end = begin + per < numel ? begin + per : numel;
+    jobs[k] = (FillJob){rule, dtype, begin, end, dst};
+    started[k] = pthread_create(&tids[k], NULL, fill_job, &jobs[k]) == 0;
+    if (!started[k])
+      fill_job(&jobs[k]); /* no thread to be had: do it here */
+  }
+  for (int64_t k = 0; k < threads; k++)
+    if (started[k])
+      pthread_join(tids[k], NULL);
+}
+
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag) {
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);
   /* One stream over the buffers in list order: a buffer starts where the
-   * previous one's elements left the state. */
+   * previous one's elements left the state. Only the rules are made here;
+   * the bytes come when an engine asks for them (the GPU fills its own). */
   uint64_t state = seed;
   for (uint32_t b = 0; b < plan->n_buffers; b++) {
     const AmkPlanBuffer *pb = &plan->buffers[b];
@@ -113,8 +169,8 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
         .center = pb->rank >= 2 ? 0.0 : 1.0,
         .scale = pb->rank >= 2 ? 1.0 / sqrt((double)(cols > 0 ? cols : 1)) : 0.1,
     };
-    amk_random_fill(&rule, pb->dtype, pb->numel, own_copy(w, b, AMK_WEIGHTS_RANDOM));
-    w->buffers[b].rule = rule;
+    w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM, .nbytes = (size_t)pb->nbytes,
+                                   .rule = rule};
     state += (uint64_t)pb->numel * SPLITMIX64_GAMMA;
   }
   return w;
@@ -134,8 +190,14 @@ bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out
 static bool can_map(const AmkStTensor *t, const AmkPlanBuffer *pb, bool whole_source) {
   int ir = amk_st_dtype_to_ir(t->dtype);
   size_t elem = (size_t)amk_dtype_nbytes(pb->dtype, 1);
-  return whole_source && ir >= 0 && (AmkDType)ir == pb->dtype && t->nbytes == (size_t)pb->nbytes &&
-         elem > 0 && (uintptr_t)t->data % elem == 0;
+  return ir >= 0 && (AmkDType)ir == pb->dtype &&
+         (!whole_source || t->nbytes == (size_t)pb->nbytes) && elem > 0 &&
+         (uintptr_t)t->data % elem == 0;
+}
+
+static void add_piece(WeightBuffer *wb, const void *data, size_t offset, size_t nbytes) {
+  wb->pieces = amk_xrealloc(wb->pieces, (wb->n_pieces + 1) * sizeof *wb->pieces);
+  wb->pieces[wb->n_pieces++] = (AmkWeightPiece){.data = data, .offset = offset, .nbytes = nbytes};
 }
 
 /* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key, or
@@ -206,9 +268,23 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
     if (offset == 0 && !end && can_map(t, pb, true)) {
       w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_MAPPED, .data = t->data,
                                      .nbytes = t->nbytes};
+      add_piece(&w->buffers[b], t->data, 0, t->nbytes);
+    } else if (!dst && can_map(t, pb, false)) {
+      /* Parts of the buffer's dtype stay in the file as pieces, joined
+       * only when a host copy is asked for. */
+      WeightBuffer *wb = &w->buffers[b];
+      wb->origin = AMK_WEIGHTS_JOINED;
+      wb->nbytes = (size_t)pb->nbytes;
+      add_piece(wb, t->data, offset, bytes);
     } else {
-      if (!dst)
+      if (!dst) {
+        /* A part needs converting: the whole buffer becomes a copy. */
+        WeightBuffer keep = w->buffers[b];
         dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
+        for (uint32_t i = 0; i < keep.n_pieces; i++)
+          memcpy(dst + keep.pieces[i].offset, keep.pieces[i].data, keep.pieces[i].nbytes);
+        free(keep.pieces);
+      }
       if (!amk_safetensors_convert(t, buf->dtype, dst + offset, bytes, diag))
         return false;
     }
@@ -247,7 +323,8 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
   for (uint32_t b = 0; b < plan->n_buffers && ok; b++)
     if (is_loaded(&plan->buffers[b])) {
       ok = bind_weight(w, b, w->checkpoint, diag);
-      mapped |= w->buffers[b].origin == AMK_WEIGHTS_MAPPED;
+      mapped |= w->buffers[b].origin == AMK_WEIGHTS_MAPPED ||
+                w->buffers[b].origin == AMK_WEIGHTS_JOINED;
     }
   if (!ok) {
     amk_weights_free(w);
@@ -268,9 +345,31 @@ const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes) {
       *nbytes = 0;
     return NULL;
   }
+  WeightBuffer *wb = &w->buffers[b];
+  if (!wb->data && wb->origin == AMK_WEIGHTS_RANDOM) {
+    const AmkPlanBuffer *pb = &w->plan->buffers[b];
+    wb->owned = amk_xcalloc(1, wb->nbytes ? wb->nbytes : 1);
+    amk_random_fill(&wb->rule, pb->dtype, pb->numel, wb->owned);
+    wb->data = wb->owned;
+  } else if (!wb->data && wb->origin == AMK_WEIGHTS_JOINED) {
+    wb->owned = amk_xcalloc(1, wb->nbytes ? wb->nbytes : 1);
+    for (uint32_t i = 0; i < wb->n_pieces; i++)
+      memcpy((char *)wb->owned + wb->pieces[i].offset, wb->pieces[i].data, wb->pieces[i].nbytes);
+    wb->data = wb->owned;
+  }
   if (nbytes)
-    *nbytes = w->buffers[b].nbytes;
-  return w->buffers[b].data;
+    *nbytes = wb->nbytes;
+  return wb->data;
+}
+
+bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **pieces,
+                        uint32_t *n) {
+  if (!w || b >= w->plan->n_buffers || w->buffers[b].n_pieces == 0 ||
+      (w->buffers[b].origin != AMK_WEIGHTS_MAPPED && w->buffers[b].origin != AMK_WEIGHTS_JOINED))
+    return false;
+  *pieces = w->buffers[b].pieces;
+  *n = w->buffers[b].n_pieces;
+  return true;
 }
 
 AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b) {

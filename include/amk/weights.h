@@ -4,10 +4,13 @@
  * From a safetensors checkpoint, a buffer whose source is one tensor of the
  * buffer's dtype (suitably aligned) points straight into the mapped file:
  * no host copy; any other buffer (a dtype conversion, a '+'-joined source)
- * gets one converted copy. Random weights are described per buffer by a
- * rule (amk_weights_random_rule) that amk_random_fill reproduces anywhere,
- * so an engine could fill them itself; the loader fills host copies with
- * that same rule. Synthetic CONST buffers come from the plan.
+ * gets one converted copy, except a '+'-joined source whose parts all have
+ * the buffer's dtype: its parts stay in the file as pieces. Random weights
+ * are described per buffer by a rule (amk_weights_random_rule) that
+ * amk_random_fill reproduces anywhere; the CUDA engine fills them on the
+ * device. Host copies of random and joined buffers are made only when
+ * amk_weights_data is asked for them. Synthetic CONST buffers come from the
+ * plan.
  *
  * Engines read the bytes with amk_weights_data; the CUDA engine uploads
  * them and may drop the loader afterwards, the CPU VM keeps pointing at
@@ -30,9 +33,16 @@ typedef enum {
   AMK_WEIGHTS_NONE = 0,  /* not a WEIGHT/CONST buffer: no bytes */
   AMK_WEIGHTS_MAPPED,    /* a pointer into the mapped checkpoint */
   AMK_WEIGHTS_CONVERTED, /* a host copy converted from the checkpoint */
-  AMK_WEIGHTS_RANDOM,    /* a host copy filled by the random rule */
+  AMK_WEIGHTS_RANDOM,    /* the random rule (a host copy filled when asked for) */
   AMK_WEIGHTS_SYNTHETIC, /* the plan's computed contents */
+  AMK_WEIGHTS_JOINED,    /* pieces of the mapped checkpoint (joined when asked for) */
 } AmkWeightsOrigin;
+
+/* A stretch of a buffer that lies in the mapped checkpoint as it is. */
+typedef struct {
+  const void *data;
+  size_t offset, nbytes; /* where it goes in the buffer, and how much */
+} AmkWeightPiece;
 
 /* Seeded random weights of one buffer: element i is
  * center + scale * (2u - 1) with u the top 53 bits of the (i+1)-th
@@ -55,9 +65,17 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
 void amk_weights_free(AmkWeights *w);
 
 /* The bytes of buffer b (list position), nbytes of them; NULL (and 0) for
- * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file. */
+ * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file.
+ * Random and joined buffers get their host copy on the first call (so an
+ * engine that fills or uploads them itself never makes one); not safe to
+ * call from several threads at once. */
 const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes);
 AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b);
+/* For AMK_WEIGHTS_MAPPED and AMK_WEIGHTS_JOINED buffers: the stretches of
+ * the mapped checkpoint that make up the buffer (an engine can upload them
+ * without a host copy). False for other buffers. */
+bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **pieces,
+                        uint32_t *n);
 /* For AMK_WEIGHTS_RANDOM buffers: the rule that produced them. */
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out);
 /* Fills numel elements of dtype (f32, bf16, f16) at dst by the rule. */

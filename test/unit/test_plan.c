@@ -17,6 +17,7 @@
 #include "amk/io.h"
 #include "amk/plan.h"
 #include "amk/safetensors.h"
+#include "amk/sampling.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
 #include "unit.h"
@@ -317,8 +318,48 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
     CHECK(c, t && bytes && nbytes == t->nbytes && memcmp(bytes, t->data, nbytes) == 0);
     CHECK(c, amk_weights_origin(w, (uint32_t)embed_w) == AMK_WEIGHTS_MAPPED ||
                  (uintptr_t)t->data % 4 != 0);
+    /* A '+'-joined source of the buffer's dtype stays in the file as pieces
+     * in order; the host copy joins them only when asked for. */
+    int32_t qkv = buffer_named(m, "L0.qkv_proj.w");
+    const char *parts[] = {"model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.0.self_attn.k_proj.weight",
+                           "model.layers.0.self_attn.v_proj.weight"};
+    const AmkWeightPiece *pieces = NULL;
+    uint32_t n_pieces = 0;
+    CHECK(c, qkv >= 0 && amk_weights_origin(w, (uint32_t)qkv) == AMK_WEIGHTS_JOINED);
+    CHECK(c, amk_weights_pieces(w, (uint32_t)qkv, &pieces, &n_pieces) && n_pieces == 3);
+    size_t at = 0;
+    for (uint32_t i = 0; i < n_pieces && i < 3 && st; i++) {
+      const AmkStTensor *part = amk_safetensors_find(st, parts[i]);
+      CHECK(c, part && pieces[i].offset == at && pieces[i].nbytes == part->nbytes &&
+                   memcmp(pieces[i].data, part->data, part->nbytes) == 0);
+      at += part ? part->nbytes : 0;
+    }
+    bytes = amk_weights_data(w, (uint32_t)qkv, &nbytes);
+    CHECK(c, bytes && nbytes == at && nbytes == 128 * 64 * 4);
+    for (uint32_t i = 0; bytes && i < n_pieces; i++)
+      CHECK(c, memcmp((const char *)bytes + pieces[i].offset, pieces[i].data,
+                      pieces[i].nbytes) == 0);
+    CHECK(c, !amk_weights_pieces(w, (uint32_t)freq, &pieces, &n_pieces));
     amk_safetensors_close(st);
     amk_weights_free(w);
+  }
+  /* Large random buffers are filled by several threads; the bytes are the
+   * stream's, element by element. */
+  {
+    AmkRandomRule rule = {.state = 99, .center = 0.0, .scale = 0.5};
+    int64_t n = 3 << 20;
+    float *got = malloc((size_t)n * sizeof *got);
+    amk_random_fill(&rule, AMK_DTYPE_F32, n, got);
+    uint64_t state = rule.state;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double u = (double)(amk_splitmix64(&state) >> 11) * (1.0 / 9007199254740992.0);
+      float want = (float)(rule.center + rule.scale * (2.0 * u - 1.0));
+      bad += memcmp(&want, &got[i], sizeof want) != 0;
+    }
+    CHECK(c, bad == 0);
+    free(got);
   }
   /* Two CPU engines over one plan and one set of weights (what --check
    * does with the GPU) agree; the optional hooks the VM lacks say so. */
