@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/builder.h"
 #include "amk/io.h"
 
 /* ---- the reader's state ----------------------------------------------------- */
@@ -1202,15 +1203,7 @@ static bool read_page_policy(Reader *r, const cJSON *node, AmkConfig *cfg) {
 static bool read_config(Reader *r, const cJSON *obj) {
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
-  AmkConfig *cfg = amk_arena_alloc(&r->module->arena, sizeof *cfg);
-  /* The reference's ScheduleConfig defaults. */
-  cfg->tiling.kind = AMK_VALUE_OBJECT;
-  cfg->fusion_grouping.kind = AMK_VALUE_LIST;
-  cfg->sm_assignment = AMK_SM_LOAD_BALANCE;
-  cfg->pipelining_depth = 2;
-  cfg->page_allocation = AMK_PAGES_GRAPH_COLOR;
-  cfg->threads_per_block = 256;
-  cfg->smem_bytes_per_block = 0;
+  AmkConfig *cfg = amk_config_new_default(r->module);
   READ_OPTIONAL(r, obj, "tiling", read_value(r, node, &cfg->tiling));
   READ_OPTIONAL(r, obj, "fusion_grouping", read_value(r, node, &cfg->fusion_grouping));
   READ_OPTIONAL(r, obj, "sm_assignment", read_sm_assignment(r, node, cfg));

@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "amk/builder.h"
 #include "amk/model.h"
 #include "amk/pass.h"
 #include "amk/rope.h"
@@ -33,43 +34,19 @@ typedef struct {
   int32_t counter;
 } Value;
 
-static const char *fmt(Builder *b, const char *format, ...) AMK_PRINTF(2, 3);
-static const char *fmt(Builder *b, const char *format, ...) {
-  char text[256];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(text, sizeof text, format, ap);
-  va_end(ap);
-  return amk_arena_strdup(&b->m->arena, text);
-}
-
-static int32_t add_buffer(Builder *b, const char *name, AmkBufferKind kind,
-                          AmkDType dtype, uint32_t rank, const int64_t *dims,
-                          const char *source) {
-  AmkValue *shape = amk_arena_alloc(&b->m->arena, rank * sizeof *shape);
-  for (uint32_t i = 0; i < rank; i++)
-    shape[i] = amk_value_int(dims[i]);
-  AmkBuffer *buf = amk_module_add_buffer(b->m);
-  buf->name = name;
-  buf->kind = kind;
-  buf->dtype = dtype;
-  buf->rank = rank;
-  buf->shape = shape;
-  buf->space = AMK_SPACE_HBM;
-  buf->source = source ? amk_arena_strdup(&b->m->arena, source) : NULL;
-  return buf->id;
-}
+#define fmt(b, ...) amk_arena_printf(&(b)->m->arena, __VA_ARGS__)
 
 static int32_t weight(Builder *b, const char *name, const char *source,
                       int64_t rows, int64_t cols) {
   int64_t dims[2] = {rows, cols};
-  return add_buffer(b, name, AMK_KIND_WEIGHT, b->dtype, cols ? 2 : 1, dims,
-                    source);
+  return amk_module_add_hbm_buffer(b->m, name, AMK_KIND_WEIGHT, b->dtype,
+                                   cols ? 2 : 1, dims, source);
 }
 
 static int32_t activation(Builder *b, const char *name, int64_t width) {
   int64_t dims[2] = {1, width};
-  return add_buffer(b, name, AMK_KIND_ACTIVATION, b->dtype, 2, dims, NULL);
+  return amk_module_add_hbm_buffer(b->m, name, AMK_KIND_ACTIVATION, b->dtype,
+                                   2, dims, NULL);
 }
 
 /* One task producing one buffer and signalling a fresh counter named after
@@ -200,18 +177,6 @@ static AmkValue bool_value(bool b) {
   AmkValue v = {.kind = AMK_VALUE_BOOL};
   v.as.b = b;
   return v;
-}
-
-static AmkConfig *default_config(AmkModule *m) {
-  AmkConfig *c = amk_arena_alloc(&m->arena, sizeof *c);
-  c->tiling.kind = AMK_VALUE_OBJECT;
-  c->fusion_grouping.kind = AMK_VALUE_LIST;
-  c->sm_assignment = AMK_SM_LOAD_BALANCE;
-  c->pipelining_depth = 2;
-  c->page_allocation = AMK_PAGES_GRAPH_COLOR;
-  c->threads_per_block = 256;
-  c->smem_bytes_per_block = 0;
-  return c;
 }
 
 /* ---- the checkpoint --------------------------------------------------------- */
@@ -443,10 +408,12 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
   int64_t h = cfg->hidden, hd = cfg->head_dim, q_width = cfg->n_heads * hd,
           kv_width = cfg->n_kv_heads * hd, inter = cfg->intermediate;
   int64_t one[1] = {1};
-  Value token = {add_buffer(b, "token_id", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1,
-                            one, NULL), -1};
-  Value pos = {add_buffer(b, "pos", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, one,
-                          NULL), -1};
+  Value token = {amk_module_add_hbm_buffer(b->m, "token_id", AMK_KIND_IO_INPUT,
+                                           AMK_DTYPE_I32, 1, one, NULL),
+                 -1};
+  Value pos = {amk_module_add_hbm_buffer(b->m, "pos", AMK_KIND_IO_INPUT,
+                                         AMK_DTYPE_I32, 1, one, NULL),
+               -1};
 
   int32_t embed_w = weight(b, "embed.w", "model.embed_tokens.weight",
                            cfg->vocab, h);
@@ -478,10 +445,10 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
     Value kr = rope(b, NAME("rope_k"), k, pos, cfg->n_kv_heads, cfg,
                     NAME("kr"));
     int64_t cache_dims[3] = {max_seq, cfg->n_kv_heads, hd};
-    int32_t kcache = add_buffer(b, NAME("kcache"), AMK_KIND_KV_CACHE, b->dtype,
-                                3, cache_dims, NULL);
-    int32_t vcache = add_buffer(b, NAME("vcache"), AMK_KIND_KV_CACHE, b->dtype,
-                                3, cache_dims, NULL);
+    int32_t kcache = amk_module_add_hbm_buffer(
+        b->m, NAME("kcache"), AMK_KIND_KV_CACHE, b->dtype, 3, cache_dims, NULL);
+    int32_t vcache = amk_module_add_hbm_buffer(
+        b->m, NAME("vcache"), AMK_KIND_KV_CACHE, b->dtype, 3, cache_dims, NULL);
     Value kc = kv_append(b, NAME("k_append"), kr, kcache, cfg);
     Value vc = kv_append(b, NAME("v_append"), v, vcache, cfg);
 
@@ -532,8 +499,8 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
                                                    : "lm_head.weight",
                           cfg->vocab, h);
   int64_t logit_dims[2] = {1, cfg->vocab};
-  int32_t logits = add_buffer(b, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2,
-                              logit_dims, NULL);
+  int32_t logits = amk_module_add_hbm_buffer(
+      b->m, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2, logit_dims, NULL);
   Value out;
   int32_t head_in[2] = {hf.buffer, head_w};
   t = add_task(b, AMK_OP_GEMV_TILE, "lm_head", head_in, 2, logits,
@@ -705,7 +672,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   AmkTarget *target_copy = amk_arena_memdup(&m->arena, target, sizeof *target);
   m->target = target_copy;
   if (!m->config)
-    m->config = default_config(m);
+    m->config = amk_config_new_default(m);
 
   Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1)};
   build_program(&b, &cfg, max_seq);
