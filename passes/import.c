@@ -6,13 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
 #include "amk/builder.h"
 #include "amk/model.h"
 #include "amk/pass.h"
+#include "amk/path.h"
 #include "amk/rope.h"
 #include "amk/safetensors.h"
+#include "amk/strutil.h"
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
@@ -238,11 +239,6 @@ static bool is_float_dtype(AmkStDType d) {
          d == AMK_ST_F64;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* Check the state dict against the config. Sets *ckpt_dtype to the
  * embedding's dtype (the checkpoint's dtype). */
 static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
@@ -251,7 +247,7 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
   size_t n_tensors = amk_safetensors_count(st);
   for (size_t i = 0; i < n_tensors; i++) {
     const AmkStTensor *t = amk_safetensors_at(st, i);
-    if (ends_with(t->name, ".bias")) {
+    if (amk_str_ends_with(t->name, ".bias")) {
       amk_error(diag, no_loc(), "%s: unsupported model: the checkpoint has a "
                 "bias tensor '%s' (projections with biases are not supported)",
                 t->file, t->name);
@@ -297,7 +293,7 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
   const char *first_unused = NULL;
   for (size_t i = 0; i < n_tensors; i++) {
     const char *name = amk_safetensors_at(st, i)->name;
-    if (!used[i] && !ends_with(name, "rotary_emb.inv_freq")) {
+    if (!used[i] && !amk_str_ends_with(name, "rotary_emb.inv_freq")) {
       if (!unused++)
         first_unused = name;
     }
@@ -344,17 +340,6 @@ static bool parse_max_seq(const char *text, int64_t *out) {
 
 /* ---- the folder ---------------------------------------------------------------- */
 
-static char *join_path(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = amk_xmalloc(a + b + 2);
-  memcpy(p, dir, a);
-  size_t at = a;
-  if (a && dir[a - 1] != '/')
-    p[at++] = '/';
-  memcpy(p + at, name, b + 1);
-  return p;
-}
-
 /* A relative `model "DIR"` in an .amkir file is relative to that file's
  * folder; a folder given on the command line is used as is. */
 static char *resolve_model_dir(const AmkModule *m) {
@@ -367,7 +352,7 @@ static char *resolve_model_dir(const AmkModule *m) {
   char *parent = amk_xmalloc((size_t)(slash - src) + 2);
   memcpy(parent, src, (size_t)(slash - src) + 1);
   parent[slash - src + 1] = '\0';
-  char *joined = join_path(parent, dir);
+  char *joined = amk_path_join(parent, dir);
   free(parent);
   return joined;
 }
@@ -388,15 +373,9 @@ static void model_name(const char *dir, char *out, size_t size) {
   snprintf(out, size, "%.*s", (int)n, dir + start);
 }
 
-static bool is_directory(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 static bool file_exists(const char *dir, const char *name) {
-  char *path = join_path(dir, name);
-  struct stat sb;
-  bool exists = stat(path, &sb) == 0;
+  char *path = amk_path_join(dir, name);
+  bool exists = amk_path_exists(path);
   free(path);
   return exists;
 }
@@ -609,7 +588,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   char *dir = resolve_model_dir(m);
   bool ok = false;
   AmkSafetensors *st = NULL;
-  if (!is_directory(dir)) {
+  if (!amk_is_directory(dir)) {
     amk_error(diag, no_loc(), "%s: not a model folder (no such directory)", dir);
     goto done;
   }
@@ -618,7 +597,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
               "HuggingFace model folder)", dir);
     goto done;
   }
-  char *config_path = join_path(dir, "config.json");
+  char *config_path = amk_path_join(dir, "config.json");
   AmkModelConfig cfg;
   bool config_ok = amk_model_config_read(config_path, &cfg, diag);
   free(config_path);

@@ -1,4 +1,5 @@
-/* Edit distance and "did you mean" suggestions (include/amk/strutil.h). */
+/* String helpers: edit distance, "did you mean" suggestions, suffixes
+ * (include/amk/strutil.h). */
 #include <string.h>
 
 #include "amk/strutil.h"
@@ -44,4 +45,9 @@ const char *amk_suggest(const char *word, size_t len,
     }
   }
   return best;
+}
+
+bool amk_str_ends_with(const char *s, const char *suffix) {
+  size_t len = strlen(s), suffix_len = strlen(suffix);
+  return len >= suffix_len && strcmp(s + len - suffix_len, suffix) == 0;
 }

@@ -2,6 +2,7 @@
 #ifndef AMK_STRUTIL_H
 #define AMK_STRUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Levenshtein distance between a[0..la) and b[0..lb); words of 64 bytes or
@@ -12,5 +13,8 @@ size_t amk_edit_distance(const char *a, size_t la, const char *b, size_t lb);
  * none is close enough to be a typo (a third of the word, at most 3 edits). */
 const char *amk_suggest(const char *word, size_t len,
                         const char *const *candidates, size_t n);
+
+/* Whether `s` ends with `suffix`. */
+bool amk_str_ends_with(const char *s, const char *suffix);
 
 #endif
