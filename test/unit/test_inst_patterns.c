@@ -510,13 +510,13 @@ static void test_unknown_pattern(UnitCounts *c) {
   AmkTensorView in[2] = {view2(x, AMK_DTYPE_F32, 1, 2), view2(w, AMK_DTYPE_F32, 2, 2)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = gemv_params(9, 2, 0, 2);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   CHECK_STR(c, err, "gemv_tile: unknown fused pattern 9 (flags >> 16)");
   set_int(&p, "flags", -1);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   /* Low flag bits alone keep the plain GEMV. */
   set_int(&p, "flags", 3);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 1.0f && out[1] == 2.0f);
 }
 

@@ -51,10 +51,4 @@ static void test_ends_with(UnitCounts *c) {
   CHECK(c, !amk_str_ends_with("a.jsonl", ".json"));
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_join(&c);
-  test_kinds(&c);
-  test_ends_with(&c);
-  return unit_finish("test_path", &c);
-}
+UNIT_MAIN("test_path", test_join, test_kinds, test_ends_with)
