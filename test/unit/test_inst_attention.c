@@ -23,12 +23,17 @@ static float q1[2] = {1, 0};
 static float k2[4] = {1, 0, 0, 1};
 static float v2[4] = {1, 2, 3, 4};
 
+static void two_key_inputs(AmkTensorView in[3]) {
+  in[0] = view2(q1, AMK_DTYPE_F32, 1, 2);
+  in[1] = view3(k2, AMK_DTYPE_F32, 2, 1, 2);
+  in[2] = view3(v2, AMK_DTYPE_F32, 2, 1, 2);
+}
+
 static void test_two_keys(UnitCounts *c) {
   char err[160];
   float out[4];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = attention_params(2, 1, 1, 0, 2, inv_sqrt2);
   CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, 0);
@@ -78,9 +83,8 @@ static void test_gqa(UnitCounts *c) {
 static void test_combine(UnitCounts *c) {
   char err[160];
   float part0[4], part1[4], out[2];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkInstParams p0 = attention_params(2, 1, 1, 0, 1, inv_sqrt2);
   AmkInstParams p1 = attention_params(2, 1, 1, 1, 1, inv_sqrt2);
   set_int(&p0, "flags", 2);
@@ -141,9 +145,8 @@ static void test_combine(UnitCounts *c) {
 static void test_attention_errors(UnitCounts *c) {
   char err[160];
   float out[4];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = attention_params(2, 1, 1, 1, 2, inv_sqrt2); /* [1, 3) of 2 */
   CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_INDEX);
