@@ -23,6 +23,7 @@
 
 #include "amk/builder.h"
 #include "amk/io.h"
+#include "amk/strutil.h"
 
 /* ---- the reader's state ----------------------------------------------------- */
 
@@ -177,31 +178,11 @@ static size_t number_length(const char *p, const char *end) {
   return (size_t)(q - p);
 }
 
-/* Length of a strict UTF-8 sequence at p (no overlongs, no surrogates), or 0. */
-static size_t utf8_length(const unsigned char *p, const unsigned char *end) {
-  unsigned char c = *p;
-  size_t len;
-  uint32_t cp, min;
-  if (c < 0x80)
-    return 1;
-  if ((c & 0xE0) == 0xC0)
-    len = 2, cp = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0)
-    len = 3, cp = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0)
-    len = 4, cp = c & 0x07, min = 0x10000;
-  else
-    return 0;
-  if ((size_t)(end - p) < len)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((p[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (p[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return len;
+/* Length of a strict UTF-8 sequence at p, or 0. */
+static size_t utf8_length(const char *p, const char *end) {
+  uint32_t code_point;
+  return amk_utf8_decode((const unsigned char *)p, (const unsigned char *)end,
+                         &code_point);
 }
 
 static int hex_value(char c) {
@@ -243,7 +224,7 @@ static size_t lex_string(Reader *r, size_t start) {
                       "malformed JSON: invalid control character in string"),
              0;
     if (c >= 0x80) {
-      size_t n = utf8_length((const unsigned char *)p, (const unsigned char *)end);
+      size_t n = utf8_length(p, end);
       if (n == 0)
         return error_at(r, (size_t)(p - text), "invalid UTF-8 in string"), 0;
       p += n;
@@ -352,8 +333,7 @@ static bool lex_all(Reader *r) {
       i += 8;
     } else {
       unsigned char u = (unsigned char)c;
-      if (u >= 0x80 && utf8_length((const unsigned char *)text + i,
-                                   (const unsigned char *)end) == 0)
+      if (u >= 0x80 && utf8_length(text + i, end) == 0)
         return error_at(r, i, "invalid UTF-8");
       if (u >= 0x20 && u < 0x7F)
         return error_at(r, i, "malformed JSON: unexpected character '%c'", c);
@@ -742,24 +722,41 @@ static bool read_value(Reader *r, const cJSON *node, AmkValue *out) {
   return true;
 }
 
-/* A JSON list of 32-bit ids into a fresh arena array. */
-static bool read_id_list(Reader *r, const cJSON *node, int32_t **ids, uint32_t *count) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
+typedef bool (*ReadItem)(Reader *r, const cJSON *node, void *out);
+
+/* A JSON list into a fresh arena array of `item_size`-byte items, each read
+ * by read_item with its index on the path. Stores the length in *count;
+ * NULL on an error. */
+static void *read_list(Reader *r, const cJSON *node, size_t item_size,
+                       ReadItem read_item, uint32_t *count) {
+  if (!cJSON_IsArray(node)) {
+    expected(r, node, "a list");
+    return NULL;
+  }
   uint32_t n = 0;
   for (const cJSON *c = node->child; c; c = c->next)
     n++;
-  *ids = amk_arena_alloc(&r->module->arena, sizeof(int32_t) * (n ? n : 1));
+  char *items = amk_arena_alloc(&r->module->arena, item_size * (n ? n : 1));
   *count = n;
   uint32_t i = 0;
   for (const cJSON *c = node->child; c; c = c->next, i++) {
     size_t saved = path_push_index(r, i);
-    bool ok = read_int32(r, c, &(*ids)[i]);
+    bool ok = read_item(r, c, items + i * item_size);
     path_pop(r, saved);
     if (!ok)
-      return false;
+      return NULL;
   }
-  return true;
+  return items;
+}
+
+static bool read_id(Reader *r, const cJSON *node, void *id) {
+  return read_int32(r, node, id);
+}
+
+/* A JSON list of 32-bit ids into a fresh arena array. */
+static bool read_id_list(Reader *r, const cJSON *node, int32_t **ids, uint32_t *count) {
+  *ids = read_list(r, node, sizeof **ids, read_id, count);
+  return *ids != NULL;
 }
 
 /* Python's int(str): surrounding whitespace, a sign, digits with single
@@ -1011,7 +1008,8 @@ static bool read_counter(Reader *r, const cJSON *obj) {
   return true;
 }
 
-static bool read_wait(Reader *r, const cJSON *obj, AmkWait *w) {
+static bool read_wait(Reader *r, const cJSON *obj, void *out) {
+  AmkWait *w = out;
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
   READ_REQUIRED(r, obj, "counter", read_int32(r, node, &w->counter));
@@ -1021,22 +1019,8 @@ static bool read_wait(Reader *r, const cJSON *obj, AmkWait *w) {
 }
 
 static bool read_waits(Reader *r, const cJSON *node, AmkTask *t) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
-  uint32_t n = 0;
-  for (const cJSON *c = node->child; c; c = c->next)
-    n++;
-  t->waits = amk_arena_alloc(&r->module->arena, sizeof(AmkWait) * (n ? n : 1));
-  t->n_waits = n;
-  uint32_t i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    size_t saved = path_push_index(r, i);
-    bool ok = read_wait(r, c, &t->waits[i]);
-    path_pop(r, saved);
-    if (!ok)
-      return false;
-  }
-  return true;
+  t->waits = read_list(r, node, sizeof *t->waits, read_wait, &t->n_waits);
+  return t->waits != NULL;
 }
 
 static bool read_params(Reader *r, const cJSON *node, AmkTask *t) {
@@ -1104,7 +1088,8 @@ static bool read_record_list(Reader *r, const cJSON *root, const char *key,
   return true;
 }
 
-static bool read_page(Reader *r, const cJSON *obj, AmkPage *p) {
+static bool read_page(Reader *r, const cJSON *obj, void *out) {
+  AmkPage *p = out;
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
   int space = 0;
@@ -1120,22 +1105,8 @@ static bool read_page(Reader *r, const cJSON *obj, AmkPage *p) {
 }
 
 static bool read_page_list(Reader *r, const cJSON *node, AmkPageAllocation *pa) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
-  uint32_t n = 0;
-  for (const cJSON *c = node->child; c; c = c->next)
-    n++;
-  pa->pages = amk_arena_alloc(&r->module->arena, sizeof(AmkPage) * (n ? n : 1));
-  pa->n_pages = n;
-  uint32_t i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    size_t saved = path_push_index(r, i);
-    bool ok = read_page(r, c, &pa->pages[i]);
-    path_pop(r, saved);
-    if (!ok)
-      return false;
-  }
-  return true;
+  pa->pages = read_list(r, node, sizeof *pa->pages, read_page, &pa->n_pages);
+  return pa->pages != NULL;
 }
 
 static bool read_bindings(Reader *r, const cJSON *node, AmkPageAllocation *pa) {

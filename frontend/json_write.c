@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amk/io.h"
+#include "amk/strutil.h"
 
 /* ---- strings ---------------------------------------------------------------- */
 
@@ -13,39 +14,10 @@ static void put_u16_escape(AmkStrBuf *out, unsigned unit) {
   amk_sb_printf(out, "\\u%04x", unit);
 }
 
-/* Decodes one UTF-8 sequence at s; returns its length, or 0 when it is not
- * well-formed (then the byte is written as U+FFFD, as a lossy decoder would). */
-static int decode_utf8(const unsigned char *s, uint32_t *code_point) {
-  unsigned char c = s[0];
-  int len;
-  uint32_t cp, min;
-  if (c < 0x80) {
-    *code_point = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2, cp = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, cp = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, cp = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  for (int i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  *code_point = cp;
-  return len;
-}
-
 /* ensure_ascii=True: printable ASCII stays, the short escapes json knows are
  * used, everything else is \uXXXX (astral characters as surrogate pairs). */
 void amk_write_json_string(const char *s, AmkStrBuf *out) {
-  const unsigned char *p = (const unsigned char *)s;
+  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
   amk_sb_putc(out, '"');
   while (*p) {
     unsigned char c = *p;
@@ -68,8 +40,8 @@ void amk_write_json_string(const char *s, AmkStrBuf *out) {
     default: break;
     }
     uint32_t cp;
-    int len = decode_utf8(p, &cp);
-    if (len == 0) {
+    size_t len = amk_utf8_decode(p, end, &cp);
+    if (len == 0) { /* written as U+FFFD, as a lossy decoder would */
       cp = 0xFFFD;
       len = 1;
     }

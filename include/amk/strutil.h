@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Levenshtein distance between a[0..la) and b[0..lb); words of 64 bytes or
  * more count as 64 away from everything. */
@@ -16,5 +17,11 @@ const char *amk_suggest(const char *word, size_t len,
 
 /* Whether `s` ends with `suffix`. */
 bool amk_str_ends_with(const char *s, const char *suffix);
+
+/* Decode one strict UTF-8 sequence (no overlongs, no surrogates, nothing
+ * past U+10FFFF) of the bytes [p, end): its length, with the code point in
+ * *code_point, or 0 when it is not well-formed. */
+size_t amk_utf8_decode(const unsigned char *p, const unsigned char *end,
+                       uint32_t *code_point);
 
 #endif

@@ -1,7 +1,8 @@
-/* support/path.c and support/strutil.c: joining paths, classifying them, and
- * string suffixes. */
+/* support/path.c and support/strutil.c: joining paths, classifying them,
+ * string suffixes and UTF-8 decoding. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "amk/path.h"
@@ -51,4 +52,25 @@ static void test_ends_with(UnitCounts *c) {
   CHECK(c, !amk_str_ends_with("a.jsonl", ".json"));
 }
 
-UNIT_MAIN("test_path", test_join, test_kinds, test_ends_with)
+/* Decode all of `bytes` as one sequence: its length, or 0. */
+static size_t decode(const char *bytes, uint32_t *cp) {
+  const unsigned char *p = (const unsigned char *)bytes;
+  return amk_utf8_decode(p, p + strlen(bytes), cp);
+}
+
+static void test_utf8(UnitCounts *c) {
+  uint32_t cp = 0;
+  CHECK(c, decode("A", &cp) == 1 && cp == 'A');
+  CHECK(c, decode("\xc3\xa9", &cp) == 2 && cp == 0xE9);
+  CHECK(c, decode("\xe2\x82\xac", &cp) == 3 && cp == 0x20AC);
+  CHECK(c, decode("\xf0\x9f\x98\x80", &cp) == 4 && cp == 0x1F600);
+  CHECK(c, decode("\xc3\x28", &cp) == 0);         /* bad continuation */
+  CHECK(c, decode("\xc0\xaf", &cp) == 0);         /* overlong '/' */
+  CHECK(c, decode("\xed\xa0\x80", &cp) == 0);     /* surrogate D800 */
+  CHECK(c, decode("\xf4\x90\x80\x80", &cp) == 0); /* past U+10FFFF */
+  CHECK(c, decode("\xe2\x82", &cp) == 0);         /* truncated */
+  CHECK(c, decode("\xff", &cp) == 0);
+  CHECK(c, decode("", &cp) == 0);
+}
+
+UNIT_MAIN("test_support", test_join, test_kinds, test_ends_with, test_utf8)
