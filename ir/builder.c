@@ -42,3 +42,13 @@ int32_t amk_module_add_hbm_buffer(AmkModule *m, const char *name,
   buf->source = source;
   return buf->id;
 }
+
+bool amk_module_ids_are_positions(const AmkModule *m) {
+  for (uint32_t i = 0; i < m->n_buffers; i++)
+    if (m->buffers[i].id != (int32_t)i)
+      return false;
+  for (uint32_t i = 0; i < m->n_counters; i++)
+    if (m->counters[i].id != (int32_t)i)
+      return false;
+  return true;
+}

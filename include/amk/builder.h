@@ -25,4 +25,9 @@ int32_t amk_module_add_hbm_buffer(AmkModule *m, const char *name,
                                   uint32_t rank, const int64_t *dims,
                                   const char *source);
 
+/* Whether every buffer's and counter's id is its list position, as the ids
+ * amk_module_add_buffer / _add_counter give: then appended records cannot
+ * collide with existing ids. */
+bool amk_module_ids_are_positions(const AmkModule *m);
+
 #endif
