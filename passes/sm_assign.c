@@ -382,14 +382,9 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
   }
 
   AmkTaskGraph g;
-  amk_graph_build(&g, m);
-  if (!g.acyclic) {
-    amk_error(ctx->diag, none,
-              "sm-assign: the task graph has a cycle, so no SM order can be safe "
-              "(run -validate for the cycle)");
-    amk_graph_free(&g);
+  if (!amk_graph_build_acyclic(&g, m, ctx->diag, "sm-assign",
+                               "no SM order can be safe"))
     return false;
-  }
   uint32_t n = m->n_tasks;
   int32_t *sm = amk_xcalloc(n ? n : 1, sizeof *sm);
   if (policy == AMK_SM_EXPLICIT) {

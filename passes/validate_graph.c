@@ -211,6 +211,21 @@ void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
   amk_graph_build_in(g, m, NULL);
 }
 
+bool amk_graph_build_acyclic(AmkTaskGraph *g, const AmkModule *m,
+                             AmkDiagEngine *diag, const char *pass,
+                             const char *consequence) {
+  amk_graph_build(g, m);
+  if (g->acyclic)
+    return true;
+  AmkLoc none = {0, 0};
+  amk_error(diag, none,
+            "%s: the task graph has a cycle, so %s (run -validate for the "
+            "cycle)",
+            pass, consequence);
+  amk_graph_free(g);
+  return false;
+}
+
 /* Dense out_counter id -> slot table when the ids span little more than the
  * task count (ids equal to positions, the usual case): no hashing. */
 static bool build_dense_slots(AmkTaskGraph *g, const AmkModule *m) {
