@@ -749,14 +749,12 @@ static void *read_list(Reader *r, const cJSON *node, size_t item_size,
   return items;
 }
 
+/* read_list into `array` (a pointer lvalue) and `count`; true when read. */
+#define READ_LIST(r, node, array, count, read_item)                            \
+  (((array) = read_list((r), (node), sizeof *(array), (read_item), &(count))) != NULL)
+
 static bool read_id(Reader *r, const cJSON *node, void *id) {
   return read_int32(r, node, id);
-}
-
-/* A JSON list of 32-bit ids into a fresh arena array. */
-static bool read_id_list(Reader *r, const cJSON *node, int32_t **ids, uint32_t *count) {
-  *ids = read_list(r, node, sizeof **ids, read_id, count);
-  return *ids != NULL;
 }
 
 /* Python's int(str): surrounding whitespace, a sign, digits with single
@@ -790,16 +788,23 @@ typedef struct {
   int32_t key, value;
 } IntPair;
 
+/* Stores one entry of an int map as records[i]. */
+typedef void (*StorePair)(void *records, uint32_t i, int32_t key, int32_t value);
+
 /* A {"<int>": int, ...} object (buffer_to_page, explicit sm_assignment), as
  * the reference reads it: string keys deduplicated first (a JSON object),
  * then the int() of each key (a dict comprehension), so "1" and "01" are
- * one entry. Returns a fresh arena array. */
-static bool read_int_map(Reader *r, const cJSON *node, IntPair **pairs, uint32_t *count) {
-  if (!cJSON_IsObject(node))
-    return expected(r, node, "an object");
+ * one entry. Returns a fresh arena array of `record_size`-byte records
+ * filled by `store`, with the entry count in *count; NULL on an error. */
+static void *read_int_map(Reader *r, const cJSON *node, size_t record_size,
+                          StorePair store, uint32_t *count) {
+  if (!cJSON_IsObject(node)) {
+    expected(r, node, "an object");
+    return NULL;
+  }
   uint32_t n;
   Member *members = object_members(node, &n);
-  IntPair *out = amk_arena_alloc(&r->module->arena, sizeof(IntPair) * (n ? n : 1));
+  IntPair *out = amk_xmalloc(sizeof(IntPair) * (n ? n : 1));
   const cJSON **value_nodes = amk_xmalloc(sizeof *value_nodes * (n ? n : 1));
   IndexTable table;
   table_init(&table, n);
@@ -836,9 +841,15 @@ static bool read_int_map(Reader *r, const cJSON *node, IntPair **pairs, uint32_t
   table_free(&table);
   free(value_nodes);
   free(members);
-  *pairs = out;
   *count = used;
-  return ok;
+  char *records = NULL;
+  if (ok) {
+    records = amk_arena_alloc(&r->module->arena, record_size * (used ? used : 1));
+    for (uint32_t i = 0; i < used; i++)
+      store(records, i, out[i].key, out[i].value);
+  }
+  free(out);
+  return records;
 }
 
 /* ---- sections ------------------------------------------------------------------ */
@@ -1018,11 +1029,6 @@ static bool read_wait(Reader *r, const cJSON *obj, void *out) {
   return true;
 }
 
-static bool read_waits(Reader *r, const cJSON *node, AmkTask *t) {
-  t->waits = read_list(r, node, sizeof *t->waits, read_wait, &t->n_waits);
-  return t->waits != NULL;
-}
-
 static bool read_params(Reader *r, const cJSON *node, AmkTask *t) {
   if (!cJSON_IsObject(node))
     return expected(r, node, "an object");
@@ -1055,10 +1061,11 @@ static bool read_task(Reader *r, const cJSON *obj) {
   READ_REQUIRED(r, obj, "id", read_int32(r, node, &t.id));
   READ_REQUIRED(r, obj, "op", read_enum(r, node, amk_op_from_json_name, "op", &op));
   t.op = (AmkOp)op;
-  READ_REQUIRED(r, obj, "inputs", read_id_list(r, node, &t.inputs, &t.n_inputs));
-  READ_REQUIRED(r, obj, "outputs", read_id_list(r, node, &t.outputs, &t.n_outputs));
+  READ_REQUIRED(r, obj, "inputs", READ_LIST(r, node, t.inputs, t.n_inputs, read_id));
+  READ_REQUIRED(r, obj, "outputs",
+                READ_LIST(r, node, t.outputs, t.n_outputs, read_id));
   READ_REQUIRED(r, obj, "out_counter", read_int32(r, node, &t.out_counter));
-  READ_OPTIONAL(r, obj, "waits", read_waits(r, node, &t));
+  READ_OPTIONAL(r, obj, "waits", READ_LIST(r, node, t.waits, t.n_waits, read_wait));
   READ_OPTIONAL(r, obj, "params", read_params(r, node, &t));
   READ_OPTIONAL(r, obj, "sm", read_sm(r, node, &t));
   READ_OPTIONAL(r, obj, "est_bytes", read_int64(r, node, &t.est_bytes));
@@ -1104,22 +1111,15 @@ static bool read_page(Reader *r, const cJSON *obj, void *out) {
   return true;
 }
 
-static bool read_page_list(Reader *r, const cJSON *node, AmkPageAllocation *pa) {
-  pa->pages = read_list(r, node, sizeof *pa->pages, read_page, &pa->n_pages);
-  return pa->pages != NULL;
+static void store_binding(void *records, uint32_t i, int32_t buffer,
+                          int32_t page) {
+  ((AmkPageBinding *)records)[i] = (AmkPageBinding){buffer, page};
 }
 
 static bool read_bindings(Reader *r, const cJSON *node, AmkPageAllocation *pa) {
-  IntPair *pairs;
-  if (!read_int_map(r, node, &pairs, &pa->n_bindings))
-    return false;
-  pa->bindings = amk_arena_alloc(&r->module->arena,
-                                 sizeof(AmkPageBinding) * (pa->n_bindings ? pa->n_bindings : 1));
-  for (uint32_t i = 0; i < pa->n_bindings; i++) {
-    pa->bindings[i].buffer = pairs[i].key;
-    pa->bindings[i].page = pairs[i].value;
-  }
-  return true;
+  pa->bindings = read_int_map(r, node, sizeof *pa->bindings, store_binding,
+                              &pa->n_bindings);
+  return pa->bindings != NULL;
 }
 
 static bool read_pages(Reader *r, const cJSON *obj) {
@@ -1127,23 +1127,23 @@ static bool read_pages(Reader *r, const cJSON *obj) {
     return expected(r, obj, "an object");
   AmkPageAllocation *pa = amk_arena_alloc(&r->module->arena, sizeof *pa);
   READ_REQUIRED(r, obj, "buffer_to_page", read_bindings(r, node, pa));
-  READ_REQUIRED(r, obj, "pages", read_page_list(r, node, pa));
+  READ_REQUIRED(r, obj, "pages",
+                READ_LIST(r, node, pa->pages, pa->n_pages, read_page));
   r->module->pages = pa;
   return true;
 }
 
+static void store_sm_entry(void *records, uint32_t i, int32_t task, int32_t sm) {
+  ((AmkSmMapEntry *)records)[i] = (AmkSmMapEntry){task, sm};
+}
+
 static bool read_sm_assignment(Reader *r, const cJSON *node, AmkConfig *cfg) {
   if (cJSON_IsObject(node)) {
-    IntPair *pairs;
-    if (!read_int_map(r, node, &pairs, &cfg->n_sm_map))
+    cfg->sm_map = read_int_map(r, node, sizeof *cfg->sm_map, store_sm_entry,
+                               &cfg->n_sm_map);
+    if (!cfg->sm_map)
       return false;
     cfg->sm_assignment = AMK_SM_EXPLICIT;
-    cfg->sm_map = amk_arena_alloc(&r->module->arena,
-                                  sizeof(AmkSmMapEntry) * (cfg->n_sm_map ? cfg->n_sm_map : 1));
-    for (uint32_t i = 0; i < cfg->n_sm_map; i++) {
-      cfg->sm_map[i].task = pairs[i].key;
-      cfg->sm_map[i].sm = pairs[i].value;
-    }
     return true;
   }
   if (!cJSON_IsString(node))
