@@ -584,27 +584,24 @@ static void repr_into(const AmkValue *v, Out *o, int depth) {
     return;
   }
   case AMK_VALUE_LIST:
-    out_str(o, "[");
+  case AMK_VALUE_OBJECT: {
+    bool is_object = v->kind == AMK_VALUE_OBJECT;
+    out_str(o, is_object ? "{" : "[");
     for (uint32_t i = 0; i < v->count && !o->truncated; i++) {
       if (i)
         out_str(o, ", ");
-      repr_into(&v->as.items[i], o, depth + 1);
+      if (is_object) {
+        AmkValue key = {.kind = AMK_VALUE_STRING};
+        key.as.s = v->as.members[i].key;
+        repr_into(&key, o, depth + 1);
+        out_str(o, ": ");
+      }
+      repr_into(is_object ? &v->as.members[i].value : &v->as.items[i], o,
+                depth + 1);
     }
-    out_str(o, "]");
+    out_str(o, is_object ? "}" : "]");
     return;
-  case AMK_VALUE_OBJECT:
-    out_str(o, "{");
-    for (uint32_t i = 0; i < v->count && !o->truncated; i++) {
-      if (i)
-        out_str(o, ", ");
-      AmkValue key = {.kind = AMK_VALUE_STRING};
-      key.as.s = v->as.members[i].key;
-      repr_into(&key, o, depth + 1);
-      out_str(o, ": ");
-      repr_into(&v->as.members[i].value, o, depth + 1);
-    }
-    out_str(o, "}");
-    return;
+  }
   }
   out_str(o, "?");
 }
