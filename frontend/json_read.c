@@ -948,19 +948,25 @@ static bool read_target(Reader *r, const cJSON *node) {
   return ok;
 }
 
-/* Reads `key` of `obj` with `reader` under the path `key`; absent keys keep
- * the default already stored. */
+/* Evaluates `call` with `node` = `member_node` under the path `key`;
+ * returns false from the enclosing function when the call fails. */
+#define READ_MEMBER(r, key, member_node, call)                                 \
+  do {                                                                         \
+    size_t saved_ = path_push_key((r), (key));                                 \
+    const cJSON *node = (member_node);                                         \
+    bool ok_ = (call);                                                         \
+    path_pop((r), saved_);                                                     \
+    if (!ok_)                                                                  \
+      return false;                                                            \
+  } while (0)
+
+/* Reads `key` of `obj` with `call`; absent keys keep the default already
+ * stored. */
 #define READ_OPTIONAL(r, obj, key, call)                                       \
   do {                                                                         \
     const cJSON *m_ = member((obj), (key));                                    \
-    if (m_) {                                                                  \
-      size_t saved_ = path_push_key((r), (key));                               \
-      const cJSON *node = m_;                                                  \
-      bool ok_ = (call);                                                       \
-      path_pop((r), saved_);                                                   \
-      if (!ok_)                                                                \
-        return false;                                                          \
-    }                                                                          \
+    if (m_)                                                                    \
+      READ_MEMBER(r, key, m_, call);                                           \
   } while (0)
 
 #define READ_REQUIRED(r, obj, key, call)                                       \
@@ -968,12 +974,7 @@ static bool read_target(Reader *r, const cJSON *node) {
     const cJSON *m_ = required_member((r), (obj), (key));                      \
     if (!m_)                                                                   \
       return false;                                                            \
-    size_t saved_ = path_push_key((r), (key));                                 \
-    const cJSON *node = m_;                                                    \
-    bool ok_ = (call);                                                         \
-    path_pop((r), saved_);                                                     \
-    if (!ok_)                                                                  \
-      return false;                                                            \
+    READ_MEMBER(r, key, m_, call);                                             \
   } while (0)
 
 static bool read_buffer(Reader *r, const cJSON *obj) {

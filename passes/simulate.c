@@ -349,8 +349,7 @@ size_t amk_simulate_adversarial(const AmkModule *m, AmkDiagEngine *diag,
         if (b == AMK_NO_INDEX)
           continue;
         const AmkBuffer *buf = &m->buffers[b];
-        if ((unsigned)buf->kind < AMK_KIND_COUNT &&
-            amk_kind_is_read_only(buf->kind))
+        if (amk_kind_is_read_only(buf->kind))
           continue;
         bool self_writes = false;
         for (uint32_t j = 0; j < task->n_outputs && !self_writes; j++)

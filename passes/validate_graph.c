@@ -207,6 +207,19 @@ static void *graph_calloc(AmkTaskGraph *g, size_t n, size_t size) {
                     : amk_xcalloc(n, size);
 }
 
+/* Counting-sort offsets of n entries by slot: the entries of slot s go to
+ * [off[s], off[s + 1]). */
+static uint32_t *slot_offsets(AmkTaskGraph *g, const uint32_t *slot_of_entry,
+                              uint32_t n) {
+  uint32_t ns = g->n_slots;
+  uint32_t *off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  for (uint32_t i = 0; i < n; i++)
+    off[slot_of_entry[i] + 1]++;
+  for (uint32_t s = 0; s < ns; s++)
+    off[s + 1] += off[s];
+  return off;
+}
+
 void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
   amk_graph_build_in(g, m, NULL);
 }
@@ -273,12 +286,8 @@ void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
   uint32_t ns = g->n_slots;
 
   /* Producers per slot (counting sort keeps list order). */
-  g->prod_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->prod_off = slot_offsets(g, g->task_slot, n);
   g->prod = graph_alloc(g, sizeof(uint32_t) * (n + 1));
-  for (uint32_t t = 0; t < n; t++)
-    g->prod_off[g->task_slot[t] + 1]++;
-  for (uint32_t s = 0; s < ns; s++)
-    g->prod_off[s + 1] += g->prod_off[s];
   uint32_t *fill = graph_alloc(g, sizeof(uint32_t) * (ns + 1));
   memcpy(fill, g->prod_off, sizeof(uint32_t) * ns);
   for (uint32_t t = 0; t < n; t++)
@@ -307,12 +316,8 @@ void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
   memset(g->slot_mark, 0, sizeof(uint32_t) * (ns + 1));
 
   /* Waiters per slot: filled in task order, so ascending and distinct. */
-  g->wait_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->wait_off = slot_offsets(g, g->tw_slot, k);
   g->waiter = graph_alloc(g, sizeof(uint32_t) * (k + 1));
-  for (uint32_t i = 0; i < k; i++)
-    g->wait_off[g->tw_slot[i] + 1]++;
-  for (uint32_t s = 0; s < ns; s++)
-    g->wait_off[s + 1] += g->wait_off[s];
   memcpy(fill, g->wait_off, sizeof(uint32_t) * ns);
   for (uint32_t t = 0; t < n; t++)
     for (uint32_t i = g->tw_off[t]; i < g->tw_off[t + 1]; i++)
