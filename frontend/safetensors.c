@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "amk/compare.h"
 #include "amk/io.h"
 #include "amk/numerics.h"
 #include "amk/path.h"
@@ -259,9 +260,8 @@ typedef struct {
 
 static int compare_extents(const void *a, const void *b) {
   const Extent *x = a, *y = b;
-  if (x->begin != y->begin)
-    return x->begin < y->begin ? -1 : 1;
-  return x->end < y->end ? -1 : x->end > y->end;
+  int order = amk_compare_u64(x->begin, y->begin);
+  return order ? order : amk_compare_u64(x->end, y->end);
 }
 
 /* Parse and validate the header of the mapped file `mf`, appending its

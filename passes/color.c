@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "validate_graph.h"
 
@@ -47,9 +48,8 @@ typedef struct {
 
 static int compare_candidates(const void *a, const void *b) {
   const Candidate *x = a, *y = b;
-  if (x->first_write_pos != y->first_write_pos)
-    return x->first_write_pos < y->first_write_pos ? -1 : 1;
-  return (x->buffer > y->buffer) - (x->buffer < y->buffer);
+  int order = amk_compare_i64(x->first_write_pos, y->first_write_pos);
+  return order ? order : amk_compare_i64(x->buffer, y->buffer);
 }
 
 /* Every use of `a` happens before every writer of `b`. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "amk/validate.h"
 #include "validate_graph.h"
@@ -64,9 +65,8 @@ typedef struct {
 
 static int compare_wait(const void *pa, const void *pb) {
   const WaitEntry *a = pa, *b = pb;
-  if (a->needed != b->needed)
-    return a->needed < b->needed ? -1 : 1;
-  return (a->task > b->task) - (a->task < b->task);
+  int order = amk_compare_i64(a->needed, b->needed);
+  return order ? order : amk_compare_i64(a->task, b->task);
 }
 
 static uint32_t slot_for(CounterSim *s, int32_t id) {

@@ -1,10 +1,11 @@
-/* support/path.c and support/strutil.c: joining paths, classifying them,
- * string suffixes and UTF-8 decoding. */
+/* support/path.c, support/strutil.c and amk/compare.h: joining paths,
+ * classifying them, string suffixes, UTF-8 decoding, three-way compares. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "amk/compare.h"
 #include "amk/path.h"
 #include "amk/strutil.h"
 #include "unit.h"
@@ -73,4 +74,13 @@ static void test_utf8(UnitCounts *c) {
   CHECK(c, decode("", &cp) == 0);
 }
 
-UNIT_MAIN("test_support", test_join, test_kinds, test_ends_with, test_utf8)
+static void test_compare(UnitCounts *c) {
+  CHECK(c, amk_compare_i64(-5, 3) == -1 && amk_compare_i64(3, -5) == 1 &&
+               amk_compare_i64(7, 7) == 0);
+  CHECK(c, amk_compare_i64(INT64_MIN, INT64_MAX) == -1);
+  CHECK(c, amk_compare_u64(UINT64_MAX, 0) == 1 && amk_compare_u64(0, 1) == -1 &&
+               amk_compare_u64(9, 9) == 0);
+}
+
+UNIT_MAIN("test_support", test_join, test_kinds, test_ends_with, test_utf8,
+          test_compare)
