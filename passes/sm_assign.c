@@ -197,18 +197,18 @@ typedef struct {
   uint32_t task;
 } Keyed;
 
-static int compare_keyed_desc(const void *a, const void *b) {
-  const Keyed *x = a, *y = b;
+static int compare_keyed(const Keyed *x, const Keyed *y, bool descending) {
   if (x->key != y->key)
-    return x->key < y->key ? 1 : -1;
+    return (x->key < y->key) == descending ? 1 : -1;
   return (x->tie > y->tie) - (x->tie < y->tie);
 }
 
+static int compare_keyed_desc(const void *a, const void *b) {
+  return compare_keyed(a, b, true);
+}
+
 static int compare_keyed_asc(const void *a, const void *b) {
-  const Keyed *x = a, *y = b;
-  if (x->key != y->key)
-    return x->key < y->key ? -1 : 1;
-  return (x->tie > y->tie) - (x->tie < y->tie);
+  return compare_keyed(a, b, false);
 }
 
 /* A binary min-heap of SMs keyed by the time each becomes free, to find the
