@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "amk/backend.h"
+#include "amk/path.h"
 #include "cuda_api.h"
 
 #define SOURCE_NAME "amk_megakernel.cu"
@@ -62,8 +63,7 @@ static bool make_dirs(const char *path) {
     }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
     return false;
-  struct stat st;
-  return stat(tmp, &st) == 0 && S_ISDIR(st.st_mode);
+  return amk_is_directory(tmp);
 }
 
 static void *read_whole(const char *path, size_t *size) {

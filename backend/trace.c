@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "amk/backend.h"
+#include "amk/compare.h"
 #include "amk/io.h"
 
 /* The kind of a task: its label without the layer prefix `L<n>.` and the
@@ -105,11 +106,10 @@ typedef struct {
 
 static int by_block_then_arrival(const void *pa, const void *pb) {
   const QueueSlot *a = pa, *b = pb;
-  if (a->block != b->block)
-    return a->block < b->block ? -1 : 1;
-  if (a->arrive != b->arrive)
-    return a->arrive < b->arrive ? -1 : 1;
-  return (a->task > b->task) - (a->task < b->task);
+  int order = amk_compare_i64(a->block, b->block);
+  if (order == 0)
+    order = amk_compare_u64(a->arrive, b->arrive);
+  return order ? order : amk_compare_i64(a->task, b->task);
 }
 
 static void blockers_init(const AmkTrace *tr, Blockers *b) {

@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/builder.h"
 #include "amk/io.h"
+#include "amk/strutil.h"
 
 /* ---- the reader's state ----------------------------------------------------- */
 
@@ -176,31 +178,11 @@ static size_t number_length(const char *p, const char *end) {
   return (size_t)(q - p);
 }
 
-/* Length of a strict UTF-8 sequence at p (no overlongs, no surrogates), or 0. */
-static size_t utf8_length(const unsigned char *p, const unsigned char *end) {
-  unsigned char c = *p;
-  size_t len;
-  uint32_t cp, min;
-  if (c < 0x80)
-    return 1;
-  if ((c & 0xE0) == 0xC0)
-    len = 2, cp = c & 0x1F, min = 0x80;
-  else if ((c & 0xF0) == 0xE0)
-    len = 3, cp = c & 0x0F, min = 0x800;
-  else if ((c & 0xF8) == 0xF0)
-    len = 4, cp = c & 0x07, min = 0x10000;
-  else
-    return 0;
-  if ((size_t)(end - p) < len)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((p[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (p[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return len;
+/* Length of a strict UTF-8 sequence at p, or 0. */
+static size_t utf8_length(const char *p, const char *end) {
+  uint32_t code_point;
+  return amk_utf8_decode((const unsigned char *)p, (const unsigned char *)end,
+                         &code_point);
 }
 
 static int hex_value(char c) {
@@ -242,7 +224,7 @@ static size_t lex_string(Reader *r, size_t start) {
                       "malformed JSON: invalid control character in string"),
              0;
     if (c >= 0x80) {
-      size_t n = utf8_length((const unsigned char *)p, (const unsigned char *)end);
+      size_t n = utf8_length(p, end);
       if (n == 0)
         return error_at(r, (size_t)(p - text), "invalid UTF-8 in string"), 0;
       p += n;
@@ -351,8 +333,7 @@ static bool lex_all(Reader *r) {
       i += 8;
     } else {
       unsigned char u = (unsigned char)c;
-      if (u >= 0x80 && utf8_length((const unsigned char *)text + i,
-                                   (const unsigned char *)end) == 0)
+      if (u >= 0x80 && utf8_length(text + i, end) == 0)
         return error_at(r, i, "invalid UTF-8");
       if (u >= 0x20 && u < 0x7F)
         return error_at(r, i, "malformed JSON: unexpected character '%c'", c);
@@ -741,24 +722,39 @@ static bool read_value(Reader *r, const cJSON *node, AmkValue *out) {
   return true;
 }
 
-/* A JSON list of 32-bit ids into a fresh arena array. */
-static bool read_id_list(Reader *r, const cJSON *node, int32_t **ids, uint32_t *count) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
+typedef bool (*ReadItem)(Reader *r, const cJSON *node, void *out);
+
+/* A JSON list into a fresh arena array of `item_size`-byte items, each read
+ * by read_item with its index on the path. Stores the length in *count;
+ * NULL on an error. */
+static void *read_list(Reader *r, const cJSON *node, size_t item_size,
+                       ReadItem read_item, uint32_t *count) {
+  if (!cJSON_IsArray(node)) {
+    expected(r, node, "a list");
+    return NULL;
+  }
   uint32_t n = 0;
   for (const cJSON *c = node->child; c; c = c->next)
     n++;
-  *ids = amk_arena_alloc(&r->module->arena, sizeof(int32_t) * (n ? n : 1));
+  char *items = amk_arena_alloc(&r->module->arena, item_size * (n ? n : 1));
   *count = n;
   uint32_t i = 0;
   for (const cJSON *c = node->child; c; c = c->next, i++) {
     size_t saved = path_push_index(r, i);
-    bool ok = read_int32(r, c, &(*ids)[i]);
+    bool ok = read_item(r, c, items + i * item_size);
     path_pop(r, saved);
     if (!ok)
-      return false;
+      return NULL;
   }
-  return true;
+  return items;
+}
+
+/* read_list into `array` (a pointer lvalue) and `count`; true when read. */
+#define READ_LIST(r, node, array, count, read_item)                            \
+  (((array) = read_list((r), (node), sizeof *(array), (read_item), &(count))) != NULL)
+
+static bool read_id(Reader *r, const cJSON *node, void *id) {
+  return read_int32(r, node, id);
 }
 
 /* Python's int(str): surrounding whitespace, a sign, digits with single
@@ -792,16 +788,23 @@ typedef struct {
   int32_t key, value;
 } IntPair;
 
+/* Stores one entry of an int map as records[i]. */
+typedef void (*StorePair)(void *records, uint32_t i, int32_t key, int32_t value);
+
 /* A {"<int>": int, ...} object (buffer_to_page, explicit sm_assignment), as
  * the reference reads it: string keys deduplicated first (a JSON object),
  * then the int() of each key (a dict comprehension), so "1" and "01" are
- * one entry. Returns a fresh arena array. */
-static bool read_int_map(Reader *r, const cJSON *node, IntPair **pairs, uint32_t *count) {
-  if (!cJSON_IsObject(node))
-    return expected(r, node, "an object");
+ * one entry. Returns a fresh arena array of `record_size`-byte records
+ * filled by `store`, with the entry count in *count; NULL on an error. */
+static void *read_int_map(Reader *r, const cJSON *node, size_t record_size,
+                          StorePair store, uint32_t *count) {
+  if (!cJSON_IsObject(node)) {
+    expected(r, node, "an object");
+    return NULL;
+  }
   uint32_t n;
   Member *members = object_members(node, &n);
-  IntPair *out = amk_arena_alloc(&r->module->arena, sizeof(IntPair) * (n ? n : 1));
+  IntPair *out = amk_xmalloc(sizeof(IntPair) * (n ? n : 1));
   const cJSON **value_nodes = amk_xmalloc(sizeof *value_nodes * (n ? n : 1));
   IndexTable table;
   table_init(&table, n);
@@ -838,9 +841,15 @@ static bool read_int_map(Reader *r, const cJSON *node, IntPair **pairs, uint32_t
   table_free(&table);
   free(value_nodes);
   free(members);
-  *pairs = out;
   *count = used;
-  return ok;
+  char *records = NULL;
+  if (ok) {
+    records = amk_arena_alloc(&r->module->arena, record_size * (used ? used : 1));
+    for (uint32_t i = 0; i < used; i++)
+      store(records, i, out[i].key, out[i].value);
+  }
+  free(out);
+  return records;
 }
 
 /* ---- sections ------------------------------------------------------------------ */
@@ -939,19 +948,25 @@ static bool read_target(Reader *r, const cJSON *node) {
   return ok;
 }
 
-/* Reads `key` of `obj` with `reader` under the path `key`; absent keys keep
- * the default already stored. */
+/* Evaluates `call` with `node` = `member_node` under the path `key`;
+ * returns false from the enclosing function when the call fails. */
+#define READ_MEMBER(r, key, member_node, call)                                 \
+  do {                                                                         \
+    size_t saved_ = path_push_key((r), (key));                                 \
+    const cJSON *node = (member_node);                                         \
+    bool ok_ = (call);                                                         \
+    path_pop((r), saved_);                                                     \
+    if (!ok_)                                                                  \
+      return false;                                                            \
+  } while (0)
+
+/* Reads `key` of `obj` with `call`; absent keys keep the default already
+ * stored. */
 #define READ_OPTIONAL(r, obj, key, call)                                       \
   do {                                                                         \
     const cJSON *m_ = member((obj), (key));                                    \
-    if (m_) {                                                                  \
-      size_t saved_ = path_push_key((r), (key));                               \
-      const cJSON *node = m_;                                                  \
-      bool ok_ = (call);                                                       \
-      path_pop((r), saved_);                                                   \
-      if (!ok_)                                                                \
-        return false;                                                          \
-    }                                                                          \
+    if (m_)                                                                    \
+      READ_MEMBER(r, key, m_, call);                                           \
   } while (0)
 
 #define READ_REQUIRED(r, obj, key, call)                                       \
@@ -959,12 +974,7 @@ static bool read_target(Reader *r, const cJSON *node) {
     const cJSON *m_ = required_member((r), (obj), (key));                      \
     if (!m_)                                                                   \
       return false;                                                            \
-    size_t saved_ = path_push_key((r), (key));                                 \
-    const cJSON *node = m_;                                                    \
-    bool ok_ = (call);                                                         \
-    path_pop((r), saved_);                                                     \
-    if (!ok_)                                                                  \
-      return false;                                                            \
+    READ_MEMBER(r, key, m_, call);                                             \
   } while (0)
 
 static bool read_buffer(Reader *r, const cJSON *obj) {
@@ -1010,31 +1020,13 @@ static bool read_counter(Reader *r, const cJSON *obj) {
   return true;
 }
 
-static bool read_wait(Reader *r, const cJSON *obj, AmkWait *w) {
+static bool read_wait(Reader *r, const cJSON *obj, void *out) {
+  AmkWait *w = out;
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
   READ_REQUIRED(r, obj, "counter", read_int32(r, node, &w->counter));
   /* Loosely typed: a float or bool threshold loads; the validator rejects it. */
   READ_REQUIRED(r, obj, "threshold", read_value(r, node, &w->threshold));
-  return true;
-}
-
-static bool read_waits(Reader *r, const cJSON *node, AmkTask *t) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
-  uint32_t n = 0;
-  for (const cJSON *c = node->child; c; c = c->next)
-    n++;
-  t->waits = amk_arena_alloc(&r->module->arena, sizeof(AmkWait) * (n ? n : 1));
-  t->n_waits = n;
-  uint32_t i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    size_t saved = path_push_index(r, i);
-    bool ok = read_wait(r, c, &t->waits[i]);
-    path_pop(r, saved);
-    if (!ok)
-      return false;
-  }
   return true;
 }
 
@@ -1070,10 +1062,11 @@ static bool read_task(Reader *r, const cJSON *obj) {
   READ_REQUIRED(r, obj, "id", read_int32(r, node, &t.id));
   READ_REQUIRED(r, obj, "op", read_enum(r, node, amk_op_from_json_name, "op", &op));
   t.op = (AmkOp)op;
-  READ_REQUIRED(r, obj, "inputs", read_id_list(r, node, &t.inputs, &t.n_inputs));
-  READ_REQUIRED(r, obj, "outputs", read_id_list(r, node, &t.outputs, &t.n_outputs));
+  READ_REQUIRED(r, obj, "inputs", READ_LIST(r, node, t.inputs, t.n_inputs, read_id));
+  READ_REQUIRED(r, obj, "outputs",
+                READ_LIST(r, node, t.outputs, t.n_outputs, read_id));
   READ_REQUIRED(r, obj, "out_counter", read_int32(r, node, &t.out_counter));
-  READ_OPTIONAL(r, obj, "waits", read_waits(r, node, &t));
+  READ_OPTIONAL(r, obj, "waits", READ_LIST(r, node, t.waits, t.n_waits, read_wait));
   READ_OPTIONAL(r, obj, "params", read_params(r, node, &t));
   READ_OPTIONAL(r, obj, "sm", read_sm(r, node, &t));
   READ_OPTIONAL(r, obj, "est_bytes", read_int64(r, node, &t.est_bytes));
@@ -1103,7 +1096,8 @@ static bool read_record_list(Reader *r, const cJSON *root, const char *key,
   return true;
 }
 
-static bool read_page(Reader *r, const cJSON *obj, AmkPage *p) {
+static bool read_page(Reader *r, const cJSON *obj, void *out) {
+  AmkPage *p = out;
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
   int space = 0;
@@ -1118,36 +1112,15 @@ static bool read_page(Reader *r, const cJSON *obj, AmkPage *p) {
   return true;
 }
 
-static bool read_page_list(Reader *r, const cJSON *node, AmkPageAllocation *pa) {
-  if (!cJSON_IsArray(node))
-    return expected(r, node, "a list");
-  uint32_t n = 0;
-  for (const cJSON *c = node->child; c; c = c->next)
-    n++;
-  pa->pages = amk_arena_alloc(&r->module->arena, sizeof(AmkPage) * (n ? n : 1));
-  pa->n_pages = n;
-  uint32_t i = 0;
-  for (const cJSON *c = node->child; c; c = c->next, i++) {
-    size_t saved = path_push_index(r, i);
-    bool ok = read_page(r, c, &pa->pages[i]);
-    path_pop(r, saved);
-    if (!ok)
-      return false;
-  }
-  return true;
+static void store_binding(void *records, uint32_t i, int32_t buffer,
+                          int32_t page) {
+  ((AmkPageBinding *)records)[i] = (AmkPageBinding){buffer, page};
 }
 
 static bool read_bindings(Reader *r, const cJSON *node, AmkPageAllocation *pa) {
-  IntPair *pairs;
-  if (!read_int_map(r, node, &pairs, &pa->n_bindings))
-    return false;
-  pa->bindings = amk_arena_alloc(&r->module->arena,
-                                 sizeof(AmkPageBinding) * (pa->n_bindings ? pa->n_bindings : 1));
-  for (uint32_t i = 0; i < pa->n_bindings; i++) {
-    pa->bindings[i].buffer = pairs[i].key;
-    pa->bindings[i].page = pairs[i].value;
-  }
-  return true;
+  pa->bindings = read_int_map(r, node, sizeof *pa->bindings, store_binding,
+                              &pa->n_bindings);
+  return pa->bindings != NULL;
 }
 
 static bool read_pages(Reader *r, const cJSON *obj) {
@@ -1155,23 +1128,23 @@ static bool read_pages(Reader *r, const cJSON *obj) {
     return expected(r, obj, "an object");
   AmkPageAllocation *pa = amk_arena_alloc(&r->module->arena, sizeof *pa);
   READ_REQUIRED(r, obj, "buffer_to_page", read_bindings(r, node, pa));
-  READ_REQUIRED(r, obj, "pages", read_page_list(r, node, pa));
+  READ_REQUIRED(r, obj, "pages",
+                READ_LIST(r, node, pa->pages, pa->n_pages, read_page));
   r->module->pages = pa;
   return true;
 }
 
+static void store_sm_entry(void *records, uint32_t i, int32_t task, int32_t sm) {
+  ((AmkSmMapEntry *)records)[i] = (AmkSmMapEntry){task, sm};
+}
+
 static bool read_sm_assignment(Reader *r, const cJSON *node, AmkConfig *cfg) {
   if (cJSON_IsObject(node)) {
-    IntPair *pairs;
-    if (!read_int_map(r, node, &pairs, &cfg->n_sm_map))
+    cfg->sm_map = read_int_map(r, node, sizeof *cfg->sm_map, store_sm_entry,
+                               &cfg->n_sm_map);
+    if (!cfg->sm_map)
       return false;
     cfg->sm_assignment = AMK_SM_EXPLICIT;
-    cfg->sm_map = amk_arena_alloc(&r->module->arena,
-                                  sizeof(AmkSmMapEntry) * (cfg->n_sm_map ? cfg->n_sm_map : 1));
-    for (uint32_t i = 0; i < cfg->n_sm_map; i++) {
-      cfg->sm_map[i].task = pairs[i].key;
-      cfg->sm_map[i].sm = pairs[i].value;
-    }
     return true;
   }
   if (!cJSON_IsString(node))
@@ -1202,15 +1175,7 @@ static bool read_page_policy(Reader *r, const cJSON *node, AmkConfig *cfg) {
 static bool read_config(Reader *r, const cJSON *obj) {
   if (!cJSON_IsObject(obj))
     return expected(r, obj, "an object");
-  AmkConfig *cfg = amk_arena_alloc(&r->module->arena, sizeof *cfg);
-  /* The reference's ScheduleConfig defaults. */
-  cfg->tiling.kind = AMK_VALUE_OBJECT;
-  cfg->fusion_grouping.kind = AMK_VALUE_LIST;
-  cfg->sm_assignment = AMK_SM_LOAD_BALANCE;
-  cfg->pipelining_depth = 2;
-  cfg->page_allocation = AMK_PAGES_GRAPH_COLOR;
-  cfg->threads_per_block = 256;
-  cfg->smem_bytes_per_block = 0;
+  AmkConfig *cfg = amk_config_new_default(r->module);
   READ_OPTIONAL(r, obj, "tiling", read_value(r, node, &cfg->tiling));
   READ_OPTIONAL(r, obj, "fusion_grouping", read_value(r, node, &cfg->fusion_grouping));
   READ_OPTIONAL(r, obj, "sm_assignment", read_sm_assignment(r, node, cfg));

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amk/io.h"
+#include "amk/strutil.h"
 
 /* ---- strings ---------------------------------------------------------------- */
 
@@ -13,39 +14,10 @@ static void put_u16_escape(AmkStrBuf *out, unsigned unit) {
   amk_sb_printf(out, "\\u%04x", unit);
 }
 
-/* Decodes one UTF-8 sequence at s; returns its length, or 0 when it is not
- * well-formed (then the byte is written as U+FFFD, as a lossy decoder would). */
-static int decode_utf8(const unsigned char *s, uint32_t *code_point) {
-  unsigned char c = s[0];
-  int len;
-  uint32_t cp, min;
-  if (c < 0x80) {
-    *code_point = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2, cp = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, cp = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, cp = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  for (int i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  *code_point = cp;
-  return len;
-}
-
 /* ensure_ascii=True: printable ASCII stays, the short escapes json knows are
  * used, everything else is \uXXXX (astral characters as surrogate pairs). */
 void amk_write_json_string(const char *s, AmkStrBuf *out) {
-  const unsigned char *p = (const unsigned char *)s;
+  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
   amk_sb_putc(out, '"');
   while (*p) {
     unsigned char c = *p;
@@ -68,8 +40,8 @@ void amk_write_json_string(const char *s, AmkStrBuf *out) {
     default: break;
     }
     uint32_t cp;
-    int len = decode_utf8(p, &cp);
-    if (len == 0) {
+    size_t len = amk_utf8_decode(p, end, &cp);
+    if (len == 0) { /* written as U+FFFD, as a lossy decoder would */
       cp = 0xFFFD;
       len = 1;
     }
@@ -150,6 +122,17 @@ static void key(Container *c, const char *name) {
   amk_sb_putn(c->out, ": ", 2);
 }
 
+/* One `"name": value` entry of an object. */
+static void int_field(Container *c, const char *name, int64_t v) {
+  key(c, name);
+  put_int(v, c->out);
+}
+
+static void string_field(Container *c, const char *name, const char *s) {
+  key(c, name);
+  amk_write_json_string(s, c->out);
+}
+
 static void close_container(Container *c) {
   if (c->count > 0)
     newline_indent(c->depth, c->out);
@@ -213,7 +196,12 @@ static void put_id_list(const int32_t *ids, uint32_t n, int depth, AmkStrBuf *ou
 
 /* ---- records ----------------------------------------------------------------- */
 
-static void write_target(const AmkTarget *t, int depth, AmkStrBuf *out) {
+/* Each record writer takes its record as `const void *` so that
+ * amk_write_json can list and null-check them alike. */
+typedef void (*WriteRecord)(const void *record, int depth, AmkStrBuf *out);
+
+static void write_target(const void *record, int depth, AmkStrBuf *out) {
+  const AmkTarget *t = record;
   Container c = open_container(out, depth, '{');
 #define PUT_STR(field) put_string_or_null(t->field ? t->field : "", out)
 #define PUT_INT(field) put_int(t->field, out)
@@ -231,16 +219,13 @@ static void write_target(const AmkTarget *t, int depth, AmkStrBuf *out) {
   close_container(&c);
 }
 
-static void write_buffer(const AmkBuffer *b, int depth, AmkStrBuf *out) {
+static void write_buffer(const void *record, int depth, AmkStrBuf *out) {
+  const AmkBuffer *b = record;
   Container c = open_container(out, depth, '{');
-  key(&c, "id");
-  put_int(b->id, out);
-  key(&c, "name");
-  amk_write_json_string(b->name ? b->name : "", out);
-  key(&c, "kind");
-  amk_write_json_string(amk_kind_json_name(b->kind), out);
-  key(&c, "dtype");
-  amk_write_json_string(amk_dtype_json_name(b->dtype), out);
+  int_field(&c, "id", b->id);
+  string_field(&c, "name", b->name ? b->name : "");
+  string_field(&c, "kind", amk_kind_json_name(b->kind));
+  string_field(&c, "dtype", amk_dtype_json_name(b->dtype));
   key(&c, "shape");
   Container dims = open_container(out, depth + 1, '[');
   for (uint32_t i = 0; i < b->rank; i++) {
@@ -248,43 +233,37 @@ static void write_buffer(const AmkBuffer *b, int depth, AmkStrBuf *out) {
     amk_write_json_value(&b->shape[i], depth + 2, out);
   }
   close_container(&dims);
-  key(&c, "space");
-  amk_write_json_string(amk_space_json_name(b->space), out);
+  string_field(&c, "space", amk_space_json_name(b->space));
   key(&c, "source");
   put_string_or_null(b->source, out);
   close_container(&c);
 }
 
-static void write_counter(const AmkCounter *k, int depth, AmkStrBuf *out) {
+static void write_counter(const void *record, int depth, AmkStrBuf *out) {
+  const AmkCounter *k = record;
   Container c = open_container(out, depth, '{');
-  key(&c, "id");
-  put_int(k->id, out);
-  key(&c, "init");
-  put_int(k->init, out);
-  key(&c, "note");
-  amk_write_json_string(k->note ? k->note : "", out);
+  int_field(&c, "id", k->id);
+  int_field(&c, "init", k->init);
+  string_field(&c, "note", k->note ? k->note : "");
   close_container(&c);
 }
 
-static void write_task(const AmkTask *t, int depth, AmkStrBuf *out) {
+static void write_task(const void *record, int depth, AmkStrBuf *out) {
+  const AmkTask *t = record;
   Container c = open_container(out, depth, '{');
-  key(&c, "id");
-  put_int(t->id, out);
-  key(&c, "op");
-  amk_write_json_string(amk_op_info(t->op)->json_name, out);
+  int_field(&c, "id", t->id);
+  string_field(&c, "op", amk_op_info(t->op)->json_name);
   key(&c, "inputs");
   put_id_list(t->inputs, t->n_inputs, depth + 1, out);
   key(&c, "outputs");
   put_id_list(t->outputs, t->n_outputs, depth + 1, out);
-  key(&c, "out_counter");
-  put_int(t->out_counter, out);
+  int_field(&c, "out_counter", t->out_counter);
   key(&c, "waits");
   Container waits = open_container(out, depth + 1, '[');
   for (uint32_t i = 0; i < t->n_waits; i++) {
     next_entry(&waits);
     Container w = open_container(out, depth + 2, '{');
-    key(&w, "counter");
-    put_int(t->waits[i].counter, out);
+    int_field(&w, "counter", t->waits[i].counter);
     key(&w, "threshold");
     amk_write_json_value(&t->waits[i].threshold, depth + 3, out);
     close_container(&w);
@@ -302,16 +281,14 @@ static void write_task(const AmkTask *t, int depth, AmkStrBuf *out) {
     put_int(t->sm, out);
   else
     amk_sb_puts(out, "null");
-  key(&c, "est_bytes");
-  put_int(t->est_bytes, out);
-  key(&c, "est_flops");
-  put_int(t->est_flops, out);
-  key(&c, "label");
-  amk_write_json_string(t->label ? t->label : "", out);
+  int_field(&c, "est_bytes", t->est_bytes);
+  int_field(&c, "est_flops", t->est_flops);
+  string_field(&c, "label", t->label ? t->label : "");
   close_container(&c);
 }
 
-static void write_pages(const AmkPageAllocation *pa, int depth, AmkStrBuf *out) {
+static void write_pages(const void *record, int depth, AmkStrBuf *out) {
+  const AmkPageAllocation *pa = record;
   Container c = open_container(out, depth, '{');
   key(&c, "buffer_to_page");
   Container map = open_container(out, depth + 1, '{');
@@ -328,23 +305,19 @@ static void write_pages(const AmkPageAllocation *pa, int depth, AmkStrBuf *out) 
     const AmkPage *p = &pa->pages[i];
     next_entry(&list);
     Container page = open_container(out, depth + 2, '{');
-    key(&page, "id");
-    put_int(p->id, out);
-    key(&page, "space");
-    amk_write_json_string(amk_space_json_name(p->space), out);
-    key(&page, "nbytes");
-    put_int(p->nbytes, out);
-    key(&page, "live_start");
-    put_int(p->live_start, out);
-    key(&page, "live_end");
-    put_int(p->live_end, out);
+    int_field(&page, "id", p->id);
+    string_field(&page, "space", amk_space_json_name(p->space));
+    int_field(&page, "nbytes", p->nbytes);
+    int_field(&page, "live_start", p->live_start);
+    int_field(&page, "live_end", p->live_end);
     close_container(&page);
   }
   close_container(&list);
   close_container(&c);
 }
 
-static void write_config(const AmkConfig *cfg, int depth, AmkStrBuf *out) {
+static void write_config(const void *record, int depth, AmkStrBuf *out) {
+  const AmkConfig *cfg = record;
   Container c = open_container(out, depth, '{');
   key(&c, "tiling");
   amk_write_json_value(&cfg->tiling, depth + 1, out);
@@ -362,23 +335,42 @@ static void write_config(const AmkConfig *cfg, int depth, AmkStrBuf *out) {
   } else {
     amk_write_json_string(amk_sm_policy_name(cfg->sm_assignment), out);
   }
-  key(&c, "pipelining_depth");
-  put_int(cfg->pipelining_depth, out);
-  key(&c, "page_allocation");
-  amk_write_json_string(amk_page_policy_name(cfg->page_allocation), out);
-  key(&c, "threads_per_block");
-  put_int(cfg->threads_per_block, out);
-  key(&c, "smem_bytes_per_block");
-  put_int(cfg->smem_bytes_per_block, out);
+  int_field(&c, "pipelining_depth", cfg->pipelining_depth);
+  string_field(&c, "page_allocation",
+               amk_page_policy_name(cfg->page_allocation));
+  int_field(&c, "threads_per_block", cfg->threads_per_block);
+  int_field(&c, "smem_bytes_per_block", cfg->smem_bytes_per_block);
   close_container(&c);
+}
+
+/* `name`: the record at depth 1, or null. */
+static void write_nullable(Container *top, const char *name, const void *record,
+                           WriteRecord write) {
+  key(top, name);
+  if (record)
+    write(record, 1, top->out);
+  else
+    amk_sb_puts(top->out, "null");
+}
+
+/* `name`: the list of n records of `size` bytes at depth 1. */
+static void write_list(Container *top, const char *name, const void *records,
+                       size_t size, uint32_t n, WriteRecord write) {
+  key(top, name);
+  Container list = open_container(top->out, 1, '[');
+  for (uint32_t i = 0; i < n; i++) {
+    next_entry(&list);
+    write((const char *)records + i * size, 2, top->out);
+  }
+  close_container(&list);
 }
 
 void amk_write_json(const AmkModule *m, AmkStrBuf *out) {
   Container top = open_container(out, 0, '{');
-  key(&top, "ir_version");
-  amk_write_json_string(m->ir_version ? m->ir_version : AMK_IR_VERSION, out);
-  key(&top, "abi_version");
-  amk_write_json_string(m->abi_version ? m->abi_version : AMK_ABI_VERSION, out);
+  string_field(&top, "ir_version",
+               m->ir_version ? m->ir_version : AMK_IR_VERSION);
+  string_field(&top, "abi_version",
+               m->abi_version ? m->abi_version : AMK_ABI_VERSION);
   key(&top, "meta");
   if (m->meta.kind == AMK_VALUE_NULL) {
     /* A module built in memory with no meta: the reference's default {}. */
@@ -386,45 +378,13 @@ void amk_write_json(const AmkModule *m, AmkStrBuf *out) {
   } else {
     amk_write_json_value(&m->meta, 1, out);
   }
-  key(&top, "target");
-  if (m->target)
-    write_target(m->target, 1, out);
-  else
-    amk_sb_puts(out, "null");
-
-  key(&top, "buffers");
-  Container list = open_container(out, 1, '[');
-  for (uint32_t i = 0; i < m->n_buffers; i++) {
-    next_entry(&list);
-    write_buffer(&m->buffers[i], 2, out);
-  }
-  close_container(&list);
-
-  key(&top, "counters");
-  list = open_container(out, 1, '[');
-  for (uint32_t i = 0; i < m->n_counters; i++) {
-    next_entry(&list);
-    write_counter(&m->counters[i], 2, out);
-  }
-  close_container(&list);
-
-  key(&top, "tasks");
-  list = open_container(out, 1, '[');
-  for (uint32_t i = 0; i < m->n_tasks; i++) {
-    next_entry(&list);
-    write_task(&m->tasks[i], 2, out);
-  }
-  close_container(&list);
-
-  key(&top, "pages");
-  if (m->pages)
-    write_pages(m->pages, 1, out);
-  else
-    amk_sb_puts(out, "null");
-  key(&top, "config");
-  if (m->config)
-    write_config(m->config, 1, out);
-  else
-    amk_sb_puts(out, "null");
+  write_nullable(&top, "target", m->target, write_target);
+  write_list(&top, "buffers", m->buffers, sizeof *m->buffers, m->n_buffers,
+             write_buffer);
+  write_list(&top, "counters", m->counters, sizeof *m->counters,
+             m->n_counters, write_counter);
+  write_list(&top, "tasks", m->tasks, sizeof *m->tasks, m->n_tasks, write_task);
+  write_nullable(&top, "pages", m->pages, write_pages);
+  write_nullable(&top, "config", m->config, write_config);
   close_container(&top);
 }

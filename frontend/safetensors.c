@@ -12,8 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "amk/compare.h"
 #include "amk/io.h"
 #include "amk/numerics.h"
+#include "amk/path.h"
+#include "amk/strutil.h"
 
 typedef struct {
   char *path;
@@ -72,32 +75,6 @@ int amk_st_dtype_to_ir(AmkStDType d) {
 /* ---- helpers ----------------------------------------------------------------- */
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
-
-static char *join_path(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = amk_xmalloc(a + b + 2);
-  memcpy(p, dir, a);
-  size_t at = a;
-  if (a && dir[a - 1] != '/')
-    p[at++] = '/';
-  memcpy(p + at, name, b + 1);
-  return p;
-}
-
-static bool is_directory(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-static bool is_regular_file(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
 
 /* A JSON number that is a non-negative integer exactly representable in a
  * double (2^53): the only kind of size or offset we accept. */
@@ -283,9 +260,8 @@ typedef struct {
 
 static int compare_extents(const void *a, const void *b) {
   const Extent *x = a, *y = b;
-  if (x->begin != y->begin)
-    return x->begin < y->begin ? -1 : 1;
-  return x->end < y->end ? -1 : x->end > y->end;
+  int order = amk_compare_u64(x->begin, y->begin);
+  return order ? order : amk_compare_u64(x->end, y->end);
 }
 
 /* Parse and validate the header of the mapped file `mf`, appending its
@@ -453,7 +429,7 @@ static bool open_index(AmkSafetensors *st, const char *index_path,
       ok = false;
       break;
     }
-    char *shard = join_path(dir, e->valuestring);
+    char *shard = amk_path_join(dir, e->valuestring);
     bool seen = false;
     for (size_t f = 0; f < st->n_files && !seen; f++)
       seen = strcmp(st->files[f].path, shard) == 0;
@@ -470,7 +446,7 @@ static bool open_index(AmkSafetensors *st, const char *index_path,
   /* Every tensor the index promises must be in the shard it names. */
   for (const cJSON *e = ok ? map->child : NULL; e && ok; e = e->next) {
     const AmkStTensor *t = amk_safetensors_find(st, e->string);
-    char *shard = join_path(dir, e->valuestring);
+    char *shard = amk_path_join(dir, e->valuestring);
     if (!t) {
       amk_error(diag, no_loc(), "%s: tensor '%s' is listed in the index but "
                 "missing from %s",
@@ -493,12 +469,12 @@ static bool open_index(AmkSafetensors *st, const char *index_path,
 AmkSafetensors *amk_safetensors_open(const char *path, AmkDiagEngine *diag) {
   AmkSafetensors *st = amk_xcalloc(1, sizeof *st);
   bool ok;
-  if (is_directory(path)) {
-    char *index = join_path(path, "model.safetensors.index.json");
-    char *single = join_path(path, "model.safetensors");
-    if (is_regular_file(index)) {
+  if (amk_is_directory(path)) {
+    char *index = amk_path_join(path, "model.safetensors.index.json");
+    char *single = amk_path_join(path, "model.safetensors");
+    if (amk_is_regular_file(index)) {
       ok = open_index(st, index, diag);
-    } else if (is_regular_file(single)) {
+    } else if (amk_is_regular_file(single)) {
       add_file(st, single, diag, &ok);
       ok = ok && finish(st, diag);
     } else {
@@ -508,7 +484,7 @@ AmkSafetensors *amk_safetensors_open(const char *path, AmkDiagEngine *diag) {
     }
     free(index);
     free(single);
-  } else if (ends_with(path, ".json")) {
+  } else if (amk_str_ends_with(path, ".json")) {
     ok = open_index(st, path, diag);
   } else {
     add_file(st, path, diag, &ok);
@@ -560,9 +536,9 @@ size_t amk_safetensors_file_count(const AmkSafetensors *st) {
 }
 
 bool amk_safetensors_present(const char *dir) {
-  char *index = join_path(dir, "model.safetensors.index.json");
-  char *single = join_path(dir, "model.safetensors");
-  bool present = is_regular_file(index) || is_regular_file(single);
+  char *index = amk_path_join(dir, "model.safetensors.index.json");
+  char *single = amk_path_join(dir, "model.safetensors");
+  bool present = amk_is_regular_file(index) || amk_is_regular_file(single);
   free(index);
   free(single);
   return present;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/builder.h"
 #include "amk/strutil.h"
 #include "parser.h"
 #include "text_internal.h"
@@ -308,15 +309,7 @@ static const char *const config_field_names[] = {
 
 void amk_text_begin_config(AmkTextParser *p, AmkLoc at) {
   once(p, &p->seen_config, at, "config");
-  AmkConfig *c = amk_arena_alloc(&p->module->arena, sizeof *c);
-  c->tiling.kind = AMK_VALUE_OBJECT;
-  c->fusion_grouping.kind = AMK_VALUE_LIST;
-  c->sm_assignment = AMK_SM_LOAD_BALANCE;
-  c->pipelining_depth = 2;
-  c->page_allocation = AMK_PAGES_GRAPH_COLOR;
-  c->threads_per_block = 256;
-  c->smem_bytes_per_block = 0;
-  p->module->config = c;
+  p->module->config = amk_config_new_default(p->module);
   p->config_fields_seen = 0;
 }
 

@@ -4,10 +4,10 @@
 #include "amk/synth.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "amk/builder.h"
 #include "amk/diag.h"
 
 enum { MAX_TILES = 64 }; /* the reference's cap on tiles per projection */
@@ -54,41 +54,16 @@ typedef struct {
   AmkModule *m;
 } Builder;
 
-static const char *fmt(Builder *b, const char *f, ...) AMK_PRINTF(2, 3);
-static const char *fmt(Builder *b, const char *f, ...) {
-  char buf[256];
-  va_list ap;
-  va_start(ap, f);
-  vsnprintf(buf, sizeof buf, f, ap);
-  va_end(ap);
-  return amk_arena_strdup(&b->m->arena, buf);
-}
-
-static int32_t buffer(Builder *b, const char *name, AmkBufferKind kind,
-                      AmkDType dtype, uint32_t rank, const int64_t *dims,
-                      const char *source) {
-  AmkBuffer *buf = amk_module_add_buffer(b->m);
-  buf->id = (int32_t)(b->m->n_buffers - 1);
-  buf->name = name;
-  buf->kind = kind;
-  buf->dtype = dtype;
-  buf->rank = rank;
-  buf->shape = amk_arena_alloc(&b->m->arena, sizeof(AmkValue) * rank);
-  for (uint32_t i = 0; i < rank; i++)
-    buf->shape[i] = amk_value_int(dims[i]);
-  buf->space = AMK_SPACE_HBM;
-  buf->source = source;
-  return buf->id;
-}
+#define fmt(b, ...) amk_arena_printf(&(b)->m->arena, __VA_ARGS__)
 
 #define DIMS(...) (const int64_t[]){__VA_ARGS__}
 #define RANK(...) (uint32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
 #define ACT(b, name, ...)                                                      \
-  buffer(b, name, AMK_KIND_ACTIVATION, AMK_DTYPE_F32, RANK(__VA_ARGS__),     \
-         DIMS(__VA_ARGS__), NULL)
+  amk_module_add_hbm_buffer((b)->m, name, AMK_KIND_ACTIVATION, AMK_DTYPE_F32,  \
+                            RANK(__VA_ARGS__), DIMS(__VA_ARGS__), NULL)
 #define WEIGHT(b, name, ...)                                                   \
-  buffer(b, name, AMK_KIND_WEIGHT, AMK_DTYPE_F32, RANK(__VA_ARGS__),         \
-         DIMS(__VA_ARGS__), name)
+  amk_module_add_hbm_buffer((b)->m, name, AMK_KIND_WEIGHT, AMK_DTYPE_F32,      \
+                            RANK(__VA_ARGS__), DIMS(__VA_ARGS__), name)
 
 static int32_t counter(Builder *b, const char *note) {
   AmkCounter *c = amk_module_add_counter(b->m);
@@ -164,6 +139,32 @@ static int32_t projection(Builder *b, const AmkSynthSpec *s, const char *label,
   return c;
 }
 
+typedef struct {
+  int32_t zero_id, pos; /* the IO inputs: reshape id 0, decode position */
+  int32_t head_dim;
+} RopeInputs;
+
+/* ROPE of layer `layer`'s q or k projection (`which`) as the reference lowers
+ * it: a reshape of `x` into heads (an EMBED of row 0) into `heads`, then the
+ * ROPE into `out`. Returns the ROPE's counter. */
+static int32_t reshape_and_rope(Builder *b, int32_t layer, char which,
+                                const RopeInputs *in, int32_t x,
+                                WaitSpec after_x, int32_t heads, int32_t out) {
+  const char *reshape = fmt(b, "L%d.rope_%c.reshape", layer, which);
+  int32_t reshape_ctr = counter(b, reshape);
+  task(b, AMK_OP_EMBED, reshape, in->zero_id, x, -1, heads,
+       reshape_ctr, &after_x, 1,
+       PARAMS({"hidden", amk_value_int(in->head_dim)}), 0, 0);
+  const char *rope = fmt(b, "L%d.rope_%c", layer, which);
+  int32_t rope_ctr = counter(b, rope);
+  task(b, AMK_OP_ROPE, rope, heads, in->pos, -1, out, rope_ctr,
+       WAITS({reshape_ctr, 1}),
+       PARAMS({"head_dim", amk_value_int(in->head_dim)},
+              {"theta", amk_value_float(10000.0)}),
+       0, 0);
+  return rope_ctr;
+}
+
 static AmkValue meta_object(Builder *b, const AmkSynthSpec *s) {
   static const char *const keys[] = {"model", "gpu", "regime", "pos",
                                      "kv_len", "dtype", "n_layers"};
@@ -202,9 +203,13 @@ AmkModule *amk_synth_llama(const AmkSynthSpec *s) {
   int32_t I = s->intermediate, V = s->vocab, Q = nh * hd, KV = nkv * hd;
   int32_t tiles_q, tiles_k, tiles_v, tiles_o, tiles_g, tiles_u, tiles_d, tiles_lm;
 
-  int32_t token = buffer(b, "token_id", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, DIMS(1), NULL);
-  int32_t pos = buffer(b, "pos", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, DIMS(1), NULL);
-  int32_t zero_id = buffer(b, "reshape_id0", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, DIMS(1), NULL);
+#define IO_INPUT(name)                                                         \
+  amk_module_add_hbm_buffer(m, name, AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1,      \
+                            DIMS(1), NULL)
+  int32_t token = IO_INPUT("token_id");
+  int32_t pos = IO_INPUT("pos");
+  int32_t zero_id = IO_INPUT("reshape_id0");
+#undef IO_INPUT
   int32_t h = ACT(b, "h0", 1, H);
   int32_t embed_w = WEIGHT(b, "embed.weight", V, H);
   int32_t h_ctr = counter(b, "embed");
@@ -224,10 +229,12 @@ AmkModule *amk_synth_llama(const AmkSynthSpec *s) {
     int32_t qr = ACT(b, fmt(b, "L%d.qr", l), nh, hd);
     int32_t kr_hs = ACT(b, fmt(b, "L%d.kr.hs", l), 1, nkv, hd);
     int32_t kr = ACT(b, fmt(b, "L%d.kr", l), 1, nkv, hd);
-    int32_t kcache = buffer(b, fmt(b, "L%d.kcache", l), AMK_KIND_KV_CACHE,
-                            AMK_DTYPE_F32, 3, DIMS(s->max_seq, nkv, hd), NULL);
-    int32_t vcache = buffer(b, fmt(b, "L%d.vcache", l), AMK_KIND_KV_CACHE,
-                            AMK_DTYPE_F32, 3, DIMS(s->max_seq, nkv, hd), NULL);
+    int32_t kcache = amk_module_add_hbm_buffer(
+        m, fmt(b, "L%d.kcache", l), AMK_KIND_KV_CACHE, AMK_DTYPE_F32, 3,
+        DIMS(s->max_seq, nkv, hd), NULL);
+    int32_t vcache = amk_module_add_hbm_buffer(
+        m, fmt(b, "L%d.vcache", l), AMK_KIND_KV_CACHE, AMK_DTYPE_F32, 3,
+        DIMS(s->max_seq, nkv, hd), NULL);
     int32_t attn = ACT(b, fmt(b, "L%d.attn", l), 1, Q);
     int32_t o = ACT(b, fmt(b, "L%d.o", l), 1, H);
     int32_t o_w = WEIGHT(b, fmt(b, "layers.%d.attn.o_proj.weight", l), H, Q);
@@ -252,26 +259,11 @@ AmkModule *amk_synth_llama(const AmkSynthSpec *s) {
     int32_t q_ctr = projection(b, s, fmt(b, "L%d.q_proj", l), an, q_w, q, H, Q, after_an, &tiles_q);
     int32_t k_ctr = projection(b, s, fmt(b, "L%d.k_proj", l), an, k_w, k, H, KV, after_an, &tiles_k);
     int32_t v_ctr = projection(b, s, fmt(b, "L%d.v_proj", l), an, v_w, v, H, KV, after_an, &tiles_v);
-    int32_t qrs_ctr = counter(b, fmt(b, "L%d.rope_q.reshape", l));
-    task(b, AMK_OP_EMBED, fmt(b, "L%d.rope_q.reshape", l), zero_id, q, -1,
-         qr_hs, qrs_ctr, WAITS({q_ctr, tiles_q}),
-         PARAMS({"hidden", amk_value_int(hd)}), 0, 0);
-    int32_t qr_ctr = counter(b, fmt(b, "L%d.rope_q", l));
-    task(b, AMK_OP_ROPE, fmt(b, "L%d.rope_q", l), qr_hs, pos, -1, qr, qr_ctr,
-         WAITS({qrs_ctr, 1}),
-         PARAMS({"head_dim", amk_value_int(hd)},
-                {"theta", amk_value_float(10000.0)}),
-         0, 0);
-    int32_t krs_ctr = counter(b, fmt(b, "L%d.rope_k.reshape", l));
-    task(b, AMK_OP_EMBED, fmt(b, "L%d.rope_k.reshape", l), zero_id, k, -1,
-         kr_hs, krs_ctr, WAITS({k_ctr, tiles_k}),
-         PARAMS({"hidden", amk_value_int(hd)}), 0, 0);
-    int32_t kr_ctr = counter(b, fmt(b, "L%d.rope_k", l));
-    task(b, AMK_OP_ROPE, fmt(b, "L%d.rope_k", l), kr_hs, pos, -1, kr, kr_ctr,
-         WAITS({krs_ctr, 1}),
-         PARAMS({"head_dim", amk_value_int(hd)},
-                {"theta", amk_value_float(10000.0)}),
-         0, 0);
+    RopeInputs rope_in = {zero_id, pos, hd};
+    int32_t qr_ctr = reshape_and_rope(b, l, 'q', &rope_in, q,
+                                      (WaitSpec){q_ctr, tiles_q}, qr_hs, qr);
+    int32_t kr_ctr = reshape_and_rope(b, l, 'k', &rope_in, k,
+                                      (WaitSpec){k_ctr, tiles_k}, kr_hs, kr);
     int32_t ka_ctr = counter(b, fmt(b, "L%d.k_append", l));
     task(b, AMK_OP_KV_APPEND, fmt(b, "L%d.k_append", l), kr, kcache, -1,
          kcache, ka_ctr, WAITS({kr_ctr, 1}),
@@ -318,8 +310,8 @@ AmkModule *amk_synth_llama(const AmkSynthSpec *s) {
 
   int32_t hf = ACT(b, "hf", 1, H);
   int32_t final_norm = WEIGHT(b, "final_norm", H);
-  int32_t logits = buffer(b, "logits", AMK_KIND_IO_OUTPUT, AMK_DTYPE_F32, 2,
-                          DIMS(1, V), NULL);
+  int32_t logits = amk_module_add_hbm_buffer(
+      m, "logits", AMK_KIND_IO_OUTPUT, AMK_DTYPE_F32, 2, DIMS(1, V), NULL);
   int32_t lm_w = WEIGHT(b, "lm_head.weight", V, H);
   int32_t hf_ctr = counter(b, "final_norm");
   task(b, AMK_OP_RMSNORM, "final_norm", h, final_norm, -1, hf, hf_ctr,

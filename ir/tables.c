@@ -85,7 +85,10 @@ static const struct {
 
 const char *amk_kind_json_name(AmkBufferKind k) { return kind_table[k].json; }
 const char *amk_kind_text_name(AmkBufferKind k) { return kind_table[k].text; }
-bool amk_kind_is_read_only(AmkBufferKind k) { return kind_table[k].read_only; }
+/* An unknown kind (a module the validator has not accepted yet) is not. */
+bool amk_kind_is_read_only(AmkBufferKind k) {
+  return (unsigned)k < AMK_KIND_COUNT && kind_table[k].read_only;
+}
 int amk_kind_from_json_name(const char *s) {
   LOOKUP(kind_table, AMK_KIND_COUNT, json, s);
 }

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "validate_graph.h"
 
@@ -47,9 +48,8 @@ typedef struct {
 
 static int compare_candidates(const void *a, const void *b) {
   const Candidate *x = a, *y = b;
-  if (x->first_write_pos != y->first_write_pos)
-    return x->first_write_pos < y->first_write_pos ? -1 : 1;
-  return (x->buffer > y->buffer) - (x->buffer < y->buffer);
+  int order = amk_compare_i64(x->first_write_pos, y->first_write_pos);
+  return order ? order : amk_compare_i64(x->buffer, y->buffer);
 }
 
 /* Every use of `a` happens before every writer of `b`. */
@@ -66,24 +66,46 @@ static bool ordered_before(AmkTaskGraph *g, const Candidate *a, const Candidate 
   return true;
 }
 
-/* Collects the paged buffers (activations that some task writes) with their
- * users. Returns the count; *out is malloc'd, each entry's arrays too. */
-static uint32_t collect_candidates(const AmkModule *m, const AmkTaskGraph *g,
-                                   const AmkIdIndex *buffers_by_id, Candidate **out) {
-  uint32_t nb = m->n_buffers;
-  uint32_t *n_uses = amk_xcalloc(nb ? nb : 1, sizeof *n_uses);
-  uint32_t *n_writes = amk_xcalloc(nb ? nb : 1, sizeof *n_writes);
+/* One buffer reference of a task. */
+typedef struct {
+  uint32_t task, buffer; /* positions */
+  bool is_output;
+} BufferRef;
+
+/* Every reference of a known buffer, task by task, inputs before outputs.
+ * malloc'd; the count in *count. */
+static BufferRef *buffer_refs(const AmkModule *m, const AmkIdIndex *buffers_by_id,
+                              uint32_t *count) {
+  size_t cap = 1;
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    cap += (size_t)m->tasks[t].n_inputs + m->tasks[t].n_outputs;
+  BufferRef *refs = amk_xmalloc(cap * sizeof *refs);
+  uint32_t n = 0;
   for (uint32_t t = 0; t < m->n_tasks; t++) {
     const AmkTask *task = &m->tasks[t];
     for (uint32_t i = 0; i < task->n_inputs + task->n_outputs; i++) {
       bool is_output = i >= task->n_inputs;
       int32_t id = is_output ? task->outputs[i - task->n_inputs] : task->inputs[i];
       uint32_t b = amk_id_index_get(buffers_by_id, id);
-      if (b == AMK_NO_INDEX)
-        continue;
-      n_uses[b]++;
-      n_writes[b] += is_output;
+      if (b != AMK_NO_INDEX)
+        refs[n++] = (BufferRef){t, b, is_output};
     }
+  }
+  *count = n;
+  return refs;
+}
+
+/* Collects the paged buffers (activations that some task writes) with their
+ * users. Returns the count; *out is malloc'd, each entry's arrays too. */
+static uint32_t collect_candidates(const AmkModule *m, const AmkTaskGraph *g,
+                                   const AmkIdIndex *buffers_by_id, Candidate **out) {
+  uint32_t nb = m->n_buffers, n_refs;
+  BufferRef *refs = buffer_refs(m, buffers_by_id, &n_refs);
+  uint32_t *n_uses = amk_xcalloc(nb ? nb : 1, sizeof *n_uses);
+  uint32_t *n_writes = amk_xcalloc(nb ? nb : 1, sizeof *n_writes);
+  for (uint32_t r = 0; r < n_refs; r++) {
+    n_uses[refs[r].buffer]++;
+    n_writes[refs[r].buffer] += refs[r].is_output;
   }
   Candidate *c = amk_xcalloc(nb ? nb : 1, sizeof *c);
   uint32_t *index_of = amk_xmalloc((nb ? nb : 1) * sizeof *index_of);
@@ -101,29 +123,27 @@ static uint32_t collect_candidates(const AmkModule *m, const AmkTaskGraph *g,
     c[n].writers = amk_xmalloc(n_writes[b] * sizeof *c[n].writers);
     n++;
   }
-  for (uint32_t t = 0; t < m->n_tasks; t++) {
+  for (uint32_t r = 0; r < n_refs; r++) {
+    uint32_t t = refs[r].task, b = refs[r].buffer;
+    bool is_output = refs[r].is_output;
+    if (index_of[b] == AMK_NO_INDEX)
+      continue;
+    Candidate *cand = &c[index_of[b]];
+    /* A task that both reads and writes a buffer is one use. */
+    if (cand->n_uses == 0 || cand->uses[cand->n_uses - 1] != t)
+      cand->uses[cand->n_uses++] = t;
+    if (is_output && (cand->n_writers == 0 || cand->writers[cand->n_writers - 1] != t))
+      cand->writers[cand->n_writers++] = t;
+    uint32_t pos = g->topo_pos[t];
+    if (pos < cand->min_use_pos)
+      cand->min_use_pos = pos;
+    if (is_output && pos < cand->first_write_pos)
+      cand->first_write_pos = pos;
     const AmkTask *task = &m->tasks[t];
-    for (uint32_t i = 0; i < task->n_inputs + task->n_outputs; i++) {
-      bool is_output = i >= task->n_inputs;
-      int32_t id = is_output ? task->outputs[i - task->n_inputs] : task->inputs[i];
-      uint32_t b = amk_id_index_get(buffers_by_id, id);
-      if (b == AMK_NO_INDEX || index_of[b] == AMK_NO_INDEX)
-        continue;
-      Candidate *cand = &c[index_of[b]];
-      /* A task that both reads and writes a buffer is one use. */
-      if (cand->n_uses == 0 || cand->uses[cand->n_uses - 1] != t)
-        cand->uses[cand->n_uses++] = t;
-      if (is_output && (cand->n_writers == 0 || cand->writers[cand->n_writers - 1] != t))
-        cand->writers[cand->n_writers++] = t;
-      uint32_t pos = g->topo_pos[t];
-      if (pos < cand->min_use_pos)
-        cand->min_use_pos = pos;
-      if (is_output && pos < cand->first_write_pos)
-        cand->first_write_pos = pos;
-      int32_t sm = task->has_sm ? task->sm : -1;
-      cand->sm = cand->sm == -2 ? sm : (cand->sm == sm ? sm : -1);
-    }
+    int32_t sm = task->has_sm ? task->sm : -1;
+    cand->sm = cand->sm == -2 ? sm : (cand->sm == sm ? sm : -1);
   }
+  free(refs);
   free(index_of);
   free(n_uses);
   free(n_writes);
@@ -149,14 +169,9 @@ bool amk_pass_color(AmkModule *m, AmkPassContext *ctx) {
   if (amk_pass_option_enum(ctx, "page-allocation", &word))
     policy = policy_by_word[word];
   AmkTaskGraph g;
-  amk_graph_build(&g, m);
-  if (!g.acyclic) {
-    amk_error(ctx->diag, none,
-              "color: the task graph has a cycle, so no page can be proven free "
-              "(run -validate for the cycle)");
-    amk_graph_free(&g);
+  if (!amk_graph_build_acyclic(&g, m, ctx->diag, "color",
+                               "no page can be proven free"))
     return false;
-  }
   AmkIdIndex buffers_by_id;
   amk_id_index_build(&buffers_by_id, m->buffers, sizeof *m->buffers, m->n_buffers);
   Candidate *cand;

@@ -251,20 +251,23 @@ static uint32_t add_key(uint32_t *keys, uint32_t n, uint32_t key) {
   return n + 1;
 }
 
+/* The distinct buffer positions among the first `cap` of `n` buffer ids. */
+static uint32_t buffer_keys(const Index *ix, const int32_t *ids, uint32_t n,
+                            uint32_t cap, uint32_t *keys) {
+  uint32_t count = 0;
+  for (uint32_t i = 0; i < n && i < cap; i++)
+    count = add_key(keys, count, amk_id_index_get(&ix->bufs, ids[i]));
+  return count;
+}
+
 static uint32_t emit_writes(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
   const AmkTask *task = &m->tasks[t];
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < task->n_outputs && i < AMK_MAX_OUTPUTS; i++)
-    n = add_key(keys, n, amk_id_index_get(&ix->bufs, task->outputs[i]));
-  return n;
+  return buffer_keys(ix, task->outputs, task->n_outputs, AMK_MAX_OUTPUTS, keys);
 }
 
 static uint32_t emit_reads(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {
   const AmkTask *task = &m->tasks[t];
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < task->n_inputs && i < AMK_MAX_INPUTS; i++)
-    n = add_key(keys, n, amk_id_index_get(&ix->bufs, task->inputs[i]));
-  return n;
+  return buffer_keys(ix, task->inputs, task->n_inputs, AMK_MAX_INPUTS, keys);
 }
 
 static uint32_t emit_signal(const AmkModule *m, const Index *ix, uint32_t t, uint32_t *keys) {

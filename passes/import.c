@@ -6,12 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 
+#include "amk/builder.h"
 #include "amk/model.h"
 #include "amk/pass.h"
+#include "amk/path.h"
 #include "amk/rope.h"
 #include "amk/safetensors.h"
+#include "amk/strutil.h"
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
@@ -33,43 +35,19 @@ typedef struct {
   int32_t counter;
 } Value;
 
-static const char *fmt(Builder *b, const char *format, ...) AMK_PRINTF(2, 3);
-static const char *fmt(Builder *b, const char *format, ...) {
-  char text[256];
-  va_list ap;
-  va_start(ap, format);
-  vsnprintf(text, sizeof text, format, ap);
-  va_end(ap);
-  return amk_arena_strdup(&b->m->arena, text);
-}
-
-static int32_t add_buffer(Builder *b, const char *name, AmkBufferKind kind,
-                          AmkDType dtype, uint32_t rank, const int64_t *dims,
-                          const char *source) {
-  AmkValue *shape = amk_arena_alloc(&b->m->arena, rank * sizeof *shape);
-  for (uint32_t i = 0; i < rank; i++)
-    shape[i] = amk_value_int(dims[i]);
-  AmkBuffer *buf = amk_module_add_buffer(b->m);
-  buf->name = name;
-  buf->kind = kind;
-  buf->dtype = dtype;
-  buf->rank = rank;
-  buf->shape = shape;
-  buf->space = AMK_SPACE_HBM;
-  buf->source = source ? amk_arena_strdup(&b->m->arena, source) : NULL;
-  return buf->id;
-}
+#define fmt(b, ...) amk_arena_printf(&(b)->m->arena, __VA_ARGS__)
 
 static int32_t weight(Builder *b, const char *name, const char *source,
                       int64_t rows, int64_t cols) {
   int64_t dims[2] = {rows, cols};
-  return add_buffer(b, name, AMK_KIND_WEIGHT, b->dtype, cols ? 2 : 1, dims,
-                    source);
+  return amk_module_add_hbm_buffer(b->m, name, AMK_KIND_WEIGHT, b->dtype,
+                                   cols ? 2 : 1, dims, source);
 }
 
 static int32_t activation(Builder *b, const char *name, int64_t width) {
   int64_t dims[2] = {1, width};
-  return add_buffer(b, name, AMK_KIND_ACTIVATION, b->dtype, 2, dims, NULL);
+  return amk_module_add_hbm_buffer(b->m, name, AMK_KIND_ACTIVATION, b->dtype,
+                                   2, dims, NULL);
 }
 
 /* One task producing one buffer and signalling a fresh counter named after
@@ -202,18 +180,6 @@ static AmkValue bool_value(bool b) {
   return v;
 }
 
-static AmkConfig *default_config(AmkModule *m) {
-  AmkConfig *c = amk_arena_alloc(&m->arena, sizeof *c);
-  c->tiling.kind = AMK_VALUE_OBJECT;
-  c->fusion_grouping.kind = AMK_VALUE_LIST;
-  c->sm_assignment = AMK_SM_LOAD_BALANCE;
-  c->pipelining_depth = 2;
-  c->page_allocation = AMK_PAGES_GRAPH_COLOR;
-  c->threads_per_block = 256;
-  c->smem_bytes_per_block = 0;
-  return c;
-}
-
 /* ---- the checkpoint --------------------------------------------------------- */
 
 typedef struct {
@@ -273,11 +239,6 @@ static bool is_float_dtype(AmkStDType d) {
          d == AMK_ST_F64;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && strcmp(s + a - b, suffix) == 0;
-}
-
 /* Check the state dict against the config. Sets *ckpt_dtype to the
  * embedding's dtype (the checkpoint's dtype). */
 static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
@@ -286,7 +247,7 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
   size_t n_tensors = amk_safetensors_count(st);
   for (size_t i = 0; i < n_tensors; i++) {
     const AmkStTensor *t = amk_safetensors_at(st, i);
-    if (ends_with(t->name, ".bias")) {
+    if (amk_str_ends_with(t->name, ".bias")) {
       amk_error(diag, no_loc(), "%s: unsupported model: the checkpoint has a "
                 "bias tensor '%s' (projections with biases are not supported)",
                 t->file, t->name);
@@ -332,7 +293,7 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
   const char *first_unused = NULL;
   for (size_t i = 0; i < n_tensors; i++) {
     const char *name = amk_safetensors_at(st, i)->name;
-    if (!used[i] && !ends_with(name, "rotary_emb.inv_freq")) {
+    if (!used[i] && !amk_str_ends_with(name, "rotary_emb.inv_freq")) {
       if (!unused++)
         first_unused = name;
     }
@@ -354,17 +315,6 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
 
 /* ---- the folder ---------------------------------------------------------------- */
 
-static char *join_path(const char *dir, const char *name) {
-  size_t a = strlen(dir), b = strlen(name);
-  char *p = amk_xmalloc(a + b + 2);
-  memcpy(p, dir, a);
-  size_t at = a;
-  if (a && dir[a - 1] != '/')
-    p[at++] = '/';
-  memcpy(p + at, name, b + 1);
-  return p;
-}
-
 /* A relative `model "DIR"` in an .amkir file is relative to that file's
  * folder; a folder given on the command line is used as is. */
 static char *resolve_model_dir(const AmkModule *m) {
@@ -377,7 +327,7 @@ static char *resolve_model_dir(const AmkModule *m) {
   char *parent = amk_xmalloc((size_t)(slash - src) + 2);
   memcpy(parent, src, (size_t)(slash - src) + 1);
   parent[slash - src + 1] = '\0';
-  char *joined = join_path(parent, dir);
+  char *joined = amk_path_join(parent, dir);
   free(parent);
   return joined;
 }
@@ -398,15 +348,9 @@ static void model_name(const char *dir, char *out, size_t size) {
   snprintf(out, size, "%.*s", (int)n, dir + start);
 }
 
-static bool is_directory(const char *path) {
-  struct stat sb;
-  return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 static bool file_exists(const char *dir, const char *name) {
-  char *path = join_path(dir, name);
-  struct stat sb;
-  bool exists = stat(path, &sb) == 0;
+  char *path = amk_path_join(dir, name);
+  bool exists = amk_path_exists(path);
   free(path);
   return exists;
 }
@@ -418,10 +362,12 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
   int64_t h = cfg->hidden, hd = cfg->head_dim, q_width = cfg->n_heads * hd,
           kv_width = cfg->n_kv_heads * hd, inter = cfg->intermediate;
   int64_t one[1] = {1};
-  Value token = {add_buffer(b, "token_id", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1,
-                            one, NULL), -1};
-  Value pos = {add_buffer(b, "pos", AMK_KIND_IO_INPUT, AMK_DTYPE_I32, 1, one,
-                          NULL), -1};
+  Value token = {amk_module_add_hbm_buffer(b->m, "token_id", AMK_KIND_IO_INPUT,
+                                           AMK_DTYPE_I32, 1, one, NULL),
+                 -1};
+  Value pos = {amk_module_add_hbm_buffer(b->m, "pos", AMK_KIND_IO_INPUT,
+                                         AMK_DTYPE_I32, 1, one, NULL),
+               -1};
 
   int32_t embed_w = weight(b, "embed.w", "model.embed_tokens.weight",
                            cfg->vocab, h);
@@ -453,10 +399,10 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
     Value kr = rope(b, NAME("rope_k"), k, pos, cfg->n_kv_heads, cfg,
                     NAME("kr"));
     int64_t cache_dims[3] = {max_seq, cfg->n_kv_heads, hd};
-    int32_t kcache = add_buffer(b, NAME("kcache"), AMK_KIND_KV_CACHE, b->dtype,
-                                3, cache_dims, NULL);
-    int32_t vcache = add_buffer(b, NAME("vcache"), AMK_KIND_KV_CACHE, b->dtype,
-                                3, cache_dims, NULL);
+    int32_t kcache = amk_module_add_hbm_buffer(
+        b->m, NAME("kcache"), AMK_KIND_KV_CACHE, b->dtype, 3, cache_dims, NULL);
+    int32_t vcache = amk_module_add_hbm_buffer(
+        b->m, NAME("vcache"), AMK_KIND_KV_CACHE, b->dtype, 3, cache_dims, NULL);
     Value kc = kv_append(b, NAME("k_append"), kr, kcache, cfg);
     Value vc = kv_append(b, NAME("v_append"), v, vcache, cfg);
 
@@ -507,8 +453,8 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
                                                    : "lm_head.weight",
                           cfg->vocab, h);
   int64_t logit_dims[2] = {1, cfg->vocab};
-  int32_t logits = add_buffer(b, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2,
-                              logit_dims, NULL);
+  int32_t logits = amk_module_add_hbm_buffer(
+      b->m, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2, logit_dims, NULL);
   Value out;
   int32_t head_in[2] = {hf.buffer, head_w};
   t = add_task(b, AMK_OP_GEMV_TILE, "lm_head", head_in, 2, logits,
@@ -611,7 +557,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   char *dir = resolve_model_dir(m);
   bool ok = false;
   AmkSafetensors *st = NULL;
-  if (!is_directory(dir)) {
+  if (!amk_is_directory(dir)) {
     amk_error(diag, no_loc(), "%s: not a model folder (no such directory)", dir);
     goto done;
   }
@@ -620,7 +566,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
               "HuggingFace model folder)", dir);
     goto done;
   }
-  char *config_path = join_path(dir, "config.json");
+  char *config_path = amk_path_join(dir, "config.json");
   AmkModelConfig cfg;
   bool config_ok = amk_model_config_read(config_path, &cfg, diag);
   free(config_path);
@@ -674,7 +620,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   AmkTarget *target_copy = amk_arena_memdup(&m->arena, target, sizeof *target);
   m->target = target_copy;
   if (!m->config)
-    m->config = default_config(m);
+    m->config = amk_config_new_default(m);
 
   Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1)};
   build_program(&b, &cfg, max_seq);

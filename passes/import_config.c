@@ -76,6 +76,24 @@ static bool feature_on(const cJSON *item) {
   return true;
 }
 
+/* Refuses the model when one of `keys` turns its feature on: "'<key>'
+ * <why>". True when refused. */
+static bool refuse_feature(const char *path, const cJSON *root,
+                           AmkDiagEngine *diag, const char *why,
+                           const char *const *keys, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (feature_on(member(root, keys[i]))) {
+      amk_error(diag, no_loc(), "%s: unsupported model: '%s' %s", path,
+                keys[i], why);
+      return true;
+    }
+  return false;
+}
+
+#define KEYS(...)                                                              \
+  (const char *const[]){__VA_ARGS__},                                          \
+      sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
+
 static bool check_family(const char *path, const cJSON *root,
                          AmkDiagEngine *diag) {
   char reason[512];
@@ -98,14 +116,10 @@ static bool check_family(const char *path, const cJSON *root,
         return unsupported(path, diag, reason);
       }
   }
-  static const char *const bias_keys[] = {"attention_bias", "mlp_bias"};
-  for (size_t i = 0; i < 2; i++)
-    if (feature_on(member(root, bias_keys[i]))) {
-      snprintf(reason, sizeof reason,
-               "'%s' is true (projections with biases are not supported)",
-               bias_keys[i]);
-      return unsupported(path, diag, reason);
-    }
+  if (refuse_feature(path, root, diag,
+                     "is true (projections with biases are not supported)",
+                     KEYS("attention_bias", "mlp_bias")))
+    return false;
   const cJSON *act = member(root, "hidden_act");
   if (is_set(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
     snprintf(reason, sizeof reason,
@@ -117,32 +131,21 @@ static bool check_family(const char *path, const cJSON *root,
     return unsupported(path, diag,
                        "'sliding_window' is set (sliding-window attention is "
                        "not supported)");
-  if (feature_on(member(root, "use_sliding_window")))
-    return unsupported(path, diag,
-                       "'use_sliding_window' is true (sliding-window attention "
-                       "is not supported)");
-  static const char *const moe_keys[] = {
-      "num_local_experts", "num_experts", "n_routed_experts",
-      "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size"};
-  for (size_t i = 0; i < sizeof moe_keys / sizeof moe_keys[0]; i++)
-    if (feature_on(member(root, moe_keys[i]))) {
-      snprintf(reason, sizeof reason,
-               "'%s' is set (mixture-of-experts models are not supported)",
-               moe_keys[i]);
-      return unsupported(path, diag, reason);
-    }
-  static const char *const mla_keys[] = {"kv_lora_rank", "q_lora_rank"};
-  for (size_t i = 0; i < 2; i++)
-    if (feature_on(member(root, mla_keys[i]))) {
-      snprintf(reason, sizeof reason,
-               "'%s' is set (multi-head latent attention is not supported)",
-               mla_keys[i]);
-      return unsupported(path, diag, reason);
-    }
-  if (feature_on(member(root, "rope_interleaved")))
-    return unsupported(path, diag,
-                       "'rope_interleaved' is true (only the rotate-half rotary "
-                       "layout is supported)");
+  if (refuse_feature(path, root, diag,
+                     "is true (sliding-window attention is not supported)",
+                     KEYS("use_sliding_window")) ||
+      refuse_feature(path, root, diag,
+                     "is set (mixture-of-experts models are not supported)",
+                     KEYS("num_local_experts", "num_experts", "n_routed_experts",
+                          "num_experts_per_tok", "n_shared_experts",
+                          "moe_intermediate_size")) ||
+      refuse_feature(path, root, diag,
+                     "is set (multi-head latent attention is not supported)",
+                     KEYS("kv_lora_rank", "q_lora_rank")) ||
+      refuse_feature(path, root, diag,
+                     "is true (only the rotate-half rotary layout is supported)",
+                     KEYS("rope_interleaved")))
+    return false;
   if (is_set(member(root, "quantization_config")))
     return unsupported(path, diag,
                        "'quantization_config' is set (pre-quantized "

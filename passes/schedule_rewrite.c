@@ -155,6 +155,20 @@ static int32_t remap_id(const AmkIdIndex *ix, const uint32_t *map, int32_t id) {
   return (int32_t)map[pos];
 }
 
+/* Keeps the records array[i] whose map[i] is set, in order, each renumbered
+ * to its new position, and updates count. */
+#define KEEP_MAPPED(array, count, map)                                         \
+  do {                                                                         \
+    uint32_t kept_ = 0;                                                        \
+    for (uint32_t i_ = 0; i_ < (count); i_++)                                  \
+      if ((map)[i_] != AMK_NO_INDEX) {                                         \
+        (array)[kept_] = (array)[i_];                                          \
+        (array)[kept_].id = (int32_t)kept_;                                    \
+        kept_++;                                                               \
+      }                                                                        \
+    (count) = kept_;                                                           \
+  } while (0)
+
 void amk_rw_compact(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
                     const char *pass) {
   AmkIdIndex buf_ix, cnt_ix, task_ix;
@@ -221,22 +235,8 @@ void amk_rw_compact(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   if (m->cap_tasks == 0)
     m->cap_tasks = 1;
 
-  uint32_t k = 0;
-  for (uint32_t b = 0; b < m->n_buffers; b++)
-    if (buf_map[b] != AMK_NO_INDEX) {
-      m->buffers[k] = m->buffers[b];
-      m->buffers[k].id = (int32_t)k;
-      k++;
-    }
-  m->n_buffers = k;
-  k = 0;
-  for (uint32_t c = 0; c < m->n_counters; c++)
-    if (cnt_map[c] != AMK_NO_INDEX) {
-      m->counters[k] = m->counters[c];
-      m->counters[k].id = (int32_t)k;
-      k++;
-    }
-  m->n_counters = k;
+  KEEP_MAPPED(m->buffers, m->n_buffers, buf_map);
+  KEEP_MAPPED(m->counters, m->n_counters, cnt_map);
   if (m->pages) {
     m->pages = NULL;
     amk_diag(ctx->diag, AMK_SEVERITY_REMARK, (AmkLoc){0, 0},

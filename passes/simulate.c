@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "amk/validate.h"
 #include "validate_graph.h"
@@ -64,9 +65,8 @@ typedef struct {
 
 static int compare_wait(const void *pa, const void *pb) {
   const WaitEntry *a = pa, *b = pb;
-  if (a->needed != b->needed)
-    return a->needed < b->needed ? -1 : 1;
-  return (a->task > b->task) - (a->task < b->task);
+  int order = amk_compare_i64(a->needed, b->needed);
+  return order ? order : amk_compare_i64(a->task, b->task);
 }
 
 static uint32_t slot_for(CounterSim *s, int32_t id) {
@@ -349,8 +349,7 @@ size_t amk_simulate_adversarial(const AmkModule *m, AmkDiagEngine *diag,
         if (b == AMK_NO_INDEX)
           continue;
         const AmkBuffer *buf = &m->buffers[b];
-        if ((unsigned)buf->kind < AMK_KIND_COUNT &&
-            amk_kind_is_read_only(buf->kind))
+        if (amk_kind_is_read_only(buf->kind))
           continue;
         bool self_writes = false;
         for (uint32_t j = 0; j < task->n_outputs && !self_writes; j++)

@@ -197,18 +197,18 @@ typedef struct {
   uint32_t task;
 } Keyed;
 
-static int compare_keyed_desc(const void *a, const void *b) {
-  const Keyed *x = a, *y = b;
+static int compare_keyed(const Keyed *x, const Keyed *y, bool descending) {
   if (x->key != y->key)
-    return x->key < y->key ? 1 : -1;
+    return (x->key < y->key) == descending ? 1 : -1;
   return (x->tie > y->tie) - (x->tie < y->tie);
 }
 
+static int compare_keyed_desc(const void *a, const void *b) {
+  return compare_keyed(a, b, true);
+}
+
 static int compare_keyed_asc(const void *a, const void *b) {
-  const Keyed *x = a, *y = b;
-  if (x->key != y->key)
-    return x->key < y->key ? -1 : 1;
-  return (x->tie > y->tie) - (x->tie < y->tie);
+  return compare_keyed(a, b, false);
 }
 
 /* A binary min-heap of SMs keyed by the time each becomes free, to find the
@@ -376,14 +376,9 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
     policy = policy_by_word[word];
 
   AmkTaskGraph g;
-  amk_graph_build(&g, m);
-  if (!g.acyclic) {
-    amk_error(ctx->diag, none,
-              "sm-assign: the task graph has a cycle, so no SM order can be safe "
-              "(run -validate for the cycle)");
-    amk_graph_free(&g);
+  if (!amk_graph_build_acyclic(&g, m, ctx->diag, "sm-assign",
+                               "no SM order can be safe"))
     return false;
-  }
   uint32_t n = m->n_tasks;
   int32_t *sm = amk_xcalloc(n ? n : 1, sizeof *sm);
   if (policy == AMK_SM_EXPLICIT) {

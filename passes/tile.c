@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/builder.h"
 #include "schedule_rewrite.h"
 
 static const AmkLoc no_loc = {0, 0};
@@ -305,16 +306,6 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   return true;
 }
 
-static bool ids_are_positions(const AmkModule *m) {
-  for (uint32_t i = 0; i < m->n_buffers; i++)
-    if (m->buffers[i].id != (int32_t)i)
-      return false;
-  for (uint32_t i = 0; i < m->n_counters; i++)
-    if (m->counters[i].id != (int32_t)i)
-      return false;
-  return true;
-}
-
 bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   TilePlan plan = {.n_tile = 0, .num_sms = 0, .kv_partitions = 0};
   if (!read_setting(m, ctx, "gemv-n-tile", "gemv", "N_tile", 1, INT32_MAX,
@@ -342,7 +333,7 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   /* New buffers and counters take list positions as ids: make the old ones
    * agree first. */
   AmkRwEdit e;
-  if (!ids_are_positions(m)) {
+  if (!amk_module_ids_are_positions(m)) {
     amk_rw_edit_init(&e, m);
     amk_rw_compact(m, &e, ctx, "tile");
     amk_rw_edit_free(&e);

@@ -207,8 +207,36 @@ static void *graph_calloc(AmkTaskGraph *g, size_t n, size_t size) {
                     : amk_xcalloc(n, size);
 }
 
+/* Counting-sort offsets of n entries by slot: the entries of slot s go to
+ * [off[s], off[s + 1]). */
+static uint32_t *slot_offsets(AmkTaskGraph *g, const uint32_t *slot_of_entry,
+                              uint32_t n) {
+  uint32_t ns = g->n_slots;
+  uint32_t *off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  for (uint32_t i = 0; i < n; i++)
+    off[slot_of_entry[i] + 1]++;
+  for (uint32_t s = 0; s < ns; s++)
+    off[s + 1] += off[s];
+  return off;
+}
+
 void amk_graph_build(AmkTaskGraph *g, const AmkModule *m) {
   amk_graph_build_in(g, m, NULL);
+}
+
+bool amk_graph_build_acyclic(AmkTaskGraph *g, const AmkModule *m,
+                             AmkDiagEngine *diag, const char *pass,
+                             const char *consequence) {
+  amk_graph_build(g, m);
+  if (g->acyclic)
+    return true;
+  AmkLoc none = {0, 0};
+  amk_error(diag, none,
+            "%s: the task graph has a cycle, so %s (run -validate for the "
+            "cycle)",
+            pass, consequence);
+  amk_graph_free(g);
+  return false;
 }
 
 /* Dense out_counter id -> slot table when the ids span little more than the
@@ -258,12 +286,8 @@ void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
   uint32_t ns = g->n_slots;
 
   /* Producers per slot (counting sort keeps list order). */
-  g->prod_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->prod_off = slot_offsets(g, g->task_slot, n);
   g->prod = graph_alloc(g, sizeof(uint32_t) * (n + 1));
-  for (uint32_t t = 0; t < n; t++)
-    g->prod_off[g->task_slot[t] + 1]++;
-  for (uint32_t s = 0; s < ns; s++)
-    g->prod_off[s + 1] += g->prod_off[s];
   uint32_t *fill = graph_alloc(g, sizeof(uint32_t) * (ns + 1));
   memcpy(fill, g->prod_off, sizeof(uint32_t) * ns);
   for (uint32_t t = 0; t < n; t++)
@@ -292,12 +316,8 @@ void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
   memset(g->slot_mark, 0, sizeof(uint32_t) * (ns + 1));
 
   /* Waiters per slot: filled in task order, so ascending and distinct. */
-  g->wait_off = graph_calloc(g, (size_t)ns + 1, sizeof(uint32_t));
+  g->wait_off = slot_offsets(g, g->tw_slot, k);
   g->waiter = graph_alloc(g, sizeof(uint32_t) * (k + 1));
-  for (uint32_t i = 0; i < k; i++)
-    g->wait_off[g->tw_slot[i] + 1]++;
-  for (uint32_t s = 0; s < ns; s++)
-    g->wait_off[s + 1] += g->wait_off[s];
   memcpy(fill, g->wait_off, sizeof(uint32_t) * ns);
   for (uint32_t t = 0; t < n; t++)
     for (uint32_t i = g->tw_off[t]; i < g->tw_off[t + 1]; i++)
@@ -569,27 +589,24 @@ static void repr_into(const AmkValue *v, Out *o, int depth) {
     return;
   }
   case AMK_VALUE_LIST:
-    out_str(o, "[");
+  case AMK_VALUE_OBJECT: {
+    bool is_object = v->kind == AMK_VALUE_OBJECT;
+    out_str(o, is_object ? "{" : "[");
     for (uint32_t i = 0; i < v->count && !o->truncated; i++) {
       if (i)
         out_str(o, ", ");
-      repr_into(&v->as.items[i], o, depth + 1);
+      if (is_object) {
+        AmkValue key = {.kind = AMK_VALUE_STRING};
+        key.as.s = v->as.members[i].key;
+        repr_into(&key, o, depth + 1);
+        out_str(o, ": ");
+      }
+      repr_into(is_object ? &v->as.members[i].value : &v->as.items[i], o,
+                depth + 1);
     }
-    out_str(o, "]");
+    out_str(o, is_object ? "}" : "]");
     return;
-  case AMK_VALUE_OBJECT:
-    out_str(o, "{");
-    for (uint32_t i = 0; i < v->count && !o->truncated; i++) {
-      if (i)
-        out_str(o, ", ");
-      AmkValue key = {.kind = AMK_VALUE_STRING};
-      key.as.s = v->as.members[i].key;
-      repr_into(&key, o, depth + 1);
-      out_str(o, ": ");
-      repr_into(&v->as.members[i].value, o, depth + 1);
-    }
-    out_str(o, "}");
-    return;
+  }
   }
   out_str(o, "?");
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "amk/diag.h"
 #include "amk/ir.h"
 
 #define AMK_NO_INDEX UINT32_MAX
@@ -97,6 +98,12 @@ void amk_graph_build(AmkTaskGraph *g, const AmkModule *m);
 void amk_graph_build_in(AmkTaskGraph *g, const AmkModule *m,
                         AmkScratch *scratch);
 void amk_graph_free(AmkTaskGraph *g);
+/* amk_graph_build for a pass that needs an execution order. On a cycle it
+ * reports "<pass>: the task graph has a cycle, so <consequence> (run
+ * -validate for the cycle)", frees the graph and returns false. */
+bool amk_graph_build_acyclic(AmkTaskGraph *g, const AmkModule *m,
+                             AmkDiagEngine *diag, const char *pass,
+                             const char *consequence);
 static inline uint32_t amk_graph_counter_slot(const AmkTaskGraph *g,
                                               int32_t counter_id) {
   if (g->dense_slot) {

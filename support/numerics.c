@@ -86,19 +86,14 @@ float amk_f16_to_f32(uint16_t h) {
 float amk_round_bf16(float f) { return amk_bf16_to_f32(amk_f32_to_bf16(f)); }
 float amk_round_f16(float f) { return amk_f16_to_f32(amk_f32_to_f16(f)); }
 
-void amk_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dst[i] = amk_f32_to_bf16(src[i]);
-}
-void amk_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dst[i] = amk_bf16_to_f32(src[i]);
-}
-void amk_f32_to_f16_n(uint16_t *dst, const float *src, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dst[i] = amk_f32_to_f16(src[i]);
-}
-void amk_f16_to_f32_n(float *dst, const uint16_t *src, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    dst[i] = amk_f16_to_f32(src[i]);
-}
+/* The array forms of the scalar conversions above. */
+#define ARRAY_CONVERSION(name, dst_type, src_type, convert)                    \
+  void name(dst_type *dst, const src_type *src, size_t n) {                    \
+    for (size_t i = 0; i < n; i++)                                             \
+      dst[i] = convert(src[i]);                                                \
+  }
+ARRAY_CONVERSION(amk_f32_to_bf16_n, uint16_t, float, amk_f32_to_bf16)
+ARRAY_CONVERSION(amk_bf16_to_f32_n, float, uint16_t, amk_bf16_to_f32)
+ARRAY_CONVERSION(amk_f32_to_f16_n, uint16_t, float, amk_f32_to_f16)
+ARRAY_CONVERSION(amk_f16_to_f32_n, float, uint16_t, amk_f16_to_f32)
+#undef ARRAY_CONVERSION

@@ -1,4 +1,5 @@
-/* Edit distance and "did you mean" suggestions (include/amk/strutil.h). */
+/* String helpers: edit distance, "did you mean" suggestions, suffixes, UTF-8
+ * (include/amk/strutil.h). */
 #include <string.h>
 
 #include "amk/strutil.h"
@@ -44,4 +45,41 @@ const char *amk_suggest(const char *word, size_t len,
     }
   }
   return best;
+}
+
+bool amk_str_ends_with(const char *s, const char *suffix) {
+  size_t len = strlen(s), suffix_len = strlen(suffix);
+  return len >= suffix_len && strcmp(s + len - suffix_len, suffix) == 0;
+}
+
+size_t amk_utf8_decode(const unsigned char *p, const unsigned char *end,
+                       uint32_t *code_point) {
+  if (p >= end)
+    return 0;
+  unsigned char lead = *p;
+  size_t len;
+  uint32_t cp, min;
+  if (lead < 0x80) {
+    *code_point = lead;
+    return 1;
+  }
+  if ((lead & 0xE0) == 0xC0)
+    len = 2, cp = lead & 0x1F, min = 0x80;
+  else if ((lead & 0xF0) == 0xE0)
+    len = 3, cp = lead & 0x0F, min = 0x800;
+  else if ((lead & 0xF8) == 0xF0)
+    len = 4, cp = lead & 0x07, min = 0x10000;
+  else
+    return 0;
+  if ((size_t)(end - p) < len)
+    return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((p[i] & 0xC0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (p[i] & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+    return 0;
+  *code_point = cp;
+  return len;
 }

@@ -13,6 +13,7 @@
 
 #include "amk/diag.h"
 #include "amk/io.h"
+#include "amk/strutil.h"
 #include "amk/validate.h"
 
 static const char *first_error(const AmkDiagEngine *d) {
@@ -22,11 +23,6 @@ static const char *first_error(const AmkDiagEngine *d) {
       return x->message;
   }
   return "(no message)";
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t n = strlen(s), k = strlen(suffix);
-  return n >= k && strcmp(s + n - k, suffix) == 0;
 }
 
 /* One line of output; newlines inside a message would break the format. */
@@ -57,7 +53,7 @@ static int run_one(const char *root, const char *name,
     amk_diag_free(diag);
     return 1;
   }
-  AmkModule *m = ends_with(path, ".amkir")
+  AmkModule *m = amk_str_ends_with(path, ".amkir")
                      ? amk_parse_text(path, text, len, diag)
                      : amk_read_json(path, text, len, diag);
   if (!m) {

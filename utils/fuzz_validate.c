@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "amk/builder.h"
 #include "amk/diag.h"
 #include "amk/pass.h"
 #include "amk/synth.h"
@@ -175,12 +176,8 @@ static AmkModule *mutated_toy(Rng *r) {
 /* Structurally clean: ids are positions, every reference resolves, every
  * threshold is an INT >= 1. Only then is the oracle's verdict meaningful. */
 static bool clean(const AmkModule *m) {
-  for (uint32_t i = 0; i < m->n_buffers; i++)
-    if (m->buffers[i].id != (int32_t)i)
-      return false;
-  for (uint32_t i = 0; i < m->n_counters; i++)
-    if (m->counters[i].id != (int32_t)i)
-      return false;
+  if (!amk_module_ids_are_positions(m))
+    return false;
   for (uint32_t i = 0; i < m->n_tasks; i++) {
     const AmkTask *t = &m->tasks[i];
     if (t->id != (int32_t)i || t->out_counter < 0 ||
@@ -207,10 +204,12 @@ static bool writes(const AmkTask *t, int32_t b) {
   return false;
 }
 
-/* Why the program is unsafe, or NULL. */
-static const char *oracle(const AmkModule *m) {
+/* The brute-force happens-before relation, independent of the validator's:
+ * hb[a * n + b] is 1 when task a is ordered before task b through waits
+ * (transitively; Floyd-Warshall). calloc'd, n = m->n_tasks. */
+static unsigned char *happens_before(const AmkModule *m) {
   uint32_t n = m->n_tasks;
-  unsigned char *hb = calloc((size_t)n * n + 1, 1); /* hb[a*n+b]: a before b */
+  unsigned char *hb = calloc((size_t)n * n + 1, 1);
   for (uint32_t b = 0; b < n; b++)
     for (uint32_t k = 0; k < m->tasks[b].n_waits; k++)
       for (uint32_t a = 0; a < n; a++)
@@ -222,6 +221,13 @@ static const char *oracle(const AmkModule *m) {
         for (uint32_t j = 0; j < n; j++)
           if (hb[k * n + j])
             hb[i * n + j] = 1;
+  return hb;
+}
+
+/* Why the program is unsafe, or NULL. */
+static const char *oracle(const AmkModule *m) {
+  uint32_t n = m->n_tasks;
+  unsigned char *hb = happens_before(m);
   const char *why = NULL;
   for (uint32_t i = 0; i < n && !why; i++)
     if (hb[i * n + i])
@@ -367,19 +373,8 @@ static bool all_uses_before_writers(const AmkModule *m, const unsigned char *hb,
 /* The page pairs the validator reports equal the brute-force list. */
 static bool check_pages_against_all_pairs(const AmkModule *m, AmkDiagEngine *d,
                                           uint64_t seed, uint64_t iter) {
-  uint32_t n = m->n_tasks, nb = m->n_buffers;
-  unsigned char *hb = calloc((size_t)n * n + 1, 1);
-  for (uint32_t b = 0; b < n; b++)
-    for (uint32_t k = 0; k < m->tasks[b].n_waits; k++)
-      for (uint32_t a = 0; a < n; a++)
-        if (m->tasks[a].out_counter == m->tasks[b].waits[k].counter)
-          hb[a * n + b] = 1;
-  for (uint32_t k = 0; k < n; k++)
-    for (uint32_t i = 0; i < n; i++)
-      if (hb[i * n + k])
-        for (uint32_t j = 0; j < n; j++)
-          if (hb[k * n + j])
-            hb[i * n + j] = 1;
+  uint32_t nb = m->n_buffers;
+  unsigned char *hb = happens_before(m);
   /* Expected pairs: pages in first-appearance order, bindings in order. */
   const AmkPageAllocation *pa = m->pages;
   size_t cap = (size_t)pa->n_bindings * pa->n_bindings + 1, n_expect = 0;

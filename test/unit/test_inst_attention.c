@@ -23,22 +23,27 @@ static float q1[2] = {1, 0};
 static float k2[4] = {1, 0, 0, 1};
 static float v2[4] = {1, 2, 3, 4};
 
+static void two_key_inputs(AmkTensorView in[3]) {
+  in[0] = view2(q1, AMK_DTYPE_F32, 1, 2);
+  in[1] = view3(k2, AMK_DTYPE_F32, 2, 1, 2);
+  in[2] = view3(v2, AMK_DTYPE_F32, 2, 1, 2);
+}
+
 static void test_two_keys(UnitCounts *c) {
   char err[160];
   float out[4];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = attention_params(2, 1, 1, 0, 2, inv_sqrt2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, 0);
   CHECK(c, near(out[0], 1.6604769013466862, 1e-6));
   CHECK(c, near(out[1], 2.6604769013466862, 1e-6));
 
   /* Partial: acc = [1 + 3w, 2 + 4w], m = 1/sqrt2, l = 1 + w. */
   set_int(&p, "flags", 2);
   AmkTensorView po = view2(out, AMK_DTYPE_F32, 1, 4);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &po, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &po, 0);
   CHECK(c, near(out[0], 2.4792060741857194, 1e-6));
   CHECK(c, near(out[1], 3.972274765580959, 1e-6));
   CHECK(c, near(out[2], inv_sqrt2, 1e-6));
@@ -46,12 +51,12 @@ static void test_two_keys(UnitCounts *c) {
 
   /* A window of one key gives that key's value exactly: [kv_start 1, 1). */
   AmkInstParams one = attention_params(2, 1, 1, 1, 1, inv_sqrt2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &one, in, 3, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &one, in, 3, &o, 0);
   CHECK(c, out[0] == 3.0f && out[1] == 4.0f);
 
   /* A 4th input is accepted and ignored, as the reference does. */
   AmkTensorView four[4] = {in[0], in[1], in[2], in[0]};
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &one, four, 4, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &one, four, 4, &o, 0);
   CHECK(c, out[0] == 3.0f && out[1] == 4.0f);
 }
 
@@ -68,7 +73,7 @@ static void test_gqa(UnitCounts *c) {
                          view3(v, AMK_DTYPE_F32, 1, 2, 2)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 8);
   AmkInstParams p = attention_params(2, 4, 2, 0, 1, inv_sqrt2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, 0);
   const float want[8] = {10, 20, 10, 20, 30, 40, 30, 40};
   CHECK(c, memcmp(out, want, sizeof want) == 0);
 }
@@ -78,17 +83,16 @@ static void test_gqa(UnitCounts *c) {
 static void test_combine(UnitCounts *c) {
   char err[160];
   float part0[4], part1[4], out[2];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkInstParams p0 = attention_params(2, 1, 1, 0, 1, inv_sqrt2);
   AmkInstParams p1 = attention_params(2, 1, 1, 1, 1, inv_sqrt2);
   set_int(&p0, "flags", 2);
   set_int(&p1, "flags", 3); /* bit 0 (causal) changes nothing for decode */
   AmkTensorView o0 = view2(part0, AMK_DTYPE_F32, 1, 4);
   AmkTensorView o1 = view2(part1, AMK_DTYPE_F32, 1, 4);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p0, in, 3, &o0, err, sizeof err) == 0);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p1, in, 3, &o1, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p0, in, 3, &o0, 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p1, in, 3, &o1, 0);
   /* acc | m | l for one key: the value, its score, 1. */
   CHECK(c, part0[0] == 1 && part0[1] == 2 && near(part0[2], inv_sqrt2, 1e-7) &&
                part0[3] == 1);
@@ -97,7 +101,7 @@ static void test_combine(UnitCounts *c) {
   AmkInstParams none = {0};
   AmkTensorView parts[3] = {o0, o1, {0}};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &none, parts, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &none, parts, 2, &o, 0);
   CHECK(c, near(out[0], 1.6604769013466862, 1e-6));
   CHECK(c, near(out[1], 2.6604769013466862, 1e-6));
 
@@ -107,14 +111,14 @@ static void test_combine(UnitCounts *c) {
   AmkInstParams pe = attention_params(2, 1, 1, 2, 0, inv_sqrt2);
   set_int(&pe, "flags", 2);
   AmkTensorView oe = view2(empty, AMK_DTYPE_F32, 1, 4);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &pe, in, 3, &oe, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &pe, in, 3, &oe, 0);
   CHECK(c, empty[0] == 0 && empty[1] == 0 && isinf(empty[2]) && empty[2] < 0 &&
                empty[3] == 0);
   parts[2] = oe;
   float out3[2];
   AmkTensorView o3 = view2(out3, AMK_DTYPE_F32, 1, 2);
   set_int(&none, "head_dim", 2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &none, parts, 3, &o3, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &none, parts, 3, &o3, 0);
   CHECK(c, out3[0] == out[0] && out3[1] == out[1]);
 
   /* Hand partials, equal maxima: acc [2, 4] l 2 and acc [6, 8] l 2:
@@ -122,62 +126,47 @@ static void test_combine(UnitCounts *c) {
   float a[4] = {2, 4, 1, 2}, b[4] = {6, 8, 1, 2}, hand[2];
   AmkTensorView hp[2] = {view2(a, AMK_DTYPE_F32, 1, 4), view2(b, AMK_DTYPE_F32, 1, 4)};
   AmkTensorView ho = view2(hand, AMK_DTYPE_F32, 1, 2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &none, hp, 2, &ho, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &none, hp, 2, &ho, 0);
   CHECK(c, hand[0] == 2.0f && hand[1] == 3.0f);
   /* Only empty shards: 0 / max(0, 1e-20) = 0. */
   AmkTensorView only_empty[2] = {oe, oe};
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &none, only_empty, 2, &ho, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &none, only_empty, 2, &ho, 0);
   CHECK(c, hand[0] == 0.0f && hand[1] == 0.0f);
 
   /* head_dim 3 does not fit partials of 4. */
   set_int(&none, "head_dim", 3);
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &none, hp, 2, &ho, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &none, hp, 2, &ho, AMK_INST_ERR_SHAPE);
   AmkInstParams derived = {0};
   AmkTensorView uneven[2] = {hp[0], view2(b, AMK_DTYPE_F32, 1, 3)};
-  CHECK(c, run_op(AMK_OP_ATTENTION_COMBINE, &derived, uneven, 2, &ho, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ATTENTION_COMBINE, &derived, uneven, 2, &ho,
+            AMK_INST_ERR_SHAPE);
 }
 
 static void test_attention_errors(UnitCounts *c) {
   char err[160];
   float out[4];
-  AmkTensorView in[3] = {view2(q1, AMK_DTYPE_F32, 1, 2),
-                         view3(k2, AMK_DTYPE_F32, 2, 1, 2),
-                         view3(v2, AMK_DTYPE_F32, 2, 1, 2)};
+  AmkTensorView in[3];
+  two_key_inputs(in);
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = attention_params(2, 1, 1, 1, 2, inv_sqrt2); /* [1, 3) of 2 */
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_INDEX);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_INDEX);
   CHECK(c, strstr(err, "window [1, 3)") != NULL);
   p = attention_params(2, 1, 1, -1, 1, inv_sqrt2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_INDEX);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_INDEX);
   p = attention_params(2, 3, 2, 0, 1, inv_sqrt2); /* 2 does not divide 3 */
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_PARAM);
   p = attention_params(2, 2, 1, 0, 1, inv_sqrt2); /* q has 2, not 4 */
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_SHAPE);
   p = attention_params(2, 1, 1, 0, 2, inv_sqrt2);
   set_int(&p, "flags", 2); /* a partial needs 4 outputs, not 2 */
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_SHAPE);
   AmkTensorView short_v[3] = {in[0], in[1], view3(v2, AMK_DTYPE_F32, 1, 1, 2)};
   p = attention_params(2, 1, 1, 0, 1, inv_sqrt2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &p, short_v, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, short_v, 3, &o, AMK_INST_ERR_SHAPE);
   AmkInstParams no_scale = {0};
   set_int(&no_scale, "head_dim", 2);
-  CHECK(c, run_op(AMK_OP_ATTENTION_TILE, &no_scale, in, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &no_scale, in, 3, &o, AMK_INST_ERR_PARAM);
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_two_keys(&c);
-  test_gqa(&c);
-  test_combine(&c);
-  test_attention_errors(&c);
-  return unit_finish("test_inst_attention", &c);
-}
+UNIT_MAIN("test_inst_attention", test_two_keys, test_gqa, test_combine,
+          test_attention_errors)

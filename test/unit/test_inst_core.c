@@ -75,8 +75,7 @@ static void test_dispatch_errors(UnitCounts *c) {
 
   CHECK(c, amk_inst_execute((AmkOp)AMK_OP_COUNT, &p, in, 2, &o, 1, NULL, err,
                             sizeof err) == AMK_INST_ERR_OPCODE);
-  CHECK(c, run_op(AMK_OP_ADD, &p, in, 1, &o, err, sizeof err) ==
-               AMK_INST_ERR_ARITY);
+  CHECK_RUN(c, AMK_OP_ADD, &p, in, 1, &o, AMK_INST_ERR_ARITY);
   CHECK(c, strncmp(err, "add: ", 5) == 0);
   CHECK(c, amk_inst_execute(AMK_OP_ADD, &p, in, 2, &o, 0, NULL, err,
                             sizeof err) == AMK_INST_ERR_ARITY);
@@ -84,14 +83,11 @@ static void test_dispatch_errors(UnitCounts *c) {
   AmkTensorView lying = in[1];
   lying.numel = 3; /* not the product of its dims */
   AmkTensorView bad_in[2] = {in[0], lying};
-  CHECK(c, run_op(AMK_OP_ADD, &p, bad_in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ADD, &p, bad_in, 2, &o, AMK_INST_ERR_SHAPE);
   AmkTensorView no_data[2] = {in[0], view1(NULL, AMK_DTYPE_F32, 2)};
-  CHECK(c, run_op(AMK_OP_ADD, &p, no_data, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ADD, &p, no_data, 2, &o, AMK_INST_ERR_SHAPE);
   AmkTensorView fp8[2] = {in[0], view1(b, AMK_DTYPE_F8E4M3, 2)};
-  CHECK(c, run_op(AMK_OP_ADD, &p, fp8, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_DTYPE);
+  CHECK_RUN(c, AMK_OP_ADD, &p, fp8, 2, &o, AMK_INST_ERR_DTYPE);
   CHECK(c, out[0] == 0 && out[1] == 0); /* nothing written on failure */
 
   /* A NULL err buffer is allowed. */
@@ -111,14 +107,14 @@ static void test_copy(UnitCounts *c) {
   uint32_t dst_bits[3] = {0};
   AmkTensorView in = view1(src_bits, AMK_DTYPE_F32, 3);
   AmkTensorView out = view1(dst_bits, AMK_DTYPE_F32, 3);
-  CHECK(c, run_op(AMK_OP_COPY, &p, &in, 1, &out, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_COPY, &p, &in, 1, &out, 0);
   CHECK(c, same_bits(src_bits, dst_bits, sizeof src_bits));
 
   /* Packed int4: 4 elements in 2 bytes, copied as bytes. */
   uint8_t packed[2] = {0x9f, 0x21}, packed_out[2] = {0, 0};
   AmkTensorView in4 = view1(packed, AMK_DTYPE_I4, 4);
   AmkTensorView out4 = view1(packed_out, AMK_DTYPE_I4, 4);
-  CHECK(c, run_op(AMK_OP_COPY, &p, &in4, 1, &out4, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_COPY, &p, &in4, 1, &out4, 0);
   CHECK(c, packed_out[0] == 0x9f && packed_out[1] == 0x21);
 
   /* fp32 -> i32 truncates toward zero. */
@@ -126,7 +122,7 @@ static void test_copy(UnitCounts *c) {
   int32_t ints[3] = {0};
   AmkTensorView fin = view1(f, AMK_DTYPE_F32, 3);
   AmkTensorView iout = view1(ints, AMK_DTYPE_I32, 3);
-  CHECK(c, run_op(AMK_OP_COPY, &p, &fin, 1, &iout, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_COPY, &p, &fin, 1, &iout, 0);
   CHECK(c, ints[0] == 2 && ints[1] == -2 && ints[2] == 5);
 
   /* bf16 widens exactly: 0x3f81 is 1 + 2^-7. */
@@ -134,12 +130,11 @@ static void test_copy(UnitCounts *c) {
   float wide[2];
   AmkTensorView bin = view1(bf, AMK_DTYPE_BF16, 2);
   AmkTensorView wout = view1(wide, AMK_DTYPE_F32, 2);
-  CHECK(c, run_op(AMK_OP_COPY, &p, &bin, 1, &wout, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_COPY, &p, &bin, 1, &wout, 0);
   CHECK(c, wide[0] == 1.0078125f && wide[1] == -3.0f);
 
   AmkTensorView short_out = view1(wide, AMK_DTYPE_F32, 1);
-  CHECK(c, run_op(AMK_OP_COPY, &p, &bin, 1, &short_out, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_COPY, &p, &bin, 1, &short_out, AMK_INST_ERR_SHAPE);
 }
 
 /* A BF16 / F16 program rounds each op's fp32 result to nearest even. */
@@ -152,7 +147,7 @@ static void test_half_outputs(UnitCounts *c) {
   uint16_t out[4];
   AmkTensorView in[2] = {view1(a, AMK_DTYPE_F32, 4), view1(b, AMK_DTYPE_F32, 4)};
   AmkTensorView o = view1(out, AMK_DTYPE_BF16, 4);
-  CHECK(c, run_op(AMK_OP_ADD, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 0x3f80); /* 1 + 2^-8: a tie, to the even 1.0 */
   CHECK(c, out[1] == 0x3f82); /* 1 + 3*2^-8: a tie, to the even 1 + 2^-6 */
   CHECK(c, out[2] == 0x3f80); /* a quarter ulp: down */
@@ -164,19 +159,11 @@ static void test_half_outputs(UnitCounts *c) {
   AmkTensorView hin[2] = {view1(a, AMK_DTYPE_F32, 4),
                           view1(hb, AMK_DTYPE_F32, 4)};
   AmkTensorView ho = view1(out, AMK_DTYPE_F16, 4);
-  CHECK(c, run_op(AMK_OP_ADD, &p, hin, 2, &ho, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &p, hin, 2, &ho, 0);
   CHECK(c, out[0] == 0x3c00 && out[1] == 0x3c02 && out[2] == 0x3c00 &&
                out[3] == 0x3c01);
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_params_from_task(&c);
-  test_params_errors(&c);
-  test_params_from_object(&c);
-  test_views(&c);
-  test_dispatch_errors(&c);
-  test_copy(&c);
-  test_half_outputs(&c);
-  return unit_finish("test_inst_core", &c);
-}
+UNIT_MAIN("test_inst_core", test_params_from_task, test_params_errors,
+          test_params_from_object, test_views, test_dispatch_errors, test_copy,
+          test_half_outputs)

@@ -8,33 +8,32 @@ static void test_add_mul(UnitCounts *c) {
   float a[3] = {1.5f, -2.0f, 0.25f}, b[3] = {2.0f, 3.0f, -4.0f}, out[3];
   AmkTensorView in[2] = {view1(a, AMK_DTYPE_F32, 3), view1(b, AMK_DTYPE_F32, 3)};
   AmkTensorView o = view1(out, AMK_DTYPE_F32, 3);
-  CHECK(c, run_op(AMK_OP_ADD, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 3.5f && out[1] == 1.0f && out[2] == -3.75f);
-  CHECK(c, run_op(AMK_OP_MUL, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_MUL, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 3.0f && out[1] == -6.0f && out[2] == -1.0f);
 
   /* One input: times `scale`, or 1 when absent. */
   set_float(&p, "scale", 0.5);
-  CHECK(c, run_op(AMK_OP_MUL, &p, in, 1, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_MUL, &p, in, 1, &o, 0);
   CHECK(c, out[0] == 0.75f && out[1] == -1.0f && out[2] == 0.125f);
   AmkInstParams none = {0};
-  CHECK(c, run_op(AMK_OP_MUL, &none, in, 1, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_MUL, &none, in, 1, &o, 0);
   CHECK(c, out[0] == 1.5f && out[1] == -2.0f && out[2] == 0.25f);
 
   /* In place: out aliases input 0. */
-  CHECK(c, run_op(AMK_OP_ADD, &none, in, 2, &in[0], err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &none, in, 2, &in[0], 0);
   CHECK(c, a[0] == 3.5f && a[1] == 1.0f && a[2] == -3.75f);
 
   /* Mixed dtypes: a bf16 operand widens, an f32 result. */
   uint16_t bf[3] = {0x3f80, 0x4000, 0xbf80}; /* 1, 2, -1 */
   AmkTensorView mixed[2] = {view1(bf, AMK_DTYPE_BF16, 3),
                             view1(b, AMK_DTYPE_F32, 3)};
-  CHECK(c, run_op(AMK_OP_ADD, &none, mixed, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &none, mixed, 2, &o, 0);
   CHECK(c, out[0] == 3.0f && out[1] == 5.0f && out[2] == -5.0f);
 
   AmkTensorView short_b[2] = {in[0], view1(b, AMK_DTYPE_F32, 2)};
-  CHECK(c, run_op(AMK_OP_ADD, &none, short_b, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ADD, &none, short_b, 2, &o, AMK_INST_ERR_SHAPE);
   CHECK(c, strstr(err, "add: input 1 has 2 elements") == err);
 }
 
@@ -50,12 +49,11 @@ static void test_column_tile(UnitCounts *c) {
   AmkTensorView in[2] = {view2(a, AMK_DTYPE_F32, 2, 4),
                          view2(b, AMK_DTYPE_F32, 2, 4)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 2, 4);
-  CHECK(c, run_op(AMK_OP_ADD, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &p, in, 2, &o, 0);
   float want[8] = {0, 22, 33, 0, 0, 66, 77, 0};
   CHECK(c, memcmp(out, want, sizeof want) == 0);
   set_int(&p, "N_tile", 4); /* 1 + 4 > 4 columns */
-  CHECK(c, run_op(AMK_OP_ADD, &p, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ADD, &p, in, 2, &o, AMK_INST_ERR_SHAPE);
 }
 
 static void test_silu_gelu(UnitCounts *c) {
@@ -65,7 +63,7 @@ static void test_silu_gelu(UnitCounts *c) {
   AmkTensorView in[2] = {view1(gate, AMK_DTYPE_F32, 3),
                          view1(up, AMK_DTYPE_F32, 3)};
   AmkTensorView o = view1(out, AMK_DTYPE_F32, 3);
-  CHECK(c, run_op(AMK_OP_SILU_MUL, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_SILU_MUL, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 0.0f);
   CHECK(c, near(out[1], 1.4621171572600098, 1e-6));  /* 2 / (1 + e^-1) */
   CHECK(c, near(out[2], -0.7152175321327052, 1e-6)); /* 3 * -2 / (1 + e^2) */
@@ -73,7 +71,7 @@ static void test_silu_gelu(UnitCounts *c) {
   float x[4] = {0.0f, 1.0f, -1.0f, 2.0f};
   AmkTensorView gx = view1(x, AMK_DTYPE_F32, 4);
   AmkTensorView go = view1(out, AMK_DTYPE_F32, 4);
-  CHECK(c, run_op(AMK_OP_GELU, &p, &gx, 1, &go, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_GELU, &p, &gx, 1, &go, 0);
   CHECK(c, out[0] == 0.0f);
   CHECK(c, near(out[1], 0.8413447460685429, 1e-6)); /* exact erf, not tanh */
   CHECK(c, near(out[2], -0.15865525393145707, 1e-6));
@@ -88,7 +86,7 @@ static void test_softmax(UnitCounts *c) {
   float x[6] = {1, 2, 3, 1001, 1002, 1003}, out[6];
   AmkTensorView in = view2(x, AMK_DTYPE_F32, 2, 3);
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 2, 3);
-  CHECK(c, run_op(AMK_OP_SOFTMAX, &p, &in, 1, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_SOFTMAX, &p, &in, 1, &o, 0);
   const double want[3] = {0.09003057317038046, 0.24472847105479767,
                           0.6652409557748219};
   for (int i = 0; i < 3; i++) {
@@ -99,11 +97,10 @@ static void test_softmax(UnitCounts *c) {
 
   /* dim 0: down the columns. softmax([1, 1001]) = [e^-1000 ~ 0, 1]. */
   set_int(&p, "dim", 0);
-  CHECK(c, run_op(AMK_OP_SOFTMAX, &p, &in, 1, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_SOFTMAX, &p, &in, 1, &o, 0);
   CHECK(c, out[0] == 0.0f && out[3] == 1.0f && out[2] == 0.0f && out[5] == 1.0f);
   set_int(&p, "dim", 2);
-  CHECK(c, run_op(AMK_OP_SOFTMAX, &p, &in, 1, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_SOFTMAX, &p, &in, 1, &o, AMK_INST_ERR_PARAM);
 }
 
 static void test_allreduce(UnitCounts *c) {
@@ -113,9 +110,9 @@ static void test_allreduce(UnitCounts *c) {
   AmkTensorView in[3] = {view1(s0, AMK_DTYPE_F32, 2), view1(s1, AMK_DTYPE_F32, 2),
                          view1(s2, AMK_DTYPE_F32, 2)};
   AmkTensorView o = view1(out, AMK_DTYPE_F32, 2);
-  CHECK(c, run_op(AMK_OP_ALLREDUCE_SHARD, &p, in, 3, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ALLREDUCE_SHARD, &p, in, 3, &o, 0);
   CHECK(c, out[0] == 111.0f && out[1] == 222.0f);
-  CHECK(c, run_op(AMK_OP_ALLREDUCE_SHARD, &p, in, 1, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ALLREDUCE_SHARD, &p, in, 1, &o, 0);
   CHECK(c, out[0] == 1.0f && out[1] == 2.0f);
   /* fp32 accumulation in input order: 2^24 + 1 rounds (a tie, to even) back
    * to 2^24, twice; a double accumulator would give 2^24 + 2. */
@@ -124,19 +121,11 @@ static void test_allreduce(UnitCounts *c) {
                             view1(one, AMK_DTYPE_F32, 1),
                             view1(one, AMK_DTYPE_F32, 1)};
   AmkTensorView ro = view1(r, AMK_DTYPE_F32, 1);
-  CHECK(c, run_op(AMK_OP_ALLREDUCE_SHARD, &p, order, 3, &ro, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ALLREDUCE_SHARD, &p, order, 3, &ro, 0);
   CHECK(c, r[0] == 16777216.0f);
   AmkTensorView bad[2] = {in[0], view1(s1, AMK_DTYPE_F32, 1)};
-  CHECK(c, run_op(AMK_OP_ALLREDUCE_SHARD, &p, bad, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ALLREDUCE_SHARD, &p, bad, 2, &o, AMK_INST_ERR_SHAPE);
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_add_mul(&c);
-  test_column_tile(&c);
-  test_silu_gelu(&c);
-  test_softmax(&c);
-  test_allreduce(&c);
-  return unit_finish("test_inst_elementwise", &c);
-}
+UNIT_MAIN("test_inst_elementwise", test_add_mul, test_column_tile,
+          test_silu_gelu, test_softmax, test_allreduce)

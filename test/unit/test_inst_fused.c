@@ -86,8 +86,8 @@ static void test_rmsnorm_gemv(UnitCounts *c, AmkArena *arena, AmkDType mid) {
   AmkTensorView tmp_v = view2(tmp, mid, 1, 4);
   AmkTensorView gemv_in[2] = {tmp_v, view2(w, AMK_DTYPE_F32, 3, 4)};
   AmkTensorView uo = view2(unfused, AMK_DTYPE_F32, 1, 3);
-  CHECK(c, run_op(AMK_OP_RMSNORM, &norm, norm_in, 2, &tmp_v, err, sizeof err) == 0);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &gemv, gemv_in, 2, &uo, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_RMSNORM, &norm, norm_in, 2, &tmp_v, 0);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &gemv, gemv_in, 2, &uo, 0);
 
   char json[1024];
   snprintf(json, sizeof json, rmsnorm_gemv_recipe,
@@ -115,12 +115,12 @@ static void test_gemv_add(UnitCounts *c, AmkArena *arena) {
     set_int(&gemv, "K", 3);
     set_int(&gemv, "N_tile", 1);
     set_int(&gemv, "n_off", tile);
-    CHECK(c, run_op(AMK_OP_GEMV_TILE, &gemv, gin, 2, &hv, err, sizeof err) == 0);
+    CHECK_RUN(c, AMK_OP_GEMV_TILE, &gemv, gin, 2, &hv, 0);
   }
   AmkInstParams none = {0};
   AmkTensorView add_in[2] = {hv, res};
   AmkTensorView uo = view2(unfused, AMK_DTYPE_F32, 1, 2);
-  CHECK(c, run_op(AMK_OP_ADD, &none, add_in, 2, &uo, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ADD, &none, add_in, 2, &uo, 0);
 
   AmkTensorView in[3] = {gin[0], gin[1], res};
   AmkTensorView fo = view2(fused, AMK_DTYPE_F32, 1, 2);
@@ -155,8 +155,8 @@ static void test_silu_mul_gemv(UnitCounts *c, AmkArena *arena) {
   AmkTensorView av = view2(act, AMK_DTYPE_F32, 1, 4);
   AmkTensorView gin[2] = {av, view2(w, AMK_DTYPE_F32, 2, 4)};
   AmkTensorView uo = view2(unfused, AMK_DTYPE_F32, 1, 2);
-  CHECK(c, run_op(AMK_OP_SILU_MUL, &none, sin, 2, &av, err, sizeof err) == 0);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &gemv, gin, 2, &uo, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_SILU_MUL, &none, sin, 2, &av, 0);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &gemv, gin, 2, &uo, 0);
 
   /* The reference's form: ops as integer codes (9 silu_mul, 5 gemv_tile). */
   AmkValue recipe = parse_recipe(
@@ -186,7 +186,7 @@ static void test_rope_kv_append(UnitCounts *c, AmkArena *arena) {
   AmkTensorView rv = view2(roped, AMK_DTYPE_F32, 1, 4);
   AmkTensorView ca = view3(cache_a, AMK_DTYPE_F32, 3, 2, 2);
   AmkTensorView ain[2] = {rv, ca};
-  CHECK(c, run_op(AMK_OP_ROPE, &rope, rin, 2, &rv, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &rope, rin, 2, &rv, 0);
   CHECK(c, amk_inst_execute(AMK_OP_KV_APPEND, &append, ain, 2, &ca, 1, &step,
                             err, sizeof err) == 0);
 

@@ -11,7 +11,7 @@ static void test_append(UnitCounts *c) {
   AmkTensorView in[2] = {view2(fresh, AMK_DTYPE_F32, 1, 4),
                          view3(cache, AMK_DTYPE_F32, 3, 2, 2)};
   AmkTensorView o = view3(cache, AMK_DTYPE_F32, 3, 2, 2);
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p, in, 2, &o, 0);
   const float want[12] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4};
   CHECK(c, memcmp(cache, want, sizeof want) == 0);
 
@@ -40,7 +40,7 @@ static void test_append(UnitCounts *c) {
   AmkTensorView bin[2] = {view1(round_me, AMK_DTYPE_F32, 2),
                           view3(bf_cache, AMK_DTYPE_BF16, 2, 1, 2)};
   AmkTensorView bo = view3(bf_cache, AMK_DTYPE_BF16, 2, 1, 2);
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p1, bin, 2, &bo, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p1, bin, 2, &bo, 0);
   CHECK(c, bf_cache[0] == 0 && bf_cache[2] == 0x3f80 && bf_cache[3] == 0x4040);
 }
 
@@ -52,12 +52,10 @@ static void test_append_errors(UnitCounts *c) {
   AmkTensorView o = view3(cache, AMK_DTYPE_F32, 3, 2, 2);
   AmkInstParams p = {0};
   set_int(&p, "pos", 3); /* the cache has rows 0..2 */
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_INDEX);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p, in, 2, &o, AMK_INST_ERR_INDEX);
   CHECK(c, strstr(err, "kv_append: position 3") == err);
   set_int(&p, "pos", -1);
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_INDEX);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p, in, 2, &o, AMK_INST_ERR_INDEX);
   AmkInstExtra extra = {.has_position = true, .position = 1LL << 40};
   CHECK(c, amk_inst_execute(AMK_OP_KV_APPEND, &p, in, 2, &o, 1, &extra, err,
                             sizeof err) == AMK_INST_ERR_INDEX);
@@ -65,22 +63,14 @@ static void test_append_errors(UnitCounts *c) {
   float two_rows[8] = {0};
   set_int(&p, "pos", 2);
   AmkTensorView in2[2] = {view2(two_rows, AMK_DTYPE_F32, 2, 4), in[1]};
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p, in2, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_INDEX);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p, in2, 2, &o, AMK_INST_ERR_INDEX);
   /* 3 elements are not whole rows of 4. */
   AmkTensorView partial[2] = {view1(fresh, AMK_DTYPE_F32, 3), in[1]};
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &p, partial, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &p, partial, 2, &o, AMK_INST_ERR_SHAPE);
   AmkInstParams no_pos = {0};
-  CHECK(c, run_op(AMK_OP_KV_APPEND, &no_pos, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_KV_APPEND, &no_pos, in, 2, &o, AMK_INST_ERR_PARAM);
   const float zeros[12] = {0};
   CHECK(c, memcmp(cache, zeros, sizeof zeros) == 0); /* untouched */
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_append(&c);
-  test_append_errors(&c);
-  return unit_finish("test_inst_kv_append", &c);
-}
+UNIT_MAIN("test_inst_kv_append", test_append, test_append_errors)

@@ -72,6 +72,16 @@ static void drop(T *t) {
   t->v.data = NULL;
 }
 
+static void drop_all(T *const *tensors, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    drop(tensors[i]);
+}
+
+/* DROP_ALL(&a, &b, ...) frees every tensor named. */
+#define DROP_ALL(...)                                                          \
+  drop_all((T *const[]){__VA_ARGS__},                                          \
+           sizeof((T *const[]){__VA_ARGS__}) / sizeof(T *))
+
 static int exec(AmkOp op, const AmkInstParams *p, AmkTensorView *in,
                 uint32_t n_in, T *out, const AmkInstExtra *extra, char *err,
                 size_t err_len) {
@@ -176,10 +186,8 @@ static void test_norm(UnitCounts *c, AmkDType dt) {
   T gu3 = mat(dt, 3, N, 0, &seed);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &all, pin, 2, &gu3, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
-  T *all_t[] = {&x, &w, &g, &sentinel, &xn, &want, &got, &w2, &gate, &up, &gu,
-                &gu_plain, &before, &gu3};
-  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
-    drop(all_t[i]);
+  DROP_ALL(&x, &w, &g, &sentinel, &xn, &want, &got, &w2, &gate, &up, &gu,
+           &gu_plain, &before, &gu3);
 }
 
 /* ---- residual, silu, silu_residual ------------------------------------------- */
@@ -238,9 +246,7 @@ static void test_residual_silu(UnitCounts *c, AmkDType dt, int64_t pattern) {
     CHECK(c, strstr(err, "gu has 16 elements of width 16, want [2, K] with K = 16") != NULL);
   }
   CHECK(c, same(&before, &got));
-  T *all_t[] = {&x, &w, &r, &act, &y, &want, &got, &before};
-  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
-    drop(all_t[i]);
+  DROP_ALL(&x, &w, &r, &act, &y, &want, &got, &before);
 }
 
 /* ---- rope_kv, attention, attention_rope ---------------------------------------- */
@@ -258,8 +264,12 @@ static AmkInstParams head_params(int64_t pattern, int64_t n_off, int64_t n_tile)
   return p;
 }
 
-/* Split the combined cache [SEQ, 2, KVW] into k and v caches [SEQ, NKV, HD]. */
+/* Split the combined cache [SEQ, 2, KVW] into new k and v caches
+ * [SEQ, NKV, HD]. */
 static void split_cache(const T *cache, T *k, T *v) {
+  int64_t dims[3] = {SEQ, NKV, HD};
+  *k = make(cache->v.dtype, 3, dims, 0, NULL); /* zeros: no seed used */
+  *v = make(cache->v.dtype, 3, dims, 0, NULL);
   size_t row = (size_t)amk_dtype_nbytes(cache->v.dtype, KVW);
   for (int64_t s = 0; s < SEQ; s++) {
     memcpy((char *)k->v.data + s * row, (char *)cache->v.data + 2 * s * row, row);
@@ -267,14 +277,27 @@ static void split_cache(const T *cache, T *k, T *v) {
   }
 }
 
+/* A random qkv row [1, QW + 2 * KVW] and combined cache [SEQ, 2, KVW]. */
+static void make_qkv_and_cache(AmkDType dt, float cache_scale, uint32_t *seed,
+                               T *qkv, T *cache) {
+  int64_t dims[3] = {SEQ, 2, KVW};
+  *qkv = mat(dt, 1, QW + 2 * KVW, 2.0f, seed);
+  *cache = make(dt, 3, dims, cache_scale, seed);
+}
+
+/* The default (theta 10000) inverse frequencies as the unfused ROPE
+ * computes them. */
+static void default_inv_freq(float freq[HD / 2]) {
+  for (int i = 0; i < HD / 2; i++)
+    freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(HD / 2));
+}
+
 static void test_rope_kv(UnitCounts *c, AmkDType dt, bool llama3) {
   uint32_t seed = 41;
   char err[256];
   const int64_t pos = 3;
-  int64_t cdims[3] = {SEQ, 2, KVW}, sdims[3] = {SEQ, NKV, HD};
-  T qkv = mat(dt, 1, QW + 2 * KVW, 2.0f, &seed);
-  T cache = make(dt, 3, cdims, 1.0f, &seed);
-  T kc = make(dt, 3, sdims, 0, &seed), vc = make(dt, 3, sdims, 0, &seed);
+  T qkv, cache, kc, vc;
+  make_qkv_and_cache(dt, 1.0f, &seed, &qkv, &cache);
   split_cache(&cache, &kc, &vc);
   /* The inverse frequencies as the unfused ROPE computes them. */
   float freq[HD / 2];
@@ -287,8 +310,7 @@ static void test_rope_kv(UnitCounts *c, AmkDType dt, bool llama3) {
     for (int i = 0; i < HD / 2; i++)
       freq[i] = (float)d[i];
   } else {
-    for (int i = 0; i < HD / 2; i++)
-      freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(HD / 2));
+    default_inv_freq(freq);
   }
   AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, HD / 2);
   int32_t pos_value = (int32_t)pos;
@@ -321,7 +343,7 @@ static void test_rope_kv(UnitCounts *c, AmkDType dt, bool llama3) {
     /* The combined cache's planes are the unfused caches; row pos alone
      * changed. */
     size_t row = (size_t)amk_dtype_nbytes(dt, KVW);
-    T k2 = make(dt, 3, sdims, 0, &seed), v2 = make(dt, 3, sdims, 0, &seed);
+    T k2, v2;
     split_cache(&got, &k2, &v2);
     CHECK(c, same(&k2, &kc));
     CHECK(c, same(&v2, &vc));
@@ -378,9 +400,7 @@ static void test_rope_kv(UnitCounts *c, AmkDType dt, bool llama3) {
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &bad_cache, &at, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
   CHECK(c, same(&before, &got));
-  T *all_t[] = {&qkv, &cache, &kc, &vc, &kr, &got, &got2, &got3, &before};
-  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
-    drop(all_t[i]);
+  DROP_ALL(&qkv, &cache, &kc, &vc, &kr, &got, &got2, &got3, &before);
 }
 
 static void set_window(AmkInstParams *p, int64_t start, int64_t len, bool partial) {
@@ -397,14 +417,11 @@ static void test_attention(UnitCounts *c, AmkDType dt, bool rope, bool partial) 
   uint32_t seed = 57 + rope * 2 + partial;
   char err[256];
   const int64_t start = partial ? 1 : 0, len = partial ? 3 : 5, pos = 4;
-  int64_t cdims[3] = {SEQ, 2, KVW}, sdims[3] = {SEQ, NKV, HD};
-  T qkv = mat(dt, 1, QW + 2 * KVW, 2.0f, &seed);
-  T cache = make(dt, 3, cdims, 1.5f, &seed);
-  T kc = make(dt, 3, sdims, 0, &seed), vc = make(dt, 3, sdims, 0, &seed);
+  T qkv, cache, kc, vc;
+  make_qkv_and_cache(dt, 1.5f, &seed, &qkv, &cache);
   split_cache(&cache, &kc, &vc);
   float freq[HD / 2];
-  for (int i = 0; i < HD / 2; i++)
-    freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(HD / 2));
+  default_inv_freq(freq);
   AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, HD / 2);
   int64_t out_width = partial ? NH * (HD + 2) : QW;
   AmkDType out_dt = partial ? AMK_DTYPE_F32 : dt;
@@ -499,9 +516,7 @@ static void test_attention(UnitCounts *c, AmkDType dt, bool rope, bool partial) 
                  AMK_INST_ERR_SHAPE);
   }
   CHECK(c, same(&before, &got));
-  T *all_t[] = {&qkv, &cache, &kc, &vc, &q, &want, &got, &before, &wrong_out};
-  for (size_t i = 0; i < sizeof all_t / sizeof all_t[0]; i++)
-    drop(all_t[i]);
+  DROP_ALL(&qkv, &cache, &kc, &vc, &q, &want, &got, &before, &wrong_out);
 }
 
 static void test_unknown_pattern(UnitCounts *c) {
@@ -510,13 +525,13 @@ static void test_unknown_pattern(UnitCounts *c) {
   AmkTensorView in[2] = {view2(x, AMK_DTYPE_F32, 1, 2), view2(w, AMK_DTYPE_F32, 2, 2)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = gemv_params(9, 2, 0, 2);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   CHECK_STR(c, err, "gemv_tile: unknown fused pattern 9 (flags >> 16)");
   set_int(&p, "flags", -1);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   /* Low flag bits alone keep the plain GEMV. */
   set_int(&p, "flags", 3);
-  CHECK(c, run_op(AMK_OP_GEMV_TILE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, 0);
   CHECK(c, out[0] == 1.0f && out[1] == 2.0f);
 }
 

@@ -24,18 +24,18 @@ static void test_one_head(UnitCounts *c) {
                          view1(pos, AMK_DTYPE_I32, 1)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 4);
   AmkInstParams p = rope_params(4, 10000.0);
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &o, 0);
   for (int i = 0; i < 4; i++)
     CHECK(c, near(out[i], rotated[i], 1e-6));
 
   /* Position 0 is the identity, exactly. */
   pos[0] = 0;
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &o, 0);
   CHECK(c, memcmp(out, x, sizeof x) == 0);
 
   /* In place. */
   pos[0] = 1;
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &in[0], err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &in[0], 0);
   CHECK(c, near(x[0], rotated[0], 1e-6) && near(x[3], rotated[3], 1e-6));
 }
 
@@ -48,7 +48,7 @@ static void test_heads_and_positions(UnitCounts *c) {
   AmkTensorView in[2] = {view2(x, AMK_DTYPE_F32, 1, 8),
                          view1(one, AMK_DTYPE_I32, 1)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 8);
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &o, 0);
   for (int i = 0; i < 4; i++)
     CHECK(c, near(out[i], rotated[i], 1e-6) && out[4 + i] == out[i]);
 
@@ -57,7 +57,7 @@ static void test_heads_and_positions(UnitCounts *c) {
   AmkTensorView in2[2] = {view2(x, AMK_DTYPE_F32, 2, 4),
                           view1(two, AMK_DTYPE_I32, 2)};
   AmkTensorView o2 = view2(out, AMK_DTYPE_F32, 2, 4);
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in2, 2, &o2, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in2, 2, &o2, 0);
   CHECK(c, out[0] == 1 && out[1] == 2 && out[2] == 3 && out[3] == 4);
   CHECK(c, near(out[4], rotated[0], 1e-6) && near(out[7], rotated[3], 1e-6));
 }
@@ -72,7 +72,7 @@ static void test_given_frequencies(UnitCounts *c) {
                          view1(pos, AMK_DTYPE_I32, 1),
                          view1(freq, AMK_DTYPE_F32, 2)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 4);
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 3, &o, err, sizeof err) == 0);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 3, &o, 0);
   CHECK(c, near(out[0], rotated[0], 1e-6) && out[1] == 2.0f &&
                near(out[2], rotated[2], 1e-6) && out[3] == 4.0f);
 
@@ -84,8 +84,7 @@ static void test_given_frequencies(UnitCounts *c) {
   CHECK(c, memcmp(out, out2, sizeof out) == 0);
 
   AmkTensorView wrong[3] = {in[0], in[1], view1(freq, AMK_DTYPE_F32, 1)};
-  CHECK(c, run_op(AMK_OP_ROPE, &p, wrong, 3, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, wrong, 3, &o, AMK_INST_ERR_SHAPE);
 }
 
 static void test_rope_errors(UnitCounts *c) {
@@ -97,29 +96,18 @@ static void test_rope_errors(UnitCounts *c) {
                          view1(pos, AMK_DTYPE_I32, 1)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 6);
   AmkInstParams p = rope_params(4, 10000.0); /* 6 is not whole heads of 4 */
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_SHAPE);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &o, AMK_INST_ERR_SHAPE);
   p = rope_params(3, 10000.0);
-  CHECK(c, run_op(AMK_OP_ROPE, &p, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   p = rope_params(2, 10000.0);
   AmkTensorView float_pos[2] = {in[0], view1(fpos, AMK_DTYPE_F32, 1)};
-  CHECK(c, run_op(AMK_OP_ROPE, &p, float_pos, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_DTYPE);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, float_pos, 2, &o, AMK_INST_ERR_DTYPE);
   AmkInstParams no_theta = {0};
   set_int(&no_theta, "head_dim", 2);
-  CHECK(c, run_op(AMK_OP_ROPE, &no_theta, in, 2, &o, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
+  CHECK_RUN(c, AMK_OP_ROPE, &no_theta, in, 2, &o, AMK_INST_ERR_PARAM);
   AmkTensorView four[4] = {in[0], in[1], in[1], in[1]};
-  CHECK(c, run_op(AMK_OP_ROPE, &p, four, 4, &o, err, sizeof err) ==
-               AMK_INST_ERR_ARITY);
+  CHECK_RUN(c, AMK_OP_ROPE, &p, four, 4, &o, AMK_INST_ERR_ARITY);
 }
 
-int main(void) {
-  UnitCounts c = {0};
-  test_one_head(&c);
-  test_heads_and_positions(&c);
-  test_given_frequencies(&c);
-  test_rope_errors(&c);
-  return unit_finish("test_inst_rope", &c);
-}
+UNIT_MAIN("test_inst_rope", test_one_head, test_heads_and_positions,
+          test_given_frequencies, test_rope_errors)

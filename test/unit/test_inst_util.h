@@ -55,4 +55,9 @@ static inline int run_op(AmkOp op, const AmkInstParams *p, AmkTensorView *in,
   return amk_inst_execute(op, p, in, n_in, out, 1, NULL, err, err_len);
 }
 
+/* CHECK that running `op` returns `want` (0 or an AMK_INST_ERR_ code); the
+ * message is left in the caller's `err` array. */
+#define CHECK_RUN(c, op, p, in, n_in, out, want)                               \
+  CHECK(c, run_op(op, p, in, n_in, out, err, sizeof err) == (want))
+
 #endif

@@ -65,6 +65,14 @@ static void expect_error(UnitCounts *c, const char *path, const char *want) {
 
 static const float six[6] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 65536.0f};
 
+/* A file of `header` (its true length declared) and the 24 bytes of `six`
+ * fails to open with an error containing `want`. */
+static void expect_header_error(UnitCounts *c, const char *path,
+                                const char *header, const char *want) {
+  write_raw(path, header, UINT64_MAX, six, 24);
+  expect_error(c, path, want);
+}
+
 static void test_valid(UnitCounts *c, const Scratch *s) {
   char path[160];
   snprintf(path, sizeof path, "%s/ok.safetensors", s->dir);
@@ -214,59 +222,63 @@ static void test_corruptions(UnitCounts *c, const Scratch *s) {
   expect_error(c, path, "points past the end of the file");
   write_raw(path, ok_entry, (uint64_t)1 << 40, six, 24);
   expect_error(c, path, "exceeds the 104857600-byte limit");
-  write_raw(path, "{\"w\": {\"dtype\": ", UINT64_MAX, six, 24);
-  expect_error(c, path, "header is not valid JSON");
-  write_raw(path, "[1, 2]", UINT64_MAX, six, 24);
-  expect_error(c, path, "header is not a JSON object");
-  write_raw(path, "{\"w\":[]}", UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': header entry is not an object");
-  write_raw(path, "{\"w\":{\"shape\":[2,3],\"data_offsets\":[0,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': missing or non-string 'dtype'");
-  write_raw(path, "{\"w\":{\"dtype\":\"F33\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': unknown dtype 'F33'");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': shape[1] is not a non-negative integer");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': shape[0] is not a non-negative integer");
-  write_raw(path, "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
-                  "\"data_offsets\":[0,1]}}", UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': rank 9 exceeds the limit of 8");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}", UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': 'data_offsets' must be a list of two integers");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': data_offsets [24, 0] end before they begin");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,48]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': data_offsets [0, 48] point past the end of "
-                        "the data (24 bytes)");
+  expect_header_error(c, path,
+                      "{\"w\": {\"dtype\": ",
+                      "header is not valid JSON");
+  expect_header_error(c, path, "[1, 2]", "header is not a JSON object");
+  expect_header_error(c, path,
+                      "{\"w\":[]}",
+                      "tensor 'w': header entry is not an object");
+  expect_header_error(c, path,
+                      "{\"w\":{\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+                      "tensor 'w': missing or non-string 'dtype'");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F33\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+                      "tensor 'w': unknown dtype 'F33'");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,-3],\"data_offsets\":[0,24]}}",
+                      "tensor 'w': shape[1] is not a non-negative integer");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,24]}}",
+                      "tensor 'w': shape[0] is not a non-negative integer");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+                      "\"data_offsets\":[0,1]}}",
+                      "tensor 'w': rank 9 exceeds the limit of 8");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3]}}",
+                      "tensor 'w': 'data_offsets' must be a list of two integers");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[24,0]}}",
+                      "tensor 'w': data_offsets [24, 0] end before they begin");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,48]}}",
+                      "tensor 'w': data_offsets [0, 48] point past the end of "
+                      "the data (24 bytes)");
   write_raw(path, ok_entry, UINT64_MAX, six, 10); /* data cut short */
   expect_error(c, path, "the file is truncated or corrupt");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': shape [2, 2] of F32 needs 16 bytes but "
-                        "data_offsets [0, 24] span 24");
-  write_raw(path, "{\"w\":{\"dtype\":\"I64\",\"shape\":[4294967296,4294967296],"
-                  "\"data_offsets\":[0,24]}}", UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w': shape [4294967296, 4294967296] is too large");
-  write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-                  "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensors 'a' [0, 16) and 'b' [8, 24) overlap");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,24]}}",
+                      "tensor 'w': shape [2, 2] of F32 needs 16 bytes but "
+                      "data_offsets [0, 24] span 24");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"I64\",\"shape\":[4294967296,4294967296],"
+                      "\"data_offsets\":[0,24]}}",
+                      "tensor 'w': shape [4294967296, 4294967296] is too large");
+  expect_header_error(c, path,
+                      "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}",
+                      "tensors 'a' [0, 16) and 'b' [8, 24) overlap");
   /* A later tensor nested inside an earlier, longer one. */
-  write_raw(path, "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},"
-                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]},"
-                  "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensors 'a' [0, 24) and 'b' [12, 16) overlap");
-  write_raw(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                  "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-            UINT64_MAX, six, 24);
-  expect_error(c, path, "tensor 'w' appears twice");
+  expect_header_error(c, path,
+                      "{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},"
+                      "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]},"
+                      "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[16,20]}}",
+                      "tensors 'a' [0, 24) and 'b' [12, 16) overlap");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                      "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                      "tensor 'w' appears twice");
   remove(path);
   snprintf(path, sizeof path, "%s/absent.safetensors", s->dir);
   expect_error(c, path, "cannot open");

@@ -63,7 +63,8 @@ int main(void) {
                 amk_kind_is_read_only(AMK_KIND_IO_INPUT));
   CHECK(&c, !amk_kind_is_read_only(AMK_KIND_ACTIVATION) &&
                 !amk_kind_is_read_only(AMK_KIND_KV_CACHE) &&
-                !amk_kind_is_read_only(AMK_KIND_IO_OUTPUT));
+                !amk_kind_is_read_only(AMK_KIND_IO_OUTPUT) &&
+                !amk_kind_is_read_only((AmkBufferKind)AMK_KIND_COUNT));
 
   /* The op registry (arity and required params) of AMK-REFERENCE §1. */
   const AmkOpInfo *gemv = amk_op_info(AMK_OP_GEMV_TILE);

@@ -38,4 +38,22 @@ static inline int unit_finish(const char *name, const UnitCounts *c) {
   return c->failed ? 1 : 0;
 }
 
+typedef void (*UnitTest)(UnitCounts *);
+
+/* Run the tests in order, then report as unit_finish does. */
+static inline int unit_run(const char *name, const UnitTest *tests, size_t n) {
+  UnitCounts c = {0, 0};
+  for (size_t i = 0; i < n; i++)
+    tests[i](&c);
+  return unit_finish(name, &c);
+}
+
+/* The whole main of a test program made of UnitTest functions:
+ * UNIT_MAIN("test_x", test_one, test_two) */
+#define UNIT_MAIN(name, ...)                                                   \
+  int main(void) {                                                             \
+    static const UnitTest tests_[] = {__VA_ARGS__};                            \
+    return unit_run(name, tests_, sizeof tests_ / sizeof tests_[0]);           \
+  }
+
 #endif
