@@ -160,7 +160,6 @@ static void free_candidates(Candidate *c, uint32_t n) {
 }
 
 bool amk_pass_color(AmkModule *m, AmkPassContext *ctx) {
-  AmkLoc none = {0, 0};
   AmkPagePolicy policy = m->config ? m->config->page_allocation : AMK_PAGES_GRAPH_COLOR;
   /* The words of --page-allocation in AMK_PASS_OPTIONS, in order. */
   static const AmkPagePolicy policy_by_word[] = {AMK_PAGES_LINEAR, AMK_PAGES_GRAPH_COLOR,
