@@ -168,7 +168,7 @@ enum {
   STREAM_HEADER_BYTES = 12288, /* AMK_STREAM_HEADER_BYTES: the descriptor table */
   MAX_LOOKAHEAD = 64,
   SMEM_LIMIT_BYTES = 227 * 1024,
-  STATIC_SMEM_RESERVE = 1024,
+  STATIC_SMEM_RESERVE = 2048, /* the staged records (megakernel.cuh) and a few flags */
 };
 
 typedef struct {
@@ -178,38 +178,30 @@ typedef struct {
   int64_t lookahead, l2_ahead_bytes;
 } StreamGeometry;
 
-static long env_long(const char *name, long fallback) {
-  const char *v = getenv(name);
-  return v && *v ? strtol(v, NULL, 10) : fallback;
-}
-
-static StreamGeometry stream_geometry(const Gen *g, int64_t lookahead) {
+static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt,
+                                      int64_t lookahead) {
   StreamGeometry r = {STREAM_OFF, 0, RING_MIN_SLOT_BYTES, 0, g->smem, 0, 0};
-  const char *mode = getenv("AMK_CUDA_STREAM");
-  int want = STREAM_L2;
-  if (mode && strcmp(mode, "off") == 0)
-    want = STREAM_OFF;
-  else if (mode && strcmp(mode, "ring") == 0)
-    want = STREAM_RING;
-  if (want == STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
+  AmkWeightStream want = opt ? opt->weight_stream : AMK_WEIGHT_STREAM_DEFAULT;
+  if (want == AMK_WEIGHT_STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
     return r;
   r.lookahead = lookahead > MAX_LOOKAHEAD ? MAX_LOOKAHEAD : lookahead;
-  r.l2_ahead_bytes = (int64_t)env_long("AMK_CUDA_L2_AHEAD_KB", 128) * 1024;
+  r.l2_ahead_bytes = (int64_t)(opt && opt->l2_ahead_kb > 0 ? opt->l2_ahead_kb : 128) * 1024;
   r.offset = (g->smem + 127) / 128 * 128;
   size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE;
   if (r.offset + STREAM_HEADER_BYTES > budget)
     return r;
-  if (want == STREAM_L2) {
+  if (want != AMK_WEIGHT_STREAM_RING) {
     r.mode = STREAM_L2;
     r.total_smem = r.offset + STREAM_HEADER_BYTES;
     return r;
   }
-  r.slot_bytes = (size_t)env_long("AMK_CUDA_RING_SLOT_BYTES", RING_MIN_SLOT_BYTES);
+  if (opt && opt->ring_slot_bytes > 0)
+    r.slot_bytes = (size_t)opt->ring_slot_bytes;
   if ((size_t)g->max_stream_row_bytes > r.slot_bytes)
     r.slot_bytes = (size_t)g->max_stream_row_bytes;
   r.slot_bytes = (r.slot_bytes + 15) / 16 * 16;
   size_t slots = (budget - r.offset - STREAM_HEADER_BYTES) / r.slot_bytes;
-  long max_slots = env_long("AMK_CUDA_RING_SLOTS", RING_MAX_SLOTS);
+  long max_slots = opt && opt->ring_slots > 0 ? opt->ring_slots : RING_MAX_SLOTS;
   if (slots > (size_t)max_slots)
     slots = (size_t)max_slots;
   if (slots > RING_MAX_SLOTS)
@@ -683,6 +675,51 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
   return fail(g, t, "opcode %d is not an AMK opcode", (int)t->op);
 }
 
+/* One non-negative integer from the environment; *set tells whether it
+ * was there. */
+static bool env_int(const char *name, int max, int *out, bool *set, AmkDiagEngine *diag) {
+  const char *v = getenv(name);
+  *set = v && *v;
+  if (!*set)
+    return true;
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (*end || x < 0 || x > max) {
+    AmkLoc none = {0, 0};
+    amk_error(diag, none, "%s must be an integer in [0, %d], not '%s'", name, max, v);
+    return false;
+  }
+  *out = (int)x;
+  return true;
+}
+
+bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
+  const char *mode = getenv("AMK_CUDA_STREAM");
+  if (mode && *mode) {
+    if (strcmp(mode, "off") == 0)
+      o->weight_stream = AMK_WEIGHT_STREAM_OFF;
+    else if (strcmp(mode, "l2") == 0)
+      o->weight_stream = AMK_WEIGHT_STREAM_L2;
+    else if (strcmp(mode, "ring") == 0)
+      o->weight_stream = AMK_WEIGHT_STREAM_RING;
+    else {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_STREAM must be off, l2 or ring, not '%s'", mode);
+      return false;
+    }
+  }
+  bool set, lookahead_set;
+  if (!env_int("AMK_CUDA_L2_AHEAD_KB", 1 << 20, &o->l2_ahead_kb, &set, diag) ||
+      !env_int("AMK_CUDA_RING_SLOT_BYTES", RING_MAX_SLOT_BYTES, &o->ring_slot_bytes, &set,
+               diag) ||
+      !env_int("AMK_CUDA_RING_SLOTS", RING_MAX_SLOTS, &o->ring_slots, &set, diag) ||
+      !env_int("AMK_CUDA_LOOKAHEAD", MAX_LOOKAHEAD, &o->lookahead, &lookahead_set, diag))
+    return false;
+  if (lookahead_set)
+    o->override_lookahead = true;
+  return true;
+}
+
 /* ---- the whole source -------------------------------------------------------- */
 
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
@@ -735,8 +772,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     out->variant_of = NULL;
     return false;
   }
-  int64_t lookahead = env_long("AMK_CUDA_LOOKAHEAD", m->config ? m->config->pipelining_depth : 2);
-  StreamGeometry ring = stream_geometry(&g, lookahead);
+  int64_t lookahead = opt && opt->override_lookahead ? opt->lookahead
+                     : m->config                         ? m->config->pipelining_depth
+                                                         : 2;
+  StreamGeometry ring = stream_geometry(&g, opt, lookahead);
   AmkStrBuf s;
   amk_sb_init(&s);
   const char *model = NULL;

@@ -219,7 +219,7 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
 
   /* Codegen and NVRTC for this GPU. */
   AmkCodegenOptions cgo = {.threads_per_block = opt.threads_per_block};
-  if (!amk_cuda_codegen(m, &cgo, &cg, diag))
+  if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag))
     goto fail;
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", cc_major, cc_minor);
@@ -432,6 +432,10 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
       a->prefetch_ptr = vm->buf_addr[pt->weight_read.buffer] + (uint64_t)pt->weight_read.offset;
       a->prefetch_bytes = pt->weight_read.nbytes;
     }
+    for (uint32_t i = 0; i < pt->n_inputs; i++)
+      a->io[i] = vm->buf_addr[pt->inputs[i]];
+    for (uint32_t i = 0; i < pt->n_outputs; i++)
+      a->io[AMK_MAX_INPUTS + i] = vm->buf_addr[pt->outputs[i]];
   }
   memcpy(hqo, queue_offsets, ((size_t)vm->grid + 1) * sizeof *hqo);
   memcpy(hq, queue, (size_t)n * sizeof *hq);

@@ -108,11 +108,10 @@ template <int DT> __device__ __forceinline__ float amk_round(float v) {
 __device__ __forceinline__ const amk_buffer_t &amk_buf(AmkP P, int b) {
   return ((const amk_buffer_t *)P.buffers)[b];
 }
-__device__ __forceinline__ void *amk_in(AmkP P, AmkI I, int k) {
-  return (void *)amk_buf(P, I.inputs[k]).ptr;
-}
-__device__ __forceinline__ void *amk_out(AmkP P, AmkI I, int k) {
-  return (void *)amk_buf(P, I.outputs[k]).ptr;
+// A task's input and output addresses, from its staged aux record.
+__device__ __forceinline__ void *amk_in(AmkA A, int k) { return (void *)A.io[k]; }
+__device__ __forceinline__ void *amk_out(AmkA A, int k) {
+  return (void *)A.io[AMK_MAX_INPUTS + k];
 }
 
 // Records the first error and raises the device abort flag; every block
@@ -752,10 +751,10 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
 template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
           int BIAS, int GEMM>
 __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(P, I, 0);
-  const void *W = amk_in(P, I, 1);
-  const void *aux = I.n_inputs > 2 ? amk_in(P, I, 2) : nullptr;
-  void *out = amk_out(P, I, 0);
+  const void *x = amk_in(A, 0);
+  const void *W = amk_in(A, 1);
+  const void *aux = I.n_inputs > 2 ? amk_in(A, 2) : nullptr;
+  void *out = amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
   int m_begin = 0, m_count = M;
   if constexpr (GEMM) {
@@ -910,12 +909,12 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
           int PARTIAL>
 __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *qsrc = amk_in(P, I, 0);
+  const void *qsrc = amk_in(A, 0);
   constexpr bool ROPE = MODE >= 2, PH = MODE == 3;
-  const void *kc = ROPE ? amk_in(P, I, 2) : amk_in(P, I, 1);
-  const void *vc = ROPE ? kc : amk_in(P, I, 2);
-  const void *freq = ROPE ? amk_in(P, I, 1) : nullptr;
-  void *out = amk_out(P, I, 0);
+  const void *kc = ROPE ? amk_in(A, 2) : amk_in(A, 1);
+  const void *vc = ROPE ? kc : amk_in(A, 2);
+  const void *freq = ROPE ? amk_in(A, 1) : nullptr;
+  void *out = amk_out(A, 0);
   AmkWindow win = amk_window(I, A, pos);
   int h_first = 0, h_count = NH;
   if constexpr (MODE != 0) {
@@ -1123,7 +1122,7 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
   const void *parts[NP];
 #pragma unroll
   for (int p = 0; p < NP; p++)
-    parts[p] = amk_in(P, I, p);
+    parts[p] = amk_in(A, p);
   for (int h = threadIdx.x; h < NH; h += AMK_NT) {
     long long base = (long long)h * (HD + 2);
     float mp[NP], lp[NP];
@@ -1146,7 +1145,7 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
     denom[h] = d < 1e-20f ? 1e-20f : d;
   }
   __syncthreads();
-  void *out = amk_out(P, I, 0);
+  void *out = amk_out(A, 0);
 #pragma unroll 4
   for (int i = threadIdx.x; i < NH * HD; i += AMK_NT) {
     int h = i / HD, d = i - h * HD;
@@ -1164,9 +1163,9 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 // with PH of KV head n_off's per-head cache [ROWS, 2, HD] (N_tile <= 1).
 template <int QDT, int FDT, int CDT, int HD, int NH, int NKV, int ROWS, int PH>
 __device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *qkv = amk_in(P, I, 0);
-  const void *freq = amk_in(P, I, 1);
-  void *cache = amk_out(P, I, 0);
+  const void *qkv = amk_in(A, 0);
+  const void *freq = amk_in(A, 1);
+  void *cache = amk_out(A, 0);
   AmkWindow win = amk_window(I, A, pos);
   int first = I.params.n_off.i, count = I.params.N_tile.i;
   if (first < 0 || count < 0 || first + count > NKV || (PH && count > 1)) {
@@ -1200,8 +1199,8 @@ __device__ void amk_rope_kv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 
 template <int IDT, int TDT, int ODT, long long ROWLEN, long long V, long long NIDS>
 __device__ void amk_embed(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *ids = amk_in(P, I, 0), *table = amk_in(P, I, 1);
-  void *out = amk_out(P, I, 0);
+  const void *ids = amk_in(A, 0), *table = amk_in(A, 1);
+  void *out = amk_out(A, 0);
   __shared__ int s_bad;
   if (threadIdx.x == 0) {
     s_bad = 0;
@@ -1226,9 +1225,9 @@ __device__ void amk_embed(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem)
 
 template <int XDT, int WDT, int ODT, int BDT, int HIDDEN, long long ROWS, int LAYER, int BIAS>
 __device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(P, I, 0), *w = amk_in(P, I, 1);
-  const void *b = BIAS ? amk_in(P, I, 2) : nullptr;
-  void *out = amk_out(P, I, 0);
+  const void *x = amk_in(A, 0), *w = amk_in(A, 1);
+  const void *b = BIAS ? amk_in(A, 2) : nullptr;
+  void *out = amk_out(A, 0);
   float eps = I.params.eps.f;
   float *red = smem;
   for (long long r = 0; r < ROWS; r++) {
@@ -1260,9 +1259,9 @@ __device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
 template <int XDT, int PDT, int ODT, int FDT, int HD, long long NPOS, long long ROWLEN,
           int FREQ_INPUT>
 __device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(P, I, 0), *ids = amk_in(P, I, 1);
-  const void *freq = FREQ_INPUT ? amk_in(P, I, 2) : (const void *)A.inv_freq;
-  void *out = amk_out(P, I, 0);
+  const void *x = amk_in(A, 0), *ids = amk_in(A, 1);
+  const void *freq = FREQ_INPUT ? amk_in(A, 2) : (const void *)A.inv_freq;
+  void *out = amk_out(A, 0);
   constexpr int HALF = HD / 2;
   constexpr long long PAIRS = NPOS * ROWLEN / 2;
   for (long long i = threadIdx.x; i < PAIRS; i += AMK_NT) {
@@ -1283,9 +1282,9 @@ __device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
 // TILED: only columns [n_off, n_off + N_tile) of each row of WIDTH.
 template <int OPK, int ADT, int BDT, int ODT, long long NUMEL, long long WIDTH, int TILED>
 __device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *a = amk_in(P, I, 0);
-  const void *b = (OPK <= 2) ? amk_in(P, I, 1) : nullptr;
-  void *out = amk_out(P, I, 0);
+  const void *a = amk_in(A, 0);
+  const void *b = (OPK <= 2) ? amk_in(A, 1) : nullptr;
+  void *out = amk_out(A, 0);
   long long c0 = 0, cn = WIDTH;
   if constexpr (TILED) {
     c0 = I.params.n_off.i;
@@ -1321,8 +1320,8 @@ __device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 // COPY of identical dtypes: bytes.
 template <long long NBYTES>
 __device__ void amk_copy_bytes(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const unsigned char *s = (const unsigned char *)amk_in(P, I, 0);
-  unsigned char *o = (unsigned char *)amk_out(P, I, 0);
+  const unsigned char *s = (const unsigned char *)amk_in(A, 0);
+  unsigned char *o = (unsigned char *)amk_out(A, 0);
   for (long long i = threadIdx.x; i < NBYTES; i += AMK_NT)
     o[i] = __ldcg(s + i);
 }
@@ -1330,8 +1329,8 @@ __device__ void amk_copy_bytes(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
 // SOFTMAX along a dim of N with OUTER x INNER lines, one thread per line.
 template <int XDT, int ODT, long long OUTER, long long N, long long INNER>
 __device__ void amk_softmax(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(P, I, 0);
-  void *out = amk_out(P, I, 0);
+  const void *x = amk_in(A, 0);
+  void *out = amk_out(A, 0);
   for (long long line = threadIdx.x; line < OUTER * INNER; line += AMK_NT) {
     long long base = (line / INNER) * N * INNER + line % INNER;
     float m = -INFINITY;
@@ -1350,17 +1349,17 @@ __device__ void amk_allreduce(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   for (long long i = threadIdx.x; i < NUMEL; i += AMK_NT) {
     float s = 0.0f;
     for (int k = 0; k < NIN; k++)
-      s += amk_ld<DT>(amk_in(P, I, k), i);
-    amk_st<ODT>(amk_out(P, I, 0), i, s);
+      s += amk_ld<DT>(amk_in(A, k), i);
+    amk_st<ODT>(amk_out(A, 0), i, s);
   }
 }
 
 // KV_APPEND: NFRESH elements (whole rows of ROWLEN) into row pos of the cache.
 template <int FDT, int CDT, long long NFRESH, long long ROWLEN, long long ROWS>
 __device__ void amk_kv_append(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *fresh = amk_in(P, I, 0);
-  const void *cin = amk_in(P, I, 1);
-  void *cache = amk_out(P, I, 0);
+  const void *fresh = amk_in(A, 0);
+  const void *cin = amk_in(A, 1);
+  void *cache = amk_out(A, 0);
   AmkWindow win = amk_window(I, A, pos);
   constexpr long long NROWS = NFRESH / ROWLEN;
   if (win.pos < 0 || win.pos > ROWS - NROWS) {
@@ -1384,8 +1383,8 @@ __device__ void amk_kv_append(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 // NaN counts as the maximum).
 template <int XDT, int ODT, long long ROWS, long long V>
 __device__ void amk_argmax(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(P, I, 0);
-  void *out = amk_out(P, I, 0);
+  const void *x = amk_in(A, 0);
+  void *out = amk_out(A, 0);
   float *bv = smem;
   long long *bi = (long long *)(smem + 2 * AMK_NT);
   for (long long r = 0; r < ROWS; r++) {
@@ -1521,6 +1520,39 @@ __device__ void amk_decode_finish(AmkP P, const amk_decode_t &D, int pos, float 
   }
 }
 
+// ---- staging instruction records ---------------------------------------------------
+
+// The records of the running instruction and of the next one, in shared
+// memory: warp 0 copies the next instruction's ABI record and aux record
+// (with its resolved input and output addresses) with asynchronous 16-byte
+// copies while the current one runs, so a task starts without a chain of
+// dependent loads through the tables.
+__shared__ __align__(16) amk_instruction_t amk_staged_inst[2];
+__shared__ __align__(16) amk_inst_aux_t amk_staged_aux[2];
+
+// Warp 0: start copying instruction idx's records into slot.
+__device__ __forceinline__ void amk_stage_issue(AmkP P, int idx, int slot) {
+  constexpr int NI = (int)sizeof(amk_instruction_t) / 16, NA = (int)sizeof(amk_inst_aux_t) / 16;
+  static_assert(sizeof(amk_instruction_t) % 16 == 0 && sizeof(amk_inst_aux_t) % 16 == 0,
+                "records are copied in 16-byte pieces");
+  const char *gi = (const char *)P.instructions + (long long)idx * sizeof(amk_instruction_t);
+  const char *ga = (const char *)P.aux + (long long)idx * sizeof(amk_inst_aux_t);
+  for (int c = threadIdx.x & 31; c < NI + NA; c += 32) {
+    const char *src = c < NI ? gi + c * 16 : ga + (c - NI) * 16;
+    char *dst = c < NI ? (char *)&amk_staged_inst[slot] + c * 16
+                       : (char *)&amk_staged_aux[slot] + (c - NI) * 16;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(amk_smem_addr(dst)), "l"(src)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Warp 0: every copy but the newest `pending` groups has landed, and the
+// warp sees all of them.
+template <int PENDING> __device__ __forceinline__ void amk_stage_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+  __syncwarp();
+}
+
 // ---- the persistent megakernel ---------------------------------------------------
 
 __device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem);
@@ -1538,11 +1570,17 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
     pos = (int)((volatile unsigned int *)D.state)[2];
   const int *qo = (const int *)P.queue_offsets;
   const int *q = (const int *)P.queue;
-  const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
   for (int b = blockIdx.x; b < P.n_queues; b += gridDim.x) {
     int end = qo[b + 1];
     amk_stream_begin(P, smem, qo[b], end);
+    bool warp0 = threadIdx.x < 32;
+    if (warp0 && qo[b] < end) {
+      int first = q[qo[b]];
+      if (first >= 0 && first < P.n_instructions)
+        amk_stage_issue(P, first, qo[b] & 1);
+      amk_stage_wait<0>();
+    }
     for (int k = qo[b]; k < end; k++) {
       int idx = q[k];
       if (idx < 0 || idx >= P.n_instructions) {
@@ -1550,8 +1588,23 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
           amk_fail(P, AMK_STATUS_SHAPE, idx, b, k);
         return;
       }
-      const amk_instruction_t &I = insts[idx];
-      const amk_inst_aux_t &A = aux[idx];
+      // Thread 0 reads the staged records before the wait's barrier (its
+      // warp has waited for them); every other thread after it. A bad
+      // next index stages nothing (an empty group): it fails on its turn.
+      if (warp0) {
+        if (k + 1 < end) {
+          int next = q[k + 1];
+          if (next >= 0 && next < P.n_instructions)
+            amk_stage_issue(P, next, (k + 1) & 1);
+          else
+            asm volatile("cp.async.commit_group;" ::: "memory");
+          amk_stage_wait<1>();
+        } else {
+          amk_stage_wait<0>();
+        }
+      }
+      const amk_instruction_t &I = amk_staged_inst[k & 1];
+      const amk_inst_aux_t &A = amk_staged_aux[k & 1];
       amk_stream_window(P, smem, k);
       if (AMK_STREAM_MODE != 0 && threadIdx.x == 0) {
         amk_stream(smem)->cur_k = k;
@@ -1559,7 +1612,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       }
       // Weights the stream does not carry go to L2 ahead of the waits.
       if (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k).row_bytes == 0)
-        amk_prefetch(A);
+        amk_prefetch(aux[idx]); // the global record: warps but 0 may not see the staged one yet
       if (k + 1 < end &&
           (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k + 1).row_bytes == 0))
         amk_prefetch(aux[q[k + 1]]);

@@ -137,6 +137,11 @@ typedef struct {
   uint64_t inv_freq;       /* device float[head_dim/2] for ROPE, or 0 */
   uint64_t prefetch_ptr;   /* weight bytes to stream into L2 ahead of the waits */
   int64_t prefetch_bytes;
+  /* Device addresses of the inputs, then of the outputs (the buffer
+   * table's ptr, resolved by the host): a block stages this record in
+   * shared memory ahead of its turn, so a task reaches its data with no
+   * chain of dependent loads through the tables. */
+  uint64_t io[AMK_MAX_INPUTS + AMK_MAX_OUTPUTS];
 } amk_inst_aux_t;
 
 /* Device status words (host-mapped memory). */
@@ -193,7 +198,7 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_params_t) == 88, "amk_params_t is 88 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_buffer_t) == 96, "amk_buffer_t is 96 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
                       "amk_instruction_t is 224 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 48, "amk_inst_aux_t is 48 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 144, "amk_inst_aux_t is 144 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 96, "amk_program_t is 96 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 24, "amk_trace_t is 24 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_decode_t) == 48, "amk_decode_t is 48 bytes");

@@ -32,9 +32,29 @@
 
 /* ---- codegen ---------------------------------------------------------------- */
 
+/* How the megakernel moves weights ahead of the waits (megakernel.cuh,
+ * docs/Backend.md). */
+typedef enum {
+  AMK_WEIGHT_STREAM_DEFAULT = 0, /* bulk L2 prefetch */
+  AMK_WEIGHT_STREAM_OFF,         /* only the per-thread L2 prefetch of the next task */
+  AMK_WEIGHT_STREAM_L2,          /* bulk L2 prefetches of whole tiles, a budget ahead */
+  AMK_WEIGHT_STREAM_RING,        /* bulk copies into a shared-memory ring */
+} AmkWeightStream;
+
 typedef struct {
   int threads_per_block; /* 0: the program's config, else 256 */
+  AmkWeightStream weight_stream;
+  int l2_ahead_kb;       /* L2: bytes per block prefetched ahead (0: 128 KiB) */
+  int ring_slot_bytes;   /* ring: slot size (0: 16 KiB; at least the longest row) */
+  int ring_slots;        /* ring: at most this many slots (0: as many as fit, up to 64) */
+  bool override_lookahead; /* else the schedule's pipelining_depth */
+  int lookahead;         /* instructions ahead of the running one */
 } AmkCodegenOptions;
+
+/* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
+ * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS and
+ * AMK_CUDA_LOOKAHEAD. False after reporting a value it cannot use. */
+bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 
 typedef struct {
   char *source;           /* malloc'd CUDA C++ */

@@ -1,0 +1,108 @@
+/* The weight stream's options: the environment's tuning, and what codegen
+ * emits for each mode (backend/codegen.c, docs/Backend.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/backend.h"
+#include "amk/io.h"
+#include "unit.h"
+
+static AmkModule *load(const char *path, char **text) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  size_t len = 0;
+  *text = amk_read_file(path, &len, d);
+  AmkModule *m = *text ? amk_parse_text(path, *text, len, d) : NULL;
+  amk_diag_free(d);
+  return m;
+}
+
+/* The generated source for m under opt (NULL: defaults); malloc'd. */
+static char *generate(const AmkModule *m, const AmkCodegenOptions *opt) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkCodegen cg;
+  char *source = NULL;
+  if (amk_cuda_codegen(m, opt, &cg, d)) {
+    source = cg.source;
+    cg.source = NULL;
+    amk_cuda_codegen_free(&cg);
+  }
+  amk_diag_free(d);
+  return source;
+}
+
+static void clear_env(void) {
+  unsetenv("AMK_CUDA_STREAM");
+  unsetenv("AMK_CUDA_L2_AHEAD_KB");
+  unsetenv("AMK_CUDA_RING_SLOT_BYTES");
+  unsetenv("AMK_CUDA_RING_SLOTS");
+  unsetenv("AMK_CUDA_LOOKAHEAD");
+}
+
+static void test_env(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  AmkCodegenOptions o = {0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.weight_stream == AMK_WEIGHT_STREAM_DEFAULT &&
+               !o.override_lookahead && o.l2_ahead_kb == 0);
+  setenv("AMK_CUDA_STREAM", "ring", 1);
+  setenv("AMK_CUDA_RING_SLOT_BYTES", "32768", 1);
+  setenv("AMK_CUDA_RING_SLOTS", "5", 1);
+  setenv("AMK_CUDA_LOOKAHEAD", "0", 1);
+  setenv("AMK_CUDA_L2_AHEAD_KB", "64", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.weight_stream == AMK_WEIGHT_STREAM_RING &&
+               o.ring_slot_bytes == 32768 && o.ring_slots == 5 && o.override_lookahead &&
+               o.lookahead == 0 && o.l2_ahead_kb == 64);
+  setenv("AMK_CUDA_STREAM", "fast", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message, "AMK_CUDA_STREAM must be off, l2 or ring, "
+                                                       "not 'fast'"));
+  setenv("AMK_CUDA_STREAM", "off", 1);
+  setenv("AMK_CUDA_RING_SLOTS", "x3", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 1)->message, "AMK_CUDA_RING_SLOTS must be an integer"));
+  clear_env();
+  amk_diag_free(d);
+}
+
+static void test_modes(UnitCounts *c, const char *program) {
+  char *text = NULL;
+  AmkModule *m = load(program, &text);
+  CHECK(c, m != NULL);
+  if (m) {
+    char *dflt = generate(m, NULL);
+    CHECK(c, dflt && strstr(dflt, "#define AMK_STREAM_MODE 1\n") &&
+                 strstr(dflt, "#define AMK_L2_AHEAD_BYTES 131072\n") &&
+                 strstr(dflt, "#define AMK_LOOKAHEAD 2\n") &&
+                 strstr(dflt, "return amk_gemv_stream<"));
+    AmkCodegenOptions off = {.weight_stream = AMK_WEIGHT_STREAM_OFF};
+    char *none = generate(m, &off);
+    CHECK(c, none && !strstr(none, "#define AMK_STREAM_MODE 1") &&
+                 !strstr(none, "#define AMK_STREAM_MODE 2"));
+    AmkCodegenOptions ring = {.weight_stream = AMK_WEIGHT_STREAM_RING, .ring_slots = 3,
+                              .override_lookahead = true, .lookahead = 5};
+    char *r = generate(m, &ring);
+    CHECK(c, r && strstr(r, "#define AMK_STREAM_MODE 2\n") &&
+                 strstr(r, "#define AMK_RING_SLOTS 3\n") &&
+                 strstr(r, "#define AMK_RING_SLOT_BYTES 16384\n") &&
+                 strstr(r, "#define AMK_LOOKAHEAD 5\n"));
+    free(dflt);
+    free(none);
+    free(r);
+  }
+  amk_module_free(m);
+  free(text);
+}
+
+int main(int argc, char **argv) {
+  UnitCounts c = {0};
+  if (argc != 2) {
+    fprintf(stderr, "usage: test_codegen_stream PROGRAM.amkir\n");
+    return 2;
+  }
+  test_env(&c);
+  test_modes(&c, argv[1]);
+  return unit_finish("test_codegen_stream", &c);
+}
