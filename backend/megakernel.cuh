@@ -190,8 +190,9 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
           ns <<= 1;
       }
     }
-    if (ok && st[4] != 0u)
-      ok = 0;
+    // The device abort flag is read only while spinning: a block whose
+    // counters are already there goes on without another round trip (an
+    // error elsewhere is still reported by the status).
     s_ok = ok;
   }
   // One barrier: s_ok is next written by thread 0 in the following wait,
@@ -209,13 +210,14 @@ __device__ __forceinline__ void amk_signal(AmkP P, AmkI I) {
     amk_red_release((unsigned int *)P.counters + I.out_counter);
 }
 
-// Streams up to 128 KiB of an instruction's weights into L2 (no wait).
+// One warp streams up to 128 KiB of an instruction's weights into L2 (no
+// wait).
 __device__ __forceinline__ void amk_prefetch(AmkA A) {
   const char *p = (const char *)A.prefetch_ptr;
   long long n = A.prefetch_bytes;
   if (n > 131072)
     n = 131072;
-  for (long long o = (long long)threadIdx.x * 128; o < n; o += (long long)AMK_NT * 128)
+  for (long long o = (long long)(threadIdx.x & 31) * 128; o < n; o += 32 * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
 }
 
@@ -1610,11 +1612,12 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
         amk_stream(smem)->cur_k = k;
         amk_stream_pump(smem, k);
       }
-      // Weights the stream does not carry go to L2 ahead of the waits.
-      if (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k).row_bytes == 0)
-        amk_prefetch(aux[idx]); // the global record: warps but 0 may not see the staged one yet
-      if (k + 1 < end &&
-          (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k + 1).row_bytes == 0))
+      // Weights the stream does not carry go to L2 ahead of the waits, by
+      // warp 0 (which sees the staged record); without a stream, the next
+      // instruction's too.
+      if (warp0 && (AMK_STREAM_MODE == 0 || amk_desc(amk_stream(smem), k).row_bytes == 0))
+        amk_prefetch(A);
+      if (AMK_STREAM_MODE == 0 && warp0 && k + 1 < end)
         amk_prefetch(aux[q[k + 1]]);
       amk_trace_t *tr = P.trace ? (amk_trace_t *)P.trace + idx : nullptr;
       if (tr && threadIdx.x == 0)
