@@ -185,7 +185,7 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
   if (want == AMK_WEIGHT_STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
     return r;
   r.lookahead = lookahead > MAX_LOOKAHEAD ? MAX_LOOKAHEAD : lookahead;
-  r.l2_ahead_bytes = (int64_t)(opt && opt->l2_ahead_kb > 0 ? opt->l2_ahead_kb : 128) * 1024;
+  r.l2_ahead_bytes = (int64_t)(opt && opt->l2_ahead_kb > 0 ? opt->l2_ahead_kb : 64) * 1024;
   r.offset = (g->smem + 127) / 128 * 128;
   size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE;
   if (r.offset + STREAM_HEADER_BYTES > budget)
@@ -717,6 +717,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (lookahead_set)
     o->override_lookahead = true;
+  int pairs;
+  if (!env_int("AMK_CUDA_GEMV_ROW_PAIRS", 1, &pairs, &set, diag))
+    return false;
+  if (set)
+    o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
   return true;
 }
 
@@ -789,6 +794,9 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                 model ? model : (m->source_name ? m->source_name : "program"), m->n_tasks,
                 n_keys, g.nt, ring.total_smem, AMK_ABI_VERSION);
   amk_sb_printf(&s, "#define AMK_NT %d\n", g.nt);
+  if (opt && opt->gemv_row_pairs != AMK_GEMV_ROW_PAIRS_AUTO)
+    amk_sb_printf(&s, "#define AMK_GEMV_ROW_PAIRS %d\n",
+                  opt->gemv_row_pairs == AMK_GEMV_ROW_PAIRS_ALWAYS ? 1 : 0);
   if (ring.mode != STREAM_OFF)
     amk_sb_printf(&s,
                   "#define AMK_STREAM_MODE %d\n#define AMK_STREAM_OFFSET %zu\n"

@@ -44,16 +44,20 @@ typedef enum {
 typedef struct {
   int threads_per_block; /* 0: the program's config, else 256 */
   AmkWeightStream weight_stream;
-  int l2_ahead_kb;       /* L2: bytes per block prefetched ahead (0: 128 KiB) */
+  int l2_ahead_kb;       /* L2: bytes per block prefetched ahead (0: 64 KiB) */
   int ring_slot_bytes;   /* ring: slot size (0: 16 KiB; at least the longest row) */
   int ring_slots;        /* ring: at most this many slots (0: as many as fit, up to 64) */
   bool override_lookahead; /* else the schedule's pipelining_depth */
   int lookahead;         /* instructions ahead of the running one */
+  /* GEMV warps stream two rows at once: for rows of at most 4 KiB (auto),
+   * always or never. */
+  enum { AMK_GEMV_ROW_PAIRS_AUTO = 0, AMK_GEMV_ROW_PAIRS_ALWAYS, AMK_GEMV_ROW_PAIRS_NEVER }
+      gemv_row_pairs;
 } AmkCodegenOptions;
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
- * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS and
- * AMK_CUDA_LOOKAHEAD. False after reporting a value it cannot use. */
+ * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
+ * AMK_CUDA_LOOKAHEAD and AMK_CUDA_GEMV_ROW_PAIRS (0 or 1). False after reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 
 typedef struct {

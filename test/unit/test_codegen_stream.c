@@ -74,7 +74,7 @@ static void test_modes(UnitCounts *c, const char *program) {
   if (m) {
     char *dflt = generate(m, NULL);
     CHECK(c, dflt && strstr(dflt, "#define AMK_STREAM_MODE 1\n") &&
-                 strstr(dflt, "#define AMK_L2_AHEAD_BYTES 131072\n") &&
+                 strstr(dflt, "#define AMK_L2_AHEAD_BYTES 65536\n") &&
                  strstr(dflt, "#define AMK_LOOKAHEAD 2\n") &&
                  strstr(dflt, "return amk_gemv_stream<"));
     AmkCodegenOptions off = {.weight_stream = AMK_WEIGHT_STREAM_OFF};
