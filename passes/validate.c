@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "amk/tables.h"
 #include "amk/validate.h"
@@ -665,7 +666,7 @@ static bool regions_disjoint(const Region *a, const Region *b) {
 
 static int compare_region_cols(const void *pa, const void *pb) {
   const Region *a = pa, *b = pb;
-  return (a->col_lo > b->col_lo) - (a->col_lo < b->col_lo);
+  return amk_compare_i64(a->col_lo, b->col_lo);
 }
 
 /* Pairwise disjointness of k footprints: sort-and-sweep when every writer
@@ -696,8 +697,7 @@ static bool all_regions_disjoint(Region *r, size_t k) {
 }
 
 static int compare_by_topo(const void *pa, const void *pb, const uint32_t *pos) {
-  uint32_t a = pos[*(const uint32_t *)pa], b = pos[*(const uint32_t *)pb];
-  return (a > b) - (a < b);
+  return amk_compare_i64(pos[*(const uint32_t *)pa], pos[*(const uint32_t *)pb]);
 }
 
 /* qsort has no context argument: a small insertion-free merge sort. */
@@ -782,8 +782,7 @@ static void check_write_after_write(AmkValidator *v) {
 /* ---- 5. on-chip buffers stay on one SM ----------------------------------- */
 
 static int compare_i32(const void *pa, const void *pb) {
-  int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-  return (a > b) - (a < b);
+  return amk_compare_i64(*(const int32_t *)pa, *(const int32_t *)pb);
 }
 
 static void check_on_chip(AmkValidator *v) {
@@ -941,9 +940,7 @@ typedef struct {
 
 static int compare_page_entries(const void *pa, const void *pb) {
   const PageEntry *a = pa, *b = pb;
-  if (a->key != b->key)
-    return (a->key > b->key) - (a->key < b->key);
-  return (a->member > b->member) - (a->member < b->member);
+  return amk_compare_i64_then(a->key, b->key, a->member, b->member);
 }
 
 static void report_page_pair(AmkValidator *v, const AmkPageBinding *x,
