@@ -4,14 +4,9 @@
 /* out = in[0] + in[1] + ... in input order, in fp32. */
 int amk_kernel_ALLREDUCE_SHARD(const AmkInstCall *call) {
   AmkTensorView *out = &call->out[0];
-  int rc;
-  if ((rc = inst_require_numeric(call, out, "output")))
+  int rc = inst_require_numeric_like(call, "shard", "a shard", out, "the output");
+  if (rc)
     return rc;
-  for (uint32_t s = 0; s < call->n_in; s++)
-    if ((rc = inst_require_numeric(call, &call->in[s], "shard")) ||
-        (rc = inst_require_same_numel(call, &call->in[s], "a shard", out,
-                                      "the output")))
-      return rc;
   for (int64_t i = 0; i < out->numel; i++) {
     float acc = inst_load(&call->in[0], i);
     for (uint32_t s = 1; s < call->n_in; s++)

@@ -15,10 +15,9 @@ int inst_attention_params(const AmkInstCall *call, InstAttention *a) {
   static const AmkParamField required[] = {
       AMK_PARAM_head_dim, AMK_PARAM_kv_start,  AMK_PARAM_kv_len,
       AMK_PARAM_scale,    AMK_PARAM_n_heads,   AMK_PARAM_n_kv_heads};
-  int rc;
-  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-    if ((rc = inst_require(call, required[i])))
-      return rc;
+  int rc = inst_require_all(call, required, sizeof required / sizeof required[0]);
+  if (rc)
+    return rc;
   const AmkInstParams *p = call->p;
   *a = (InstAttention){.head_dim = p->head_dim.i,
                        .n_heads = p->n_heads.i,
@@ -157,14 +156,9 @@ int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
 int amk_kernel_ATTENTION_COMBINE(const AmkInstCall *call) {
   AmkTensorView *out = &call->out[0];
   const AmkTensorView *first = &call->in[0];
-  int rc;
-  if ((rc = inst_require_numeric(call, out, "output")))
+  int rc = inst_require_numeric_like(call, "partial", "a partial", first, "partial 0");
+  if (rc)
     return rc;
-  for (uint32_t p = 0; p < call->n_in; p++)
-    if ((rc = inst_require_numeric(call, &call->in[p], "partial")) ||
-        (rc = inst_require_same_numel(call, &call->in[p], "a partial", first,
-                                      "partial 0")))
-      return rc;
   int64_t head_dim, n_heads;
   if (amk_inst_param_has(call->p, AMK_PARAM_head_dim)) {
     head_dim = call->p->head_dim.i;

@@ -52,6 +52,14 @@ int inst_require(const AmkInstCall *call, AmkParamField field) {
                    amk_param_name(field));
 }
 
+int inst_require_all(const AmkInstCall *call, const AmkParamField *fields, size_t n) {
+  int rc;
+  for (size_t i = 0; i < n; i++)
+    if ((rc = inst_require(call, fields[i])))
+      return rc;
+  return AMK_INST_OK;
+}
+
 int32_t inst_int_or(const AmkInstCall *call, AmkParamField field,
                     int32_t fallback) {
   if (!amk_inst_param_has(call->p, field))
@@ -89,6 +97,18 @@ int inst_require_same_numel(const AmkInstCall *call, const AmkTensorView *a,
   return inst_fail(call, AMK_INST_ERR_SHAPE,
                    "%s has %" PRId64 " elements but %s has %" PRId64, a_role,
                    a->numel, b_role, b->numel);
+}
+
+int inst_require_numeric_like(const AmkInstCall *call, const char *role, const char *a_role,
+                              const AmkTensorView *ref, const char *ref_role) {
+  int rc;
+  if ((rc = inst_require_numeric(call, &call->out[0], "output")))
+    return rc;
+  for (uint32_t i = 0; i < call->n_in; i++)
+    if ((rc = inst_require_numeric(call, &call->in[i], role)) ||
+        (rc = inst_require_same_numel(call, &call->in[i], a_role, ref, ref_role)))
+      return rc;
+  return AMK_INST_OK;
 }
 
 int inst_columns(const AmkInstCall *call, const AmkTensorView *out,

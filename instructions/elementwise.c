@@ -71,51 +71,56 @@ int amk_kernel_SILU_MUL(const AmkInstCall *call) {
   return run_binary(call, silu_mul_f32);
 }
 
+/* One input and one output, numeric and of one element count. */
+static int require_unary(const AmkInstCall *call) {
+  const AmkTensorView *x = &call->in[0];
+  AmkTensorView *out = &call->out[0];
+  int rc;
+  if ((rc = inst_require_numeric(call, x, "input")) ||
+      (rc = inst_require_numeric(call, out, "output")) ||
+      (rc = inst_require_same_numel(call, x, "input", out, "output")))
+    return rc;
+  return AMK_INST_OK;
+}
+
+typedef float (*UnaryFn)(float x, float arg);
+
+static float scale_f32(float x, float scale) { return x * scale; }
+/* Exact GELU: x * 0.5 * (1 + erf(x / sqrt(2))); it takes no argument. */
+static float gelu_f32(float x, float unused) {
+  (void)unused;
+  const float inv_sqrt2 = 0.70710678118654752440f;
+  return x * 0.5f * (1.0f + erff(x * inv_sqrt2));
+}
+
+/* out[i] = fn(x[i], arg) over the output's column window (inst_columns). */
+static int run_unary(const AmkInstCall *call, UnaryFn fn, float arg) {
+  const AmkTensorView *x = &call->in[0];
+  AmkTensorView *out = &call->out[0];
+  InstColumns cols;
+  int rc;
+  if ((rc = require_unary(call)) || (rc = inst_columns(call, out, &cols)))
+    return rc;
+  for (int64_t r = 0; r < cols.rows; r++)
+    for (int64_t c = cols.col_begin; c < cols.col_end; c++) {
+      int64_t i = r * cols.width + c;
+      inst_store(out, i, fn(inst_load(x, i), arg));
+    }
+  return AMK_INST_OK;
+}
+
 /* Two inputs: elementwise product. One input: x * scale (scale 1 when not
  * given). */
 int amk_kernel_MUL(const AmkInstCall *call) {
   if (call->n_in == 2)
     return run_binary(call, mul_f32);
-  const AmkTensorView *x = &call->in[0];
-  AmkTensorView *out = &call->out[0];
-  int rc;
-  if ((rc = inst_require_numeric(call, x, "input")) ||
-      (rc = inst_require_numeric(call, out, "output")) ||
-      (rc = inst_require_same_numel(call, x, "input", out, "output")))
-    return rc;
   float scale =
       amk_inst_param_has(call->p, AMK_PARAM_scale) ? call->p->scale.f : 1.0f;
-  InstColumns cols;
-  if ((rc = inst_columns(call, out, &cols)))
-    return rc;
-  for (int64_t r = 0; r < cols.rows; r++)
-    for (int64_t c = cols.col_begin; c < cols.col_end; c++) {
-      int64_t i = r * cols.width + c;
-      inst_store(out, i, inst_load(x, i) * scale);
-    }
-  return AMK_INST_OK;
+  return run_unary(call, scale_f32, scale);
 }
 
-/* Exact GELU: x * 0.5 * (1 + erf(x / sqrt(2))). */
 int amk_kernel_GELU(const AmkInstCall *call) {
-  const AmkTensorView *x = &call->in[0];
-  AmkTensorView *out = &call->out[0];
-  int rc;
-  if ((rc = inst_require_numeric(call, x, "input")) ||
-      (rc = inst_require_numeric(call, out, "output")) ||
-      (rc = inst_require_same_numel(call, x, "input", out, "output")))
-    return rc;
-  InstColumns cols;
-  if ((rc = inst_columns(call, out, &cols)))
-    return rc;
-  const float inv_sqrt2 = 0.70710678118654752440f;
-  for (int64_t r = 0; r < cols.rows; r++)
-    for (int64_t c = cols.col_begin; c < cols.col_end; c++) {
-      int64_t i = r * cols.width + c;
-      float v = inst_load(x, i);
-      inst_store(out, i, v * 0.5f * (1.0f + erff(v * inv_sqrt2)));
-    }
-  return AMK_INST_OK;
+  return run_unary(call, gelu_f32, 0.0f);
 }
 
 /* Softmax along `dim` (default the last): max subtraction, then
@@ -125,10 +130,8 @@ int amk_kernel_GELU(const AmkInstCall *call) {
 int amk_kernel_SOFTMAX(const AmkInstCall *call) {
   const AmkTensorView *x = &call->in[0];
   AmkTensorView *out = &call->out[0];
-  int rc;
-  if ((rc = inst_require_numeric(call, x, "input")) ||
-      (rc = inst_require_numeric(call, out, "output")) ||
-      (rc = inst_require_same_numel(call, x, "input", out, "output")))
+  int rc = require_unary(call);
+  if (rc)
     return rc;
   if (x->numel == 0)
     return AMK_INST_OK;

@@ -37,6 +37,8 @@ int inst_fail(const AmkInstCall *call, int status, const char *fmt, ...)
 
 /* Fails with AMK_INST_ERR_PARAM unless the param was given. */
 int inst_require(const AmkInstCall *call, AmkParamField field);
+/* inst_require for each of `n` fields in order: fails on the first missing. */
+int inst_require_all(const AmkInstCall *call, const AmkParamField *fields, size_t n);
 /* An 'i' param, or `fallback` when it was not given. */
 int32_t inst_int_or(const AmkInstCall *call, AmkParamField field,
                     int32_t fallback);
@@ -81,6 +83,10 @@ int inst_columns(const AmkInstCall *call, const AmkTensorView *out,
 int inst_require_same_numel(const AmkInstCall *call, const AmkTensorView *a,
                             const char *a_role, const AmkTensorView *b,
                             const char *b_role);
+/* Fails unless the output and every input are numeric and each input has
+ * ref's numel; an input is `role` for the dtype, `a_role` for the size. */
+int inst_require_numeric_like(const AmkInstCall *call, const char *role, const char *a_role,
+                              const AmkTensorView *ref, const char *ref_role);
 
 /* A weight-only quantized matrix [rows, K]: int8 (qdtype 6, signed bytes
  * [rows, K]) or int4 (qdtype 7, q+8 nibbles, column 2b in the low nibble of

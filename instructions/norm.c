@@ -33,57 +33,61 @@ static int check_norm(const AmkInstCall *call, int64_t *hidden_out) {
   return AMK_INST_OK;
 }
 
-/* out = x * rsqrt(mean(x^2) + eps) * w */
-int amk_kernel_RMSNORM(const AmkInstCall *call) {
-  int64_t hidden;
-  int rc = check_norm(call, &hidden);
-  if (rc)
-    return rc;
+/* One row of `hidden` elements from `base`: out = x * rsqrt(mean(x^2) + eps) * w */
+static void rmsnorm_row(const AmkInstCall *call, int64_t base, int64_t hidden, float eps) {
   const AmkTensorView *x = &call->in[0], *w = &call->in[1];
   AmkTensorView *out = &call->out[0];
-  float eps = call->p->eps.f;
-  for (int64_t row = 0; row < x->numel / hidden; row++) {
-    int64_t base = row * hidden;
-    float sum_sq = 0.0f;
-    for (int64_t j = 0; j < hidden; j++) {
-      float v = inst_load(x, base + j);
-      sum_sq += v * v;
-    }
-    float inv_rms = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
-    for (int64_t j = 0; j < hidden; j++)
-      inst_store(out, base + j, inst_load(x, base + j) * inv_rms * inst_load(w, j));
+  float sum_sq = 0.0f;
+  for (int64_t j = 0; j < hidden; j++) {
+    float v = inst_load(x, base + j);
+    sum_sq += v * v;
   }
-  return AMK_INST_OK;
+  float inv_rms = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
+  for (int64_t j = 0; j < hidden; j++)
+    inst_store(out, base + j, inst_load(x, base + j) * inv_rms * inst_load(w, j));
 }
 
-/* out = (x - mean) * rsqrt(var + eps) * w (+ b), with the biased variance. */
-int amk_kernel_LAYERNORM(const AmkInstCall *call) {
-  int64_t hidden;
-  int rc = check_norm(call, &hidden);
-  if (rc)
-    return rc;
+/* One row: out = (x - mean) * rsqrt(var + eps) * w (+ b), with the biased
+ * variance. */
+static void layernorm_row(const AmkInstCall *call, int64_t base, int64_t hidden, float eps) {
   const AmkTensorView *x = &call->in[0], *w = &call->in[1];
   const AmkTensorView *bias = call->n_in > 2 ? &call->in[2] : NULL;
   AmkTensorView *out = &call->out[0];
-  float eps = call->p->eps.f;
-  for (int64_t row = 0; row < x->numel / hidden; row++) {
-    int64_t base = row * hidden;
-    float sum = 0.0f;
-    for (int64_t j = 0; j < hidden; j++)
-      sum += inst_load(x, base + j);
-    float mean = sum / (float)hidden;
-    float sum_sq = 0.0f;
-    for (int64_t j = 0; j < hidden; j++) {
-      float d = inst_load(x, base + j) - mean;
-      sum_sq += d * d;
-    }
-    float inv_std = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
-    for (int64_t j = 0; j < hidden; j++) {
-      float y = (inst_load(x, base + j) - mean) * inv_std * inst_load(w, j);
-      if (bias)
-        y += inst_load(bias, j);
-      inst_store(out, base + j, y);
-    }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < hidden; j++)
+    sum += inst_load(x, base + j);
+  float mean = sum / (float)hidden;
+  float sum_sq = 0.0f;
+  for (int64_t j = 0; j < hidden; j++) {
+    float d = inst_load(x, base + j) - mean;
+    sum_sq += d * d;
   }
+  float inv_std = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
+  for (int64_t j = 0; j < hidden; j++) {
+    float y = (inst_load(x, base + j) - mean) * inv_std * inst_load(w, j);
+    if (bias)
+      y += inst_load(bias, j);
+    inst_store(out, base + j, y);
+  }
+}
+
+typedef void (*NormRowFn)(const AmkInstCall *call, int64_t base, int64_t hidden, float eps);
+
+/* The checks, then `row` over every row of the input. */
+static int run_norm(const AmkInstCall *call, NormRowFn row) {
+  int64_t hidden = 0; /* set by check_norm; gcc cannot tell once inlined */
+  int rc = check_norm(call, &hidden);
+  if (rc)
+    return rc;
+  for (int64_t r = 0; r < call->in[0].numel / hidden; r++)
+    row(call, r * hidden, hidden, call->p->eps.f);
   return AMK_INST_OK;
+}
+
+int amk_kernel_RMSNORM(const AmkInstCall *call) {
+  return run_norm(call, rmsnorm_row);
+}
+
+int amk_kernel_LAYERNORM(const AmkInstCall *call) {
+  return run_norm(call, layernorm_row);
 }

@@ -197,10 +197,9 @@ static int head_tile(const AmkInstCall *call, int64_t pattern, bool kv_heads,
                                            AMK_PARAM_n_heads,
                                            AMK_PARAM_n_kv_heads,
                                            AMK_PARAM_N_tile, AMK_PARAM_n_off};
-  int rc;
-  for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
-    if ((rc = inst_require(call, required[i])))
-      return rc;
+  int rc = inst_require_all(call, required, sizeof required / sizeof required[0]);
+  if (rc)
+    return rc;
   const AmkInstParams *p = call->p;
   *t = (HeadTile){.head_dim = p->head_dim.i,
                   .n_heads = p->n_heads.i,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/io.h"
 
 /* One fill colour per op code (X11 colour names Graphviz knows), in code
@@ -42,8 +43,7 @@ static void put_node(const AmkTask *t, AmkStrBuf *out, const char *indent) {
 }
 
 static int compare_int(const void *a, const void *b) {
-  int x = *(const int *)a, y = *(const int *)b;
-  return (x > y) - (x < y);
+  return amk_compare_i64(*(const int *)a, *(const int *)b);
 }
 
 typedef struct {
@@ -52,9 +52,7 @@ typedef struct {
 
 static int compare_producer(const void *a, const void *b) {
   const Producer *x = a, *y = b;
-  if (x->counter != y->counter)
-    return (x->counter > y->counter) - (x->counter < y->counter);
-  return (x->task > y->task) - (x->task < y->task);
+  return amk_compare_i64_then(x->counter, y->counter, x->task, y->task);
 }
 
 void amk_print_dot(const AmkModule *m, AmkStrBuf *out) {

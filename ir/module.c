@@ -1,5 +1,6 @@
 /* The module: growable record arrays in its arena (arena.c), and the small
  * queries every pass needs. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,29 +36,34 @@ static void *grow(void *array, uint32_t *cap, uint32_t n, size_t elem) {
   return array;
 }
 
+/* Zeroes the record after the last `*n` and gives it the next id; records
+ * start with their int32_t id. */
+_Static_assert(offsetof(AmkBuffer, id) == 0 && offsetof(AmkCounter, id) == 0 &&
+                   offsetof(AmkTask, id) == 0,
+               "records start with their id");
+static void *new_record(void *array, uint32_t *n, size_t elem) {
+  char *record = (char *)array + (size_t)*n * elem;
+  memset(record, 0, elem);
+  int32_t id = (int32_t)(*n)++;
+  memcpy(record, &id, sizeof id);
+  return record;
+}
+
 AmkBuffer *amk_module_add_buffer(AmkModule *m) {
   m->buffers = grow(m->buffers, &m->cap_buffers, m->n_buffers, sizeof *m->buffers);
-  AmkBuffer *b = &m->buffers[m->n_buffers];
-  memset(b, 0, sizeof *b);
-  b->id = (int32_t)m->n_buffers++;
-  return b;
+  return new_record(m->buffers, &m->n_buffers, sizeof *m->buffers);
 }
 
 AmkCounter *amk_module_add_counter(AmkModule *m) {
-  m->counters =
-      grow(m->counters, &m->cap_counters, m->n_counters, sizeof *m->counters);
-  AmkCounter *c = &m->counters[m->n_counters];
-  memset(c, 0, sizeof *c);
-  c->id = (int32_t)m->n_counters++;
+  m->counters = grow(m->counters, &m->cap_counters, m->n_counters, sizeof *m->counters);
+  AmkCounter *c = new_record(m->counters, &m->n_counters, sizeof *m->counters);
   c->note = "";
   return c;
 }
 
 AmkTask *amk_module_add_task(AmkModule *m) {
   m->tasks = grow(m->tasks, &m->cap_tasks, m->n_tasks, sizeof *m->tasks);
-  AmkTask *t = &m->tasks[m->n_tasks];
-  memset(t, 0, sizeof *t);
-  t->id = (int32_t)m->n_tasks++;
+  AmkTask *t = new_record(m->tasks, &m->n_tasks, sizeof *m->tasks);
   t->label = "";
   return t;
 }

@@ -48,8 +48,7 @@ typedef struct {
 
 static int compare_candidates(const void *a, const void *b) {
   const Candidate *x = a, *y = b;
-  int order = amk_compare_i64(x->first_write_pos, y->first_write_pos);
-  return order ? order : amk_compare_i64(x->buffer, y->buffer);
+  return amk_compare_i64_then(x->first_write_pos, y->first_write_pos, x->buffer, y->buffer);
 }
 
 /* Every use of `a` happens before every writer of `b`. */

@@ -510,17 +510,23 @@ static uint32_t tile_weight(const Fuser *f, const TileSet *s) {
 
 /* ---- rmsnorm + gemv ---------------------------------------------------------------- */
 
+/* The task at `pos` when it is live and a two-input, one-output `op`; else
+ * NULL. The fusions start from such a task. */
+static const AmkTask *live_binary(Fuser *f, uint32_t pos, AmkOp op) {
+  const AmkTask *t = &f->m->tasks[pos];
+  if (amk_rw_task_dead(&f->edit, pos) || t->op != op || t->n_inputs != 2 || t->n_outputs != 1)
+    return NULL;
+  return t;
+}
+
 static void fuse_norms(Fuser *f) {
   AmkModule *m = f->m;
   uint32_t n = m->n_tasks;
   for (uint32_t pos = 0; pos < n; pos++) {
-    if (amk_rw_task_dead(&f->edit, pos))
-      continue;
-    const AmkTask *norm = &m->tasks[pos];
-    const AmkValue *eps = amk_task_param(norm, "eps");
+    const AmkTask *norm = live_binary(f, pos, AMK_OP_RMSNORM);
+    const AmkValue *eps = norm ? amk_task_param(norm, "eps") : NULL;
     int64_t hidden;
-    if (norm->op != AMK_OP_RMSNORM || norm->n_inputs != 2 || norm->n_outputs != 1 ||
-        !eps || !amk_task_param_int(norm, "hidden", &hidden))
+    if (!eps || !amk_task_param_int(norm, "hidden", &hidden))
       continue;
     uint32_t y = bufpos(f, norm->outputs[0]), c = cntpos(f, norm->out_counter);
     if (y == AMK_NO_INDEX || c == AMK_NO_INDEX ||
@@ -618,9 +624,8 @@ static bool fuse_one_residual(Fuser *f, uint32_t pos, int which) {
 
 static void fuse_residuals(Fuser *f) {
   for (uint32_t pos = 0; pos < f->m->n_tasks; pos++) {
-    const AmkTask *t = &f->m->tasks[pos];
-    if (amk_rw_task_dead(&f->edit, pos) || t->op != AMK_OP_ADD || t->n_inputs != 2 ||
-        t->n_outputs != 1)
+    const AmkTask *t = live_binary(f, pos, AMK_OP_ADD);
+    if (!t)
       continue;
     /* A residual add reads (stream, projection): try the second first. */
     if (!fuse_one_residual(f, pos, 1))
@@ -652,10 +657,8 @@ static void fuse_mlp(Fuser *f) {
   AmkModule *m = f->m;
   uint32_t n = m->n_tasks;
   for (uint32_t pos = 0; pos < n; pos++) {
-    if (amk_rw_task_dead(&f->edit, pos))
-      continue;
-    const AmkTask *s = &m->tasks[pos];
-    if (s->op != AMK_OP_SILU_MUL || s->n_inputs != 2 || s->n_outputs != 1)
+    const AmkTask *s = live_binary(f, pos, AMK_OP_SILU_MUL);
+    if (!s)
       continue;
     uint32_t gate = bufpos(f, s->inputs[0]), up = bufpos(f, s->inputs[1]);
     uint32_t act = bufpos(f, s->outputs[0]), c_act = cntpos(f, s->out_counter);

@@ -212,19 +212,30 @@ static bool parse_owned(const AmkPassOptionInfo *info, const char *text, OwnedVa
   return true;
 }
 
+static const char *pass_name_at(size_t i) { return amk_pass_at(i)->name; }
+static const char *option_key_at(size_t i) { return amk_pass_option_at(i)->key; }
+
+/* "unknown WHAT 'PREFIXWORD'", ending "; did you mean 'PREFIXHINT'?" when
+ * one of the registry's `count` names (name_at) is close to `word`. */
+static void report_unknown(AmkDiagEngine *diag, const char *what, const char *prefix,
+                           const char *word, size_t count, const char *(*name_at)(size_t)) {
+  const char *names[64];
+  size_t n = 0;
+  for (; n < count && n < 64; n++)
+    names[n] = name_at(n);
+  const char *hint = amk_suggest(word, strlen(word), names, n);
+  if (hint)
+    amk_error(diag, no_loc, "unknown %s '%s%s'; did you mean '%s%s'?", what, prefix, word,
+              prefix, hint);
+  else
+    amk_error(diag, no_loc, "unknown %s '%s%s'", what, prefix, word);
+}
+
 bool amk_pipeline_set_option(AmkPipeline *p, const char *key, const char *value,
                              AmkDiagEngine *diag) {
   const AmkPassOptionInfo *info = amk_pass_option_lookup(key);
   if (!info) {
-    const char *names[64];
-    size_t n = 0;
-    for (; n < amk_pass_option_count() && n < 64; n++)
-      names[n] = amk_pass_option_at(n)->key;
-    const char *hint = amk_suggest(key, strlen(key), names, n);
-    if (hint)
-      amk_error(diag, no_loc, "unknown pass option '--%s'; did you mean '--%s'?", key, hint);
-    else
-      amk_error(diag, no_loc, "unknown pass option '--%s'", key);
+    report_unknown(diag, "pass option", "--", key, amk_pass_option_count(), option_key_at);
     return false;
   }
   for (size_t i = 0; i < p->n_options; i++)
@@ -252,15 +263,7 @@ static bool add_pass_n(AmkPipeline *p, const char *spec, size_t len, AmkDiagEngi
   name[name_len] = '\0';
   const AmkPassInfo *pass = amk_pass_lookup(name);
   if (!pass) {
-    const char *names[64];
-    size_t n = 0;
-    for (; n < amk_pass_count() && n < 64; n++)
-      names[n] = amk_pass_at(n)->name;
-    const char *hint = amk_suggest(name, name_len, names, n);
-    if (hint)
-      amk_error(diag, no_loc, "unknown pass '%s'; did you mean '%s'?", name, hint);
-    else
-      amk_error(diag, no_loc, "unknown pass '%s'", name);
+    report_unknown(diag, "pass", "", name, amk_pass_count(), pass_name_at);
     free(name);
     return false;
   }

@@ -65,8 +65,7 @@ typedef struct {
 
 static int compare_wait(const void *pa, const void *pb) {
   const WaitEntry *a = pa, *b = pb;
-  int order = amk_compare_i64(a->needed, b->needed);
-  return order ? order : amk_compare_i64(a->task, b->task);
+  return amk_compare_i64_then(a->needed, b->needed, a->task, b->task);
 }
 
 static uint32_t slot_for(CounterSim *s, int32_t id) {

@@ -11,10 +11,12 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/pass.h"
 #include "amk/tables.h"
 #include "amk/validate.h"
@@ -160,35 +162,36 @@ static void validator_free(AmkValidator *v) {
 
 /* ---- 0. duplicate ids (the reference has no such check) ------------------ */
 
+/* Reports each record whose id an earlier record already has. Records start
+ * with their int32_t id (as the id index reads them); their AmkLoc is at
+ * `loc_offset`. */
+static void report_duplicate_ids(AmkValidator *v, const AmkIdIndex *ix, const void *records,
+                                 size_t stride, size_t loc_offset, uint32_t n, const char *what,
+                                 const char *array) {
+  if (!ix->n_duplicates)
+    return;
+  for (uint32_t i = 0; i < n; i++) {
+    const char *record = (const char *)records + (size_t)i * stride;
+    int32_t id;
+    AmkLoc loc;
+    memcpy(&id, record, sizeof id);
+    memcpy(&loc, record + loc_offset, sizeof loc);
+    uint32_t first = amk_id_index_get(ix, id);
+    if (first != i)
+      amk_validator_report(v, AMK_SEVERITY_ERROR, loc,
+                           "duplicate %s id %" PRId32 " (%s[%u] and %s[%u])", what, id, array,
+                           first, array, i);
+  }
+}
+
 static void check_duplicate_ids(AmkValidator *v) {
   const AmkModule *m = v->m;
-  if (v->tasks.n_duplicates)
-    for (uint32_t t = 0; t < m->n_tasks; t++) {
-      uint32_t first = amk_id_index_get(&v->tasks, m->tasks[t].id);
-      if (first != t)
-        amk_validator_report(v, AMK_SEVERITY_ERROR, m->tasks[t].loc,
-                             "duplicate task id %" PRId32
-                             " (tasks[%u] and tasks[%u])",
-                             m->tasks[t].id, first, t);
-    }
-  if (v->bufs.n_duplicates)
-    for (uint32_t b = 0; b < m->n_buffers; b++) {
-      uint32_t first = amk_id_index_get(&v->bufs, m->buffers[b].id);
-      if (first != b)
-        amk_validator_report(v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
-                             "duplicate buffer id %" PRId32
-                             " (buffers[%u] and buffers[%u])",
-                             m->buffers[b].id, first, b);
-    }
-  if (v->ctrs.n_duplicates)
-    for (uint32_t c = 0; c < m->n_counters; c++) {
-      uint32_t first = amk_id_index_get(&v->ctrs, m->counters[c].id);
-      if (first != c)
-        amk_validator_report(v, AMK_SEVERITY_ERROR, m->counters[c].loc,
-                             "duplicate counter id %" PRId32
-                             " (counters[%u] and counters[%u])",
-                             m->counters[c].id, first, c);
-    }
+  report_duplicate_ids(v, &v->tasks, m->tasks, sizeof *m->tasks, offsetof(AmkTask, loc),
+                       m->n_tasks, "task", "tasks");
+  report_duplicate_ids(v, &v->bufs, m->buffers, sizeof *m->buffers, offsetof(AmkBuffer, loc),
+                       m->n_buffers, "buffer", "buffers");
+  report_duplicate_ids(v, &v->ctrs, m->counters, sizeof *m->counters,
+                       offsetof(AmkCounter, loc), m->n_counters, "counter", "counters");
 }
 
 /* ---- 1. per-task structure ---------------------------------------------- */
@@ -663,7 +666,7 @@ static bool regions_disjoint(const Region *a, const Region *b) {
 
 static int compare_region_cols(const void *pa, const void *pb) {
   const Region *a = pa, *b = pb;
-  return (a->col_lo > b->col_lo) - (a->col_lo < b->col_lo);
+  return amk_compare_i64(a->col_lo, b->col_lo);
 }
 
 /* Pairwise disjointness of k footprints: sort-and-sweep when every writer
@@ -694,8 +697,7 @@ static bool all_regions_disjoint(Region *r, size_t k) {
 }
 
 static int compare_by_topo(const void *pa, const void *pb, const uint32_t *pos) {
-  uint32_t a = pos[*(const uint32_t *)pa], b = pos[*(const uint32_t *)pb];
-  return (a > b) - (a < b);
+  return amk_compare_i64(pos[*(const uint32_t *)pa], pos[*(const uint32_t *)pb]);
 }
 
 /* qsort has no context argument: a small insertion-free merge sort. */
@@ -780,8 +782,7 @@ static void check_write_after_write(AmkValidator *v) {
 /* ---- 5. on-chip buffers stay on one SM ----------------------------------- */
 
 static int compare_i32(const void *pa, const void *pb) {
-  int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-  return (a > b) - (a < b);
+  return amk_compare_i64(*(const int32_t *)pa, *(const int32_t *)pb);
 }
 
 static void check_on_chip(AmkValidator *v) {
@@ -939,9 +940,7 @@ typedef struct {
 
 static int compare_page_entries(const void *pa, const void *pb) {
   const PageEntry *a = pa, *b = pb;
-  if (a->key != b->key)
-    return (a->key > b->key) - (a->key < b->key);
-  return (a->member > b->member) - (a->member < b->member);
+  return amk_compare_i64_then(a->key, b->key, a->member, b->member);
 }
 
 static void report_page_pair(AmkValidator *v, const AmkPageBinding *x,

@@ -13,4 +13,12 @@ static inline int amk_compare_u64(uint64_t a, uint64_t b) {
   return (a > b) - (a < b);
 }
 
+/* Records ordered by a key and then, on a tie, by a second key: a against b
+ * by (key, tie) pairs. */
+static inline int amk_compare_i64_then(int64_t a_key, int64_t b_key, int64_t a_tie,
+                                       int64_t b_tie) {
+  int by_key = amk_compare_i64(a_key, b_key);
+  return by_key ? by_key : amk_compare_i64(a_tie, b_tie);
+}
+
 #endif

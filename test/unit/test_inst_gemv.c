@@ -72,13 +72,6 @@ static void test_gemm_tile(UnitCounts *c) {
  * scales (f16) [[0.5, 2], [0.25, 1]]. */
 static uint16_t scales_f16[4] = {0x3800, 0x4000, 0x3400, 0x3c00};
 
-/* x [1, 3] times the quantized `w` ([2, 3] as stored) with scales_f16. */
-static void quantized_inputs(AmkTensorView in[3], float *x, AmkTensorView w) {
-  in[0] = view2(x, AMK_DTYPE_F32, 1, 3);
-  in[1] = w;
-  in[2] = view2(scales_f16, AMK_DTYPE_F16, 2, 2);
-}
-
 static AmkInstParams quantized_params(int n_tile, int n_off, int qdtype) {
   AmkInstParams p = gemv_params(3, n_tile, n_off);
   set_int(&p, "qdtype", qdtype);
@@ -86,15 +79,25 @@ static AmkInstParams quantized_params(int n_tile, int n_off, int qdtype) {
   return p;
 }
 
+/* The whole-tile GEMV of x [1, 3] times the quantized `w` ([2, 3] as stored)
+ * with scales_f16, into out [1, 2]: its inputs, output view and params. */
+static void quantized_gemv(AmkTensorView in[3], AmkTensorView *o, AmkInstParams *p, float *x,
+                           AmkTensorView w, float *out, int qdtype) {
+  in[0] = view2(x, AMK_DTYPE_F32, 1, 3);
+  in[1] = w;
+  in[2] = view2(scales_f16, AMK_DTYPE_F16, 2, 2);
+  *o = view2(out, AMK_DTYPE_F32, 1, 2);
+  *p = quantized_params(2, 0, qdtype);
+}
+
 static void test_int8_gemv(UnitCounts *c) {
   char err[160];
   /* q = [[1, -2, 3], [-128, 127, 0]] -> W = [[0.5, -1, 6], [-32, 31.75, 0]] */
   int8_t q[6] = {1, -2, 3, -128, 127, 0};
   float x[3] = {1, 2, 3}, out[2] = {0, 0};
-  AmkTensorView in[3];
-  quantized_inputs(in, x, view2(q, AMK_DTYPE_I8, 2, 3));
-  AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
-  AmkInstParams p = quantized_params(2, 0, 6);
+  AmkTensorView in[3], o;
+  AmkInstParams p;
+  quantized_gemv(in, &o, &p, x, view2(q, AMK_DTYPE_I8, 2, 3), out, 6);
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 3, &o, 0);
   CHECK(c, out[0] == 16.5f && out[1] == 31.5f); /* 0.5-2+18, -32+63.5 */
 
@@ -114,10 +117,9 @@ static void test_int4_gemv(UnitCounts *c) {
    * column 2b in the low nibble of byte b, rows padded to 2 bytes. */
   uint8_t packed[4] = {0x69, 0x0b, 0xf0, 0x08};
   float x[3] = {1, 2, 3}, out[2] = {99, 99};
-  AmkTensorView in[3];
-  quantized_inputs(in, x, view2(packed, AMK_DTYPE_U8, 2, 2));
-  AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
-  AmkInstParams p = quantized_params(2, 0, 7);
+  AmkTensorView in[3], o;
+  AmkInstParams p;
+  quantized_gemv(in, &o, &p, x, view2(packed, AMK_DTYPE_U8, 2, 2), out, 7);
   /* W = [[0.5, -1, 6], [-2, 1.75, 0]]: 0.5 - 2 + 18, -2 + 3.5 */
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 3, &o, 0);
   CHECK(c, out[0] == 16.5f && out[1] == 1.5f);

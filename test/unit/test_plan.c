@@ -98,20 +98,31 @@ static bool queues_hold_order(const AmkPlan *p, int32_t n_queues, const int32_t 
   return ok;
 }
 
+/* Parses `text` and plans it, capturing the diagnostics; false, with
+ * nothing left to free, when either step fails. */
+static bool parse_and_plan(UnitCounts *c, const char *name, const char *text, AmkModule **m,
+                           AmkDiagEngine **d, AmkPlan **p) {
+  *m = parse(name, text);
+  CHECK(c, *m != NULL);
+  if (!*m)
+    return false;
+  *d = capture();
+  *p = amk_plan_build(*m, NULL, *d);
+  CHECK(c, *p != NULL);
+  CHECK(c, amk_diag_error_count(*d) == 0);
+  if (*p)
+    return true;
+  amk_diag_free(*d);
+  amk_module_free(*m);
+  return false;
+}
+
 static void test_split(UnitCounts *c, const char *text) {
-  AmkModule *m = parse("split", text);
-  CHECK(c, m != NULL);
-  if (!m)
+  AmkModule *m;
+  AmkDiagEngine *d;
+  AmkPlan *p;
+  if (!parse_and_plan(c, "split", text, &m, &d, &p))
     return;
-  AmkDiagEngine *d = capture();
-  AmkPlan *p = amk_plan_build(m, NULL, d);
-  CHECK(c, p != NULL);
-  CHECK(c, amk_diag_error_count(d) == 0);
-  if (!p) {
-    amk_diag_free(d);
-    amk_module_free(m);
-    return;
-  }
   /* IO and sizes. */
   CHECK(c, p->token_buffer == buffer_named(m, "token_id"));
   CHECK(c, p->pos_buffer == buffer_named(m, "pos"));
@@ -180,6 +191,15 @@ done:
   amk_module_free(m);
 }
 
+/* Plans m expecting a refusal (no plan); the captured diagnostics, to free. */
+static AmkDiagEngine *plan_refused(UnitCounts *c, const AmkModule *m) {
+  AmkDiagEngine *d = capture();
+  AmkPlan *p = amk_plan_build(m, NULL, d);
+  CHECK(c, p == NULL);
+  amk_plan_free(p);
+  return d;
+}
+
 /* Two combines reading a partial as different partitions: one error, from
  * the plan, and no plan. */
 static void test_conflict(UnitCounts *c, const char *text) {
@@ -195,13 +215,10 @@ static void test_conflict(UnitCounts *c, const char *text) {
   AmkModule *m = parse("conflict", joined);
   CHECK(c, m != NULL);
   if (m) {
-    AmkDiagEngine *d = capture();
-    AmkPlan *p = amk_plan_build(m, NULL, d);
-    CHECK(c, p == NULL);
+    AmkDiagEngine *d = plan_refused(c, m);
     CHECK(c, amk_diag_error_count(d) == 1);
     CHECK(c, count_errors_containing(d, "buffer 'L0.attn.part1' is partial 0 of 2 here but "
                                         "partial 1 of 2 of another combine") == 1);
-    amk_plan_free(p);
     amk_diag_free(d);
   }
   amk_module_free(m);
@@ -217,14 +234,12 @@ static void test_validation_option(UnitCounts *c, const char *text) {
   AmkModule *m = parse("racy", racy);
   CHECK(c, m != NULL);
   if (m) {
-    AmkDiagEngine *d = capture();
-    AmkPlan *p = amk_plan_build(m, NULL, d);
-    CHECK(c, p == NULL);
+    AmkDiagEngine *d = plan_refused(c, m);
     CHECK(c, count_errors_containing(d, "refuses to run a program that validate rejects") == 1);
     amk_diag_free(d);
     d = capture();
     AmkPlanOptions trusted = {.already_validated = true};
-    p = amk_plan_build(m, &trusted, d);
+    AmkPlan *p = amk_plan_build(m, &trusted, d);
     CHECK(c, p != NULL);
     CHECK(c, amk_diag_error_count(d) == 0);
     amk_plan_free(p);
@@ -235,18 +250,11 @@ static void test_validation_option(UnitCounts *c, const char *text) {
 }
 
 static void test_assigned(UnitCounts *c, const char *text, const char *checkpoint) {
-  AmkModule *m = parse("assigned", text);
-  CHECK(c, m != NULL);
-  if (!m)
+  AmkModule *m;
+  AmkDiagEngine *d;
+  AmkPlan *p;
+  if (!parse_and_plan(c, "assigned", text, &m, &d, &p))
     return;
-  AmkDiagEngine *d = capture();
-  AmkPlan *p = amk_plan_build(m, NULL, d);
-  CHECK(c, p != NULL);
-  if (!p) {
-    amk_diag_free(d);
-    amk_module_free(m);
-    return;
-  }
   /* Every task on an SM: queue sm % n, in topological order. */
   int32_t max_sm = -1;
   for (uint32_t t = 0; t < m->n_tasks; t++)

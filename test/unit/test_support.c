@@ -80,6 +80,8 @@ static void test_compare(UnitCounts *c) {
   CHECK(c, amk_compare_i64(INT64_MIN, INT64_MAX) == -1);
   CHECK(c, amk_compare_u64(UINT64_MAX, 0) == 1 && amk_compare_u64(0, 1) == -1 &&
                amk_compare_u64(9, 9) == 0);
+  CHECK(c, amk_compare_i64_then(1, 2, 9, 0) == -1 && amk_compare_i64_then(2, 1, 0, 9) == 1 &&
+               amk_compare_i64_then(4, 4, 0, 9) == -1 && amk_compare_i64_then(4, 4, 9, 9) == 0);
 }
 
 UNIT_MAIN("test_support", test_join, test_kinds, test_ends_with, test_utf8,

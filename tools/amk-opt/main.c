@@ -119,9 +119,32 @@ static void suggest_flag(const char *name) {
   free(candidates);
 }
 
+/* A flag that only switches something on (`on`), or that keeps its value as
+ * given (`text`). */
+typedef struct {
+  const char *name;
+  bool *on;
+  const char **text;
+} PlainFlag;
+
 /* Returns 0 to continue, 1 on error, 2 when the command is complete (help). */
 static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *diag) {
   o->pipeline = amk_pipeline_new();
+  const PlainFlag plain[] = {
+      {"o", NULL, &o->output},
+      {"arch", NULL, &o->arch},
+      {"disable-verify", &o->disable_verify, NULL},
+      {"verify-each", &o->verify_each, NULL},
+      {"disable-output", &o->disable_output, NULL},
+      {"print-before", NULL, &o->print_before},
+      {"print-after", NULL, &o->print_after},
+      {"print-before-all", &o->print_before_all, NULL},
+      {"print-after-all", &o->print_after_all, NULL},
+      {"time-passes", &o->time_passes, NULL},
+      {"stats", &o->stats, NULL},
+      {"split-input-file", &o->split_input_file, NULL},
+      {"verify-diagnostics", &o->verify_diagnostics, NULL}};
+  const size_t n_plain = sizeof plain / sizeof plain[0];
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     if (arg[0] != '-' || strcmp(arg, "-") == 0) {
@@ -148,7 +171,17 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
       value = argv[++i];                                                       \
     }                                                                          \
   } while (0)
-    if (IS("h") || IS("help")) {
+    size_t k = 0;
+    while (k < n_plain && !IS(plain[k].name))
+      k++;
+    if (k < n_plain) {
+      if (plain[k].on) {
+        *plain[k].on = true;
+      } else {
+        NEED_VALUE();
+        *plain[k].text = value;
+      }
+    } else if (IS("h") || IS("help")) {
       print_help(stdout);
       return 2;
     } else if (IS("print-passes")) {
@@ -157,9 +190,6 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
     } else if (IS("version")) {
       printf("amk-opt: AMK IR %s, ABI %s\n", AMK_IR_VERSION, AMK_ABI_VERSION);
       return 2;
-    } else if (IS("o")) {
-      NEED_VALUE();
-      o->output = value;
     } else if (IS("x")) {
       NEED_VALUE();
       if (strcmp(value, "amkir") == 0)
@@ -191,9 +221,6 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
                 value);
         return 1;
       }
-    } else if (IS("arch")) {
-      NEED_VALUE();
-      o->arch = value;
     } else if (IS("passes")) {
       NEED_VALUE();
       if (!amk_pipeline_parse(o->pipeline, value, diag))
@@ -201,22 +228,6 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
     } else if (IS("default-pipeline")) {
       if (!amk_pipeline_parse(o->pipeline, AMK_DEFAULT_PIPELINE, diag))
         return 1;
-    } else if (IS("disable-verify")) {
-      o->disable_verify = true;
-    } else if (IS("verify-each")) {
-      o->verify_each = true;
-    } else if (IS("disable-output")) {
-      o->disable_output = true;
-    } else if (IS("print-before")) {
-      NEED_VALUE();
-      o->print_before = value;
-    } else if (IS("print-after")) {
-      NEED_VALUE();
-      o->print_after = value;
-    } else if (IS("print-before-all")) {
-      o->print_before_all = true;
-    } else if (IS("print-after-all")) {
-      o->print_after_all = true;
     } else if (IS("print-changed")) {
       if (!value)
         o->print_changed = CHANGED_FULL;
@@ -226,14 +237,6 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
         fprintf(stderr, "amk-opt: error: -print-changed takes no value or '=diff'\n");
         return 1;
       }
-    } else if (IS("time-passes")) {
-      o->time_passes = true;
-    } else if (IS("stats")) {
-      o->stats = true;
-    } else if (IS("split-input-file")) {
-      o->split_input_file = true;
-    } else if (IS("verify-diagnostics")) {
-      o->verify_diagnostics = true;
     } else {
       char name[128];
       if (name_len >= sizeof name) {

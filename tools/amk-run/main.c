@@ -151,6 +151,46 @@ static bool parse_prompt(const char *s, RunOptions *o) {
   return o->n_prompt > 0;
 }
 
+/* Says that an option's value is bad, in amk-run's words: "TAKES, not 'V'". */
+static bool bad_value(const char *takes, const char *v) {
+  fprintf(stderr, "amk-run: error: %s, not '%s'\n", takes, v);
+  return false;
+}
+
+/* An integer option's value, within [min, max]. */
+static bool int_value(const char *v, int64_t *out, int64_t min, int64_t max, const char *takes) {
+  int64_t n;
+  if (!parse_int64(v, &n) || n < min || n > max)
+    return bad_value(takes, v);
+  *out = n;
+  return true;
+}
+
+/* A seed: any 64-bit integer, kept as its bits. */
+static bool seed_value(const char *v, uint64_t *out, const char *takes) {
+  int64_t seed;
+  if (!parse_int64(v, &seed))
+    return bad_value(takes, v);
+  *out = (uint64_t)seed;
+  return true;
+}
+
+/* An option that only switches something on (`on`), or whose value is kept
+ * as given (`text`: parsed later, or by the library). */
+typedef struct {
+  const char *name;
+  bool *on;
+  const char **text;
+} PlainOption;
+
+/* An integer option and the range it accepts. */
+typedef struct {
+  const char *name;
+  int64_t *out;
+  int64_t min, max;
+  const char *takes;
+} IntOption;
+
 /* Returns 0 to run, 1 on a usage error, 2 after --help. */
 static int parse_args(int argc, char **argv, RunOptions *o) {
   o->device = "auto";
@@ -159,6 +199,24 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
   o->pipeline = AMK_DEFAULT_PIPELINE;
   o->n_new = 16;
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+  const PlainOption plain[] = {
+      {"--json", &o->json, NULL},           {"--check", &o->check, NULL},
+      {"--bench", &o->bench, NULL},         {"-v", &o->verbose, NULL},
+      {"--verbose", &o->verbose, NULL},     {"--max-seq", NULL, &o->max_seq},
+      {"--dtype", NULL, &o->dtype},         {"--target", NULL, &o->gpu_target},
+      {"--passes", NULL, &o->pipeline},     {"--save-program", NULL, &o->save_program},
+      {"--weights", NULL, &o->weights},     {"--dump-logits", NULL, &o->dump_logits},
+      {"--bench-pos", NULL, &o->bench_pos}, {"--trace", NULL, &o->trace}};
+  const size_t n_plain = sizeof plain / sizeof plain[0];
+  const char *n_takes = "-n takes a count of tokens (0 to 1000000)";
+  const IntOption ints[] = {
+      {"-n", &o->n_new, 0, 1000000, n_takes},
+      {"--n-predict", &o->n_new, 0, 1000000, n_takes},
+      {"--top-k", &o->sampling.top_k, 0, INT64_MAX, "--top-k takes an integer >= 0"},
+      {"--check-steps", &o->check_steps, 1, INT64_MAX, "--check-steps takes a count >= 1"},
+      {"--bench-steps", &o->bench_steps, 1, 100000, "--bench-steps takes a count"},
+      {"--bench-warmup", &o->bench_warmup, 0, 100000, "--bench-warmup takes a count"}};
+  const size_t n_ints = sizeof ints / sizeof ints[0];
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *value = NULL;
@@ -192,8 +250,22 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
       o->target = a;
       continue;
     }
+    size_t k = 0, j = 0;
+    while (k < n_plain && !IS(plain[k].name))
+      k++;
+    while (j < n_ints && !IS(ints[j].name))
+      j++;
     const char *v;
-    if (IS("--device")) {
+    if (k < n_plain) {
+      if (plain[k].on)
+        *plain[k].on = true;
+      else if (!(*plain[k].text = VALUE()))
+        return 1;
+    } else if (j < n_ints) {
+      const IntOption *opt = &ints[j];
+      if (!(v = VALUE()) || !int_value(v, opt->out, opt->min, opt->max, opt->takes))
+        return 1;
+    } else if (IS("--device")) {
       if (!(v = VALUE()))
         return 1;
       if (strcmp(v, "cpu") && strcmp(v, "cuda") && strcmp(v, "auto")) {
@@ -205,29 +277,14 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
       if (!(v = VALUE()))
         return 1;
       if (!parse_prompt(v, o)) {
-        fprintf(stderr, "amk-run: error: --prompt-ids takes comma-separated token ids "
-                        "(non-negative integers), not '%s'\n", v);
-        return 1;
-      }
-    } else if (IS("-n") || IS("--n-predict")) {
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &o->n_new) || o->n_new < 0 || o->n_new > 1000000) {
-        fprintf(stderr, "amk-run: error: -n takes a count of tokens (0 to 1000000), not '%s'\n", v);
+        bad_value("--prompt-ids takes comma-separated token ids (non-negative integers)", v);
         return 1;
       }
     } else if (IS("--temp")) {
       if (!(v = VALUE()))
         return 1;
       if (!parse_double(v, &o->sampling.temperature) || o->sampling.temperature < 0) {
-        fprintf(stderr, "amk-run: error: --temp takes a number >= 0, not '%s'\n", v);
-        return 1;
-      }
-    } else if (IS("--top-k")) {
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &o->sampling.top_k) || o->sampling.top_k < 0) {
-        fprintf(stderr, "amk-run: error: --top-k takes an integer >= 0, not '%s'\n", v);
+        bad_value("--temp takes a number >= 0", v);
         return 1;
       }
     } else if (IS("--top-p")) {
@@ -235,90 +292,24 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
         return 1;
       if (!parse_double(v, &o->sampling.top_p) || o->sampling.top_p <= 0 ||
           o->sampling.top_p > 1) {
-        fprintf(stderr, "amk-run: error: --top-p takes a number in (0, 1], not '%s'\n", v);
+        bad_value("--top-p takes a number in (0, 1]", v);
         return 1;
       }
-    } else if (IS("--seed")) {
-      int64_t seed;
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &seed)) {
-        fprintf(stderr, "amk-run: error: --seed takes an integer, not '%s'\n", v);
-        return 1;
-      }
-      o->sampling.seed = (uint64_t)seed;
-    } else if (IS("--max-seq")) {
-      if (!(o->max_seq = VALUE()))
-        return 1;
-    } else if (IS("--dtype")) {
-      if (!(o->dtype = VALUE()))
-        return 1;
-    } else if (IS("--target")) {
-      if (!(o->gpu_target = VALUE()))
-        return 1;
-    } else if (IS("--passes")) {
-      if (!(o->pipeline = VALUE()))
-        return 1;
-    } else if (IS("--save-program")) {
-      if (!(o->save_program = VALUE()))
-        return 1;
-    } else if (IS("--weights")) {
-      if (!(o->weights = VALUE()))
-        return 1;
-    } else if (IS("--random-weights")) {
-      int64_t seed;
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &seed)) {
-        fprintf(stderr, "amk-run: error: --random-weights takes an integer seed, not '%s'\n", v);
-        return 1;
-      }
-      o->random_weights = true;
-      o->random_seed = (uint64_t)seed;
-    } else if (IS("--dump-logits")) {
-      if (!(o->dump_logits = VALUE()))
-        return 1;
-    } else if (IS("--json")) {
-      o->json = true;
-    } else if (IS("--check")) {
-      o->check = true;
-    } else if (IS("--check-steps")) {
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &o->check_steps) || o->check_steps < 1) {
-        fprintf(stderr, "amk-run: error: --check-steps takes a count >= 1, not '%s'\n", v);
-        return 1;
-      }
-    } else if (IS("--bench")) {
-      o->bench = true;
-    } else if (IS("--bench-pos")) {
-      if (!(o->bench_pos = VALUE()))
-        return 1;
-    } else if (IS("--bench-steps") || IS("--bench-warmup")) {
-      bool steps = IS("--bench-steps");
-      int64_t n;
-      if (!(v = VALUE()))
-        return 1;
-      if (!parse_int64(v, &n) || n < (steps ? 1 : 0) || n > 100000) {
-        fprintf(stderr, "amk-run: error: %s takes a count, not '%s'\n", name, v);
-        return 1;
-      }
-      if (steps)
-        o->bench_steps = n;
-      else
-        o->bench_warmup = n;
     } else if (IS("--timeout-ms")) {
       if (!(v = VALUE()))
         return 1;
       if (!parse_double(v, &o->timeout_ms) || o->timeout_ms <= 0) {
-        fprintf(stderr, "amk-run: error: --timeout-ms takes a positive number, not '%s'\n", v);
+        bad_value("--timeout-ms takes a positive number", v);
         return 1;
       }
-    } else if (IS("--trace")) {
-      if (!(o->trace = VALUE()))
+    } else if (IS("--seed")) {
+      if (!(v = VALUE()) || !seed_value(v, &o->sampling.seed, "--seed takes an integer"))
         return 1;
-    } else if (IS("-v") || IS("--verbose")) {
-      o->verbose = true;
+    } else if (IS("--random-weights")) {
+      if (!(v = VALUE()) ||
+          !seed_value(v, &o->random_seed, "--random-weights takes an integer seed"))
+        return 1;
+      o->random_weights = true;
     } else {
       fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", a);
       return 1;
@@ -701,16 +692,7 @@ int main(int argc, char **argv) {
   double t_loaded = now_ms();
   if (ok && o.bench) {
     exit_status = run_bench(&o, engine, reference, diag);
-    amk_engine_free(reference);
-    amk_engine_free(engine);
-    amk_weights_free(loaded);
-    amk_plan_free(plan);
-    amk_module_free(m);
-    free(weights);
-    free(text);
-    free(o.prompt);
-    amk_diag_free(diag);
-    return exit_status;
+    goto release; /* past the decoding and what only it allocates */
   }
   bool low = plan && plan->low_precision;
 
@@ -871,6 +853,7 @@ int main(int argc, char **argv) {
   amk_sb_free(&dump);
   amk_sampler_free(&sampler);
   free(sequence);
+release:
   amk_engine_free(reference);
   amk_engine_free(engine);
   amk_weights_free(loaded);
