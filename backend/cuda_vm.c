@@ -946,16 +946,21 @@ static void *engine_create(const AmkPlan *plan, const AmkWeights *weights,
 
 static void engine_destroy(void *self) { amk_cuda_vm_free(self); }
 
-static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *kernel_ms,
-                                 AmkDiagEngine *diag) {
-  switch (amk_cuda_vm_step(self, token, pos, kernel_ms, diag)) {
+static AmkStepStatus engine_status(AmkCudaStepStatus st) {
+  switch (st) {
   case AMK_CUDA_STEP_OK:
     return AMK_STEP_OK;
   case AMK_CUDA_STEP_TIMEOUT:
     return AMK_STEP_TIMEOUT;
-  default:
+  case AMK_CUDA_STEP_ERROR:
     return AMK_STEP_ERROR;
   }
+  return AMK_STEP_ERROR;
+}
+
+static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *kernel_ms,
+                                 AmkDiagEngine *diag) {
+  return engine_status(amk_cuda_vm_step(self, token, pos, kernel_ms, diag));
 }
 
 static AmkStepStatus engine_generate(void *self, const AmkGenerate *g, double *kernel_ms,
@@ -966,14 +971,7 @@ static AmkStepStatus engine_generate(void *self, const AmkGenerate *g, double *k
                         .n_steps = g->n_steps,
                         .on_token = g->on_token,
                         .ctx = g->ctx};
-  switch (amk_cuda_vm_generate(self, &cg, kernel_ms, diag)) {
-  case AMK_CUDA_STEP_OK:
-    return AMK_STEP_OK;
-  case AMK_CUDA_STEP_TIMEOUT:
-    return AMK_STEP_TIMEOUT;
-  default:
-    return AMK_STEP_ERROR;
-  }
+  return engine_status(amk_cuda_vm_generate(self, &cg, kernel_ms, diag));
 }
 
 static const float *engine_logits(const void *self, size_t *n) {
