@@ -34,7 +34,7 @@ for shape in "${SHAPES[@]}"; do
     *) pos=0 ;;
   esac
   echo "== ours: $shape (positions $pos)"
-  timeout 420 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
+  timeout 150 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
     --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
     --trace "$LOG/$shape.trace.json" >"$LOG/$shape.bench.log" 2>&1
   echo "rc=$?"
@@ -42,7 +42,7 @@ done
 
 if [ -n "$ANCHORS" ] && [ -f "$ANCHORS" ]; then
   echo "== anchors: $ANCHORS"
-  timeout 540 python3 "$ANCHORS" "$LOG/anchors.json" "${SHAPES[@]}" >"$LOG/anchors.log" 2>&1
+  timeout 380 python3 "$ANCHORS" "$LOG/anchors.json" "${SHAPES[@]}" >"$LOG/anchors.log" 2>&1
   echo "rc=$?"
 else
   echo "== anchors: anchors.py not found (set AMK_ANCHORS); ours alone"
