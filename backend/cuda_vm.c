@@ -816,6 +816,14 @@ AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, 
     if (st != AMK_CUDA_STEP_OK)
       break;
     int32_t token = __atomic_load_n(&vm->produced[completed], __ATOMIC_ACQUIRE);
+    if (token == -2) {
+      amk_error(diag, no_loc(),
+                "step %" PRId64 " (position %" PRId64 "): the logits are not all finite (NaN or "
+                "Inf); the weights or the program produce non-finite values",
+                completed, pos);
+      st = AMK_CUDA_STEP_ERROR;
+      break;
+    }
     if (token < 0) {
       /* No block finished the step: read the status for the reason. */
       st = wait_launch(vm, NULL, pos, true, diag);

@@ -1507,17 +1507,23 @@ __device__ void amk_nop(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
 // ---- decoding on the device ------------------------------------------------------
 
 // The greedy token of a launch, as the host's amk_argmax takes it: the
-// largest logit, NaN skipped, the lowest index on ties, 0 when all are NaN.
+// largest logit, NaN skipped, the lowest index on ties, 0 when all are NaN;
+// -2 when any logit is NaN or Inf (the host reports the step, as amk-run
+// does for logits it reads).
 template <int DT> __device__ int amk_block_argmax(const void *logits, long long n, float *red) {
   float best = -INFINITY;
   long long at = -1;
+  int nonfinite = 0;
   for (long long i = threadIdx.x; i < n; i += AMK_NT) {
     float v = amk_ld<DT>(logits, i);
+    nonfinite |= !isfinite(v);
     if (v == v && (at < 0 || v > best)) {
       best = v;
       at = i;
     }
   }
+  if (__syncthreads_or(nonfinite))
+    return -2;
   // Reduce (best, at) pairs: a pair wins with a larger value, or an equal
   // value at a lower index; at < 0 never wins.
   for (int o = 16; o > 0; o >>= 1) {
@@ -1575,7 +1581,7 @@ __device__ void amk_decode_finish(AmkP P, const amk_decode_t &D, int pos, float 
   for (int c = threadIdx.x; c < P.n_counters; c += AMK_NT)
     C[c] = 0u;
   if (threadIdx.x == 0) {
-    int next = step + 1 < D.n_feed ? ((const int *)D.feed)[step + 1] : token;
+    int next = step + 1 < D.n_feed ? ((const int *)D.feed)[step + 1] : token < 0 ? 0 : token;
     if (step < D.n_steps)
       ((volatile int *)D.produced)[step] = token;
     const amk_buffer_t &tb = amk_buf(P, D.token_buffer);

@@ -22,6 +22,8 @@ static int32_t argmax_of(const float *v, size_t n) {
 AmkLogitCheck amk_check_logits(const float *ref, const float *gpu, size_t n, bool low_precision) {
   AmkLogitCheck r = {0};
   for (size_t i = 0; i < n; i++) {
+    r.ref_nonfinite += !isfinite(ref[i]);
+    r.got_nonfinite += !isfinite(gpu[i]);
     double d = fabs((double)gpu[i] - (double)ref[i]);
     if (isnan(d))
       d = INFINITY;
@@ -39,6 +41,15 @@ AmkLogitCheck amk_check_logits(const float *ref, const float *gpu, size_t n, boo
               fabs((double)ref[r.ref_token] - (double)ref[r.gpu_token]) <= 2 * r.max_abs);
   else
     r.pass = r.max_abs <= 1e-4 * scale;
+  if (r.got_nonfinite > r.ref_nonfinite)
+    r.pass = false;
   return r;
 }
 
+
+size_t amk_count_nonfinite(const float *logits, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += !isfinite(logits[i]);
+  return bad;
+}

@@ -127,8 +127,12 @@ AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *ke
 typedef struct {
   double max_abs, scale;
   int32_t ref_token, gpu_token;
-  bool pass;
+  size_t ref_nonfinite, got_nonfinite; /* NaN or Inf logits on each side */
+  bool pass; /* false too when the engine has more non-finite logits */
 } AmkLogitCheck;
+
+/* How many of n logits are NaN or Inf. */
+size_t amk_count_nonfinite(const float *logits, size_t n);
 
 AmkLogitCheck amk_check_logits(const float *ref, const float *got, size_t n,
                                bool low_precision);

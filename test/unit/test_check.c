@@ -33,5 +33,15 @@ int main(void) {
   const float nan_logits[4] = {1.0f, 2.5f, 0.0f / 0.0f, -3.0f};
   CHECK(&c, !amk_check_logits(ref, nan_logits, 4, false).pass);
   CHECK(&c, !amk_check_logits(ref, nan_logits, 4, true).pass);
+  /* Non-finite logits are counted on each side; more on the engine's side
+   * fails even where the difference would pass. */
+  AmkLogitCheck nf = amk_check_logits(ref, nan_logits, 4, true);
+  CHECK(&c, nf.ref_nonfinite == 0 && nf.got_nonfinite == 1);
+  const float inf_ref[4] = {1.0f, 1.0f / 0.0f, 0.0f, -3.0f};
+  const float inf_got[4] = {1.0f, 1.0f / 0.0f, 0.0f, -3.0f};
+  AmkLogitCheck both = amk_check_logits(inf_ref, inf_got, 4, false);
+  CHECK(&c, both.ref_nonfinite == 1 && both.got_nonfinite == 1);
+  CHECK(&c, amk_count_nonfinite(nan_logits, 4) == 1 && amk_count_nonfinite(ref, 4) == 0 &&
+                amk_count_nonfinite(inf_got, 4) == 1);
   return unit_finish("test_check", &c);
 }

@@ -600,9 +600,14 @@ static int run_bench(const RunOptions *o, AmkEngine *engine, AmkEngine *referenc
                   k ? ", " : "", pos, n, med, p10, p90, gbs, pct, med > 0 ? 1e3 / med : 0,
                   cr.pass ? "PASS" : "FAIL", cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
     if (!cr.pass) {
-      fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": max |diff| %.6g, "
-                      "logit scale %.6g, tokens ref %d gpu %d\n",
-              pos, cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
+      if (cr.got_nonfinite > cr.ref_nonfinite)
+        fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": %zu GPU logits "
+                        "are not finite (NaN or Inf); the reference VM has %zu\n",
+                pos, cr.got_nonfinite, cr.ref_nonfinite);
+      else
+        fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": max |diff| %.6g, "
+                        "logit scale %.6g, tokens ref %d gpu %d\n",
+                pos, cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
       status = 2;
     }
   }
@@ -766,6 +771,31 @@ int main(int argc, char **argv) {
         ok = false;
         break;
       }
+      size_t nv;
+      const float *ref = amk_engine_logits(reference, &nv);
+      size_t ref_bad = amk_count_nonfinite(ref, nv), got_bad = amk_count_nonfinite(logits, vocab);
+      if (got_bad > ref_bad) {
+        fprintf(stderr,
+                "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 "): %zu of %zu "
+                "GPU logits are not finite (NaN or Inf); the reference VM has %zu\n",
+                pos, pos, got_bad, vocab, ref_bad);
+        ok = false;
+        exit_status = 2;
+        break;
+      }
+    }
+    size_t nonfinite = amk_count_nonfinite(logits, vocab);
+    if (nonfinite) {
+      fprintf(stderr,
+              "amk-run: error: step %" PRId64 " (position %" PRId64 ", token %d): %zu of %zu logits "
+              "are not finite (NaN or Inf); the weights or the program produce non-finite "
+              "values\n",
+              pos, pos, sequence[pos], nonfinite, vocab);
+      ok = false;
+      exit_status = 1;
+      break;
+    }
+    if (o.check && (o.check_steps == 0 || checked < o.check_steps)) {
       size_t nv;
       const float *ref = amk_engine_logits(reference, &nv);
       AmkLogitCheck cr = amk_check_logits(ref, logits, nv < vocab ? nv : vocab, low);
