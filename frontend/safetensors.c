@@ -14,6 +14,7 @@
 
 #include "amk/compare.h"
 #include "amk/io.h"
+#include "amk/json_strict.h"
 #include "amk/numerics.h"
 #include "amk/path.h"
 #include "amk/strutil.h"
@@ -309,6 +310,19 @@ static bool read_header(AmkSafetensors *st, const MappedFile *mf,
     cJSON_Delete(root);
     return false;
   }
+  /* The format pads the header with spaces only; anything else after the
+   * object, a duplicate key or a U+0000 would be read otherwise in Python. */
+  AmkStrBuf label;
+  amk_sb_init(&label);
+  amk_sb_printf(&label, "%s: header", path);
+  bool strict = amk_json_check_strict(label.data, header, (size_t)header_len,
+                                      parse_end, root, AMK_JSON_TRAILING_SPACES,
+                                      diag);
+  amk_sb_free(&label);
+  if (!strict) {
+    cJSON_Delete(root);
+    return false;
+  }
   const unsigned char *data = mf->map + 8 + header_len;
   uint64_t data_size = mf->size - 8 - header_len;
   size_t n_entries = (size_t)cJSON_GetArraySize(root);
@@ -367,6 +381,10 @@ static int compare_tensor_names(const void *a, const void *b) {
 
 /* Sort by name and refuse a name that appears twice. */
 static bool finish(AmkSafetensors *st, AmkDiagEngine *diag) {
+  /* A header of {} or only __metadata__ leaves no tensors (and no array):
+   * valid, and refused later by whoever needs a tensor. */
+  if (st->n_tensors == 0)
+    return true;
   qsort(st->tensors, st->n_tensors, sizeof *st->tensors, compare_tensor_names);
   for (size_t i = 1; i < st->n_tensors; i++)
     if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0) {
@@ -406,9 +424,10 @@ static bool open_index(AmkSafetensors *st, const char *index_path,
     free(text);
     return false;
   }
-  bool ok = true;
+  bool ok = amk_json_check_strict(index_path, text, len, parse_end, root,
+                                  AMK_JSON_TRAILING_WHITESPACE, diag);
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-  if (!cJSON_IsObject(map)) {
+  if (ok && !cJSON_IsObject(map)) {
     amk_error(diag, no_loc(), "%s: missing or non-object 'weight_map'",
               index_path);
     ok = false;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amk/io.h"
+#include "amk/json_strict.h"
 #include "amk/model.h"
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
@@ -220,6 +221,14 @@ static bool read_rope(const char *path, const cJSON *root, AmkRopeSpec *rope,
         if (cJSON_IsObject(c))
           return unsupported(path, diag,
                              "per-layer-type rope_parameters are not supported");
+      /* transformers takes a missing type as "default", which has no
+       * factor: the scaling the file asks for would silently not happen. */
+      if (is_set(member(source, "factor"))) {
+        amk_error(diag, no_loc(), "%s: '%s.factor' is set but '%s' has no "
+                  "'rope_type' (or 'type'); transformers would use default "
+                  "rope and ignore the factor", path, source_key, source_key);
+        return false;
+      }
     }
   }
   char reason[256];
@@ -287,6 +296,13 @@ bool amk_model_config_parse(const char *path, const char *text, size_t len,
   if (!root) {
     amk_error(diag, no_loc(), "%s: not valid JSON (near byte %zu)", path,
               parse_end ? (size_t)(parse_end - text) : (size_t)0);
+    return false;
+  }
+  /* Read as Python's json would, or refuse: no duplicate keys, nothing after
+   * the value, no U+0000 in strings. */
+  if (!amk_json_check_strict(path, text, len, parse_end, root,
+                             AMK_JSON_TRAILING_WHITESPACE, diag)) {
+    cJSON_Delete(root);
     return false;
   }
   bool ok = cJSON_IsObject(root);

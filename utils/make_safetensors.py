@@ -125,11 +125,27 @@ def model_config(a):
     return cfg
 
 
+def edit_text(path, edits):
+    """Apply OLD=>NEW text replacements (the first OLD each) to a written
+    file: how tests make JSON that json.dump never writes (duplicate keys,
+    text after the value)."""
+    with open(path) as f:
+        text = f.read()
+    for spec in edits:
+        old, new = spec.split("=>", 1)
+        if old not in text:
+            raise SystemExit("%s: no %r to edit" % (path, old))
+        text = text.replace(old, new, 1)
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def write_model(a):
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(model_config(a), f, indent=2)
         f.write("\n")
+    edit_text(os.path.join(a.out, "config.json"), a.edit_config)
     if a.no_weights:
         return
     tensors = model_tensors(a)
@@ -152,6 +168,7 @@ def write_model(a):
     with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f, indent=2)
         f.write("\n")
+    edit_text(os.path.join(a.out, "model.safetensors.index.json"), a.edit_index)
 
 
 def raw(path, header_bytes, data, header_len=None):
@@ -194,6 +211,12 @@ def write_corrupt(path, kind):
                           "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}), good)
     elif kind == "truncated-data":
         raw(path, header({"w": ok_entry}), good[:10])
+    elif kind == "no-tensors":
+        raw(path, b"{}", b"")
+    elif kind == "metadata-only":
+        raw(path, header({"__metadata__": {"format": "pt"}}), b"")
+    elif kind == "trailing-garbage":  # inside the header length, after the object
+        raw(path, header({"w": ok_entry}) + b"  x ", good)
     else:
         raise SystemExit("unknown corruption kind: " + kind)
 
@@ -225,6 +248,8 @@ def main(argv):
     m.add_argument("--reshape", action="append", default=[], help="TENSOR:AxB")
     m.add_argument("--tensor-dtype", action="append", default=[], help="TENSOR:DTYPE")
     m.add_argument("--index-lie", action="append", default=[], help="TENSOR:FILE in the index")
+    m.add_argument("--edit-config", action="append", default=[], help="OLD=>NEW in config.json's text")
+    m.add_argument("--edit-index", action="append", default=[], help="OLD=>NEW in the index's text")
     c = sub.add_parser("corrupt")
     c.add_argument("out")
     c.add_argument("kind")

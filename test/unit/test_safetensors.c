@@ -205,6 +205,27 @@ static void test_index(UnitCounts *c, const Scratch *s) {
   remove(index);
 }
 
+/* A header of {} or only __metadata__ is a valid checkpoint with no tensors
+ * (it used to hand qsort a NULL array). */
+static void test_no_tensors(UnitCounts *c, const Scratch *s) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/empty.safetensors", s->dir);
+  const char *headers[] = {"{}", "{\"__metadata__\":{\"format\":\"pt\"}}  "};
+  for (size_t i = 0; i < 2; i++) {
+    write_raw(path, headers[i], UINT64_MAX, NULL, 0);
+    AmkDiagEngine *d = amk_diag_new(stderr);
+    AmkSafetensors *st = amk_safetensors_open(path, d);
+    CHECK(c, st != NULL);
+    if (st) {
+      CHECK(c, amk_safetensors_count(st) == 0);
+      CHECK(c, amk_safetensors_find(st, "w") == NULL);
+    }
+    amk_safetensors_close(st);
+    amk_diag_free(d);
+  }
+  remove(path);
+}
+
 static void test_corruptions(UnitCounts *c, const Scratch *s) {
   char path[160];
   snprintf(path, sizeof path, "%s/bad.safetensors", s->dir);
@@ -278,7 +299,20 @@ static void test_corruptions(UnitCounts *c, const Scratch *s) {
   expect_header_error(c, path,
                       "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                       "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                      "tensor 'w' appears twice");
+                      "header: duplicate key 'w'");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[6],"
+                      "\"data_offsets\":[0,24]}}",
+                      "header: duplicate key 'w.dtype'");
+  expect_header_error(c, path,
+                      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}"
+                      "  x ",
+                      "header: unexpected byte 0x78 after the JSON object (at "
+                      "byte 59 of 61); only spaces may pad it");
+  expect_header_error(c, path,
+                      "{\"w\\u0000x\":{\"dtype\":\"F32\",\"shape\":[2,3],"
+                      "\"data_offsets\":[0,24]}}",
+                      "header: 'w\\u0000x': a string holding U+0000");
   remove(path);
   snprintf(path, sizeof path, "%s/absent.safetensors", s->dir);
   expect_error(c, path, "cannot open");
@@ -302,6 +336,7 @@ int main(void) {
   CHECK(&c, amk_st_dtype_to_ir(AMK_ST_I64) == -1);
   test_valid(&c, &s);
   test_index(&c, &s);
+  test_no_tensors(&c, &s);
   test_corruptions(&c, &s);
   rmdir(s.dir);
   return unit_finish("test_safetensors", &c);
