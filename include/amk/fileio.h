@@ -21,7 +21,15 @@ char *amk_read_file(const char *path, size_t *len, AmkDiagEngine *diag);
  * FIFO or device is a mistake that would otherwise hang the tool. */
 char *amk_read_regular_file(const char *path, size_t *len, AmkDiagEngine *diag);
 
-/* Write `data` to `path` atomically (temp file + rename), "-" = stdout. */
+/* Write `data` to `path`, "-" = stdout. Like LLVM's tools:
+ * - absent or a regular file: written atomically (temp file in the same
+ *   folder, then rename), so a failure leaves no partial output and the old
+ *   file intact;
+ * - a symbolic link: the link is kept and the file it resolves to is written
+ *   by these rules (atomically when that is absent or regular);
+ * - a character device, FIFO or other non-regular file: opened and written in
+ *   place, never replaced (`-o /dev/null` as root keeps /dev/null a device).
+ *   Opening a FIFO waits for its reader. */
 int amk_write_file_atomic(const char *path, const char *data, size_t len,
                           AmkDiagEngine *diag);
 
