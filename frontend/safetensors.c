@@ -95,14 +95,22 @@ static bool map_file(const char *path, MappedFile *mf, AmkDiagEngine *diag) {
   mf->path = amk_xstrdup(path);
   mf->map = NULL;
   mf->size = 0;
-  int fd = open(path, O_RDONLY);
+  /* O_NONBLOCK: a FIFO would otherwise block the open until a writer came,
+   * before fstat could refuse it. Regular files ignore the flag. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat sb;
   if (fd < 0) {
-    amk_error(diag, no_loc(), "%s: cannot open: %s", path, strerror(errno));
+    int open_errno = errno;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+      amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
+                amk_file_type_name(sb.st_mode));
+    else
+      amk_error(diag, no_loc(), "%s: cannot open: %s", path, strerror(open_errno));
     return false;
   }
-  struct stat sb;
   if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    amk_error(diag, no_loc(), "%s: not a regular file", path);
+    amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
+              amk_file_type_name(sb.st_mode));
     close(fd);
     return false;
   }
@@ -413,7 +421,7 @@ static bool safe_shard_name(const char *name) {
 static bool open_index(AmkSafetensors *st, const char *index_path,
                        AmkDiagEngine *diag) {
   size_t len = 0;
-  char *text = amk_read_file(index_path, &len, diag);
+  char *text = amk_read_regular_file(index_path, &len, diag);
   if (!text)
     return false;
   const char *parse_end = NULL;
@@ -491,9 +499,11 @@ AmkSafetensors *amk_safetensors_open(const char *path, AmkDiagEngine *diag) {
   if (amk_is_directory(path)) {
     char *index = amk_path_join(path, "model.safetensors.index.json");
     char *single = amk_path_join(path, "model.safetensors");
-    if (amk_is_regular_file(index)) {
+    /* Present in any form counts: a FIFO or folder in its place is refused
+     * when opened, not mistaken for "no weights". */
+    if (amk_path_kind(index) != AMK_PATH_ABSENT) {
       ok = open_index(st, index, diag);
-    } else if (amk_is_regular_file(single)) {
+    } else if (amk_path_kind(single) != AMK_PATH_ABSENT) {
       add_file(st, single, diag, &ok);
       ok = ok && finish(st, diag);
     } else {
@@ -557,7 +567,10 @@ size_t amk_safetensors_file_count(const AmkSafetensors *st) {
 bool amk_safetensors_present(const char *dir) {
   char *index = amk_path_join(dir, "model.safetensors.index.json");
   char *single = amk_path_join(dir, "model.safetensors");
-  bool present = amk_is_regular_file(index) || amk_is_regular_file(single);
+  /* Anything at either name counts, so a FIFO or folder there is opened and
+   * refused rather than silently imported as "no weights". */
+  bool present = amk_path_kind(index) != AMK_PATH_ABSENT ||
+                 amk_path_kind(single) != AMK_PATH_ABSENT;
   free(index);
   free(single);
   return present;

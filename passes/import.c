@@ -348,9 +348,11 @@ static void model_name(const char *dir, char *out, size_t size) {
   snprintf(out, size, "%.*s", (int)n, dir + start);
 }
 
+/* Anything at all at dir/name, even one stat cannot look at: reading it then
+ * names the real problem instead of calling it missing. */
 static bool file_exists(const char *dir, const char *name) {
   char *path = amk_path_join(dir, name);
-  bool exists = amk_path_exists(path);
+  bool exists = amk_path_kind(path) != AMK_PATH_ABSENT;
   free(path);
   return exists;
 }

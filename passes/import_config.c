@@ -374,7 +374,8 @@ bool amk_model_config_parse(const char *path, const char *text, size_t len,
 bool amk_model_config_read(const char *path, AmkModelConfig *out,
                            AmkDiagEngine *diag) {
   size_t len = 0;
-  char *text = amk_read_file(path, &len, diag);
+  /* Found in a model folder: a FIFO or device there is refused, not waited on. */
+  char *text = amk_read_regular_file(path, &len, diag);
   if (!text)
     return false;
   bool ok = amk_model_config_parse(path, text, len, out, diag);

@@ -1,6 +1,7 @@
 /* File-system path helpers (include/amk/path.h). */
 #include "amk/path.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -30,4 +31,31 @@ bool amk_is_regular_file(const char *path) {
 bool amk_path_exists(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0;
+}
+
+AmkPathKind amk_path_kind(const char *path) {
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return errno == ENOENT || errno == ENOTDIR ? AMK_PATH_ABSENT : AMK_PATH_OTHER;
+  if (S_ISREG(sb.st_mode))
+    return AMK_PATH_REGULAR_FILE;
+  return S_ISDIR(sb.st_mode) ? AMK_PATH_DIRECTORY : AMK_PATH_OTHER;
+}
+
+const char *amk_file_type_name(mode_t mode) {
+  if (S_ISREG(mode))
+    return "a regular file";
+  if (S_ISDIR(mode))
+    return "a directory";
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  if (S_ISLNK(mode))
+    return "a symbolic link";
+  return "an unknown kind of file";
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "amk/compare.h"
@@ -39,8 +40,22 @@ static void test_kinds(UnitCounts *c) {
   CHECK(c, amk_path_exists(dir) && amk_path_exists(file));
   CHECK(c, !amk_path_exists(missing) && !amk_is_directory(missing) &&
                !amk_is_regular_file(missing));
+  /* A FIFO is there but not regular: callers must not take it for absent. */
+  char *fifo = amk_path_join(dir, "fifo");
+  CHECK(c, mkfifo(fifo, 0600) == 0);
+  CHECK(c, amk_path_kind(fifo) == AMK_PATH_OTHER);
+  CHECK(c, amk_path_kind(file) == AMK_PATH_REGULAR_FILE);
+  CHECK(c, amk_path_kind(dir) == AMK_PATH_DIRECTORY);
+  CHECK(c, amk_path_kind(missing) == AMK_PATH_ABSENT);
+  struct stat sb;
+  CHECK(c, stat(fifo, &sb) == 0);
+  CHECK_STR(c, amk_file_type_name(sb.st_mode), "a FIFO");
+  CHECK(c, stat(dir, &sb) == 0);
+  CHECK_STR(c, amk_file_type_name(sb.st_mode), "a directory");
+  remove(fifo);
   remove(file);
   rmdir(dir);
+  free(fifo);
   free(file);
   free(missing);
 }
