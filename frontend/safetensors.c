@@ -95,25 +95,10 @@ static bool map_file(const char *path, MappedFile *mf, AmkDiagEngine *diag) {
   mf->path = amk_xstrdup(path);
   mf->map = NULL;
   mf->size = 0;
-  /* O_NONBLOCK: a FIFO would otherwise block the open until a writer came,
-   * before fstat could refuse it. Regular files ignore the flag. */
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat sb;
-  if (fd < 0) {
-    int open_errno = errno;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-      amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
-                amk_file_type_name(sb.st_mode));
-    else
-      amk_error(diag, no_loc(), "%s: cannot open: %s", path, strerror(open_errno));
+  int fd = amk_open_regular_file(path, &sb, diag);
+  if (fd < 0)
     return false;
-  }
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
-              amk_file_type_name(sb.st_mode));
-    close(fd);
-    return false;
-  }
   mf->size = (size_t)sb.st_size;
   if (mf->size > 0) {
     void *p = mmap(NULL, mf->size, PROT_READ, MAP_PRIVATE, fd, 0);

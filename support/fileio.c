@@ -54,27 +54,34 @@ char *amk_read_file(const char *path, size_t *len, AmkDiagEngine *diag) {
   return read_stream(f, path, len, diag);
 }
 
-char *amk_read_regular_file(const char *path, size_t *len, AmkDiagEngine *diag) {
+int amk_open_regular_file(const char *path, struct stat *st, AmkDiagEngine *diag) {
   /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
    * before fstat could tell it is one. Regular files ignore the flag. */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat st;
   if (fd < 0) {
     /* A socket cannot be opened at all; name what it is rather than ENXIO. */
     int open_errno = errno;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    if (stat(path, st) == 0 && !S_ISREG(st->st_mode))
       amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
-                amk_file_type_name(st.st_mode));
+                amk_file_type_name(st->st_mode));
     else
       amk_error(diag, no_loc(), "cannot open '%s': %s", path, strerror(open_errno));
-    return NULL;
+    return -1;
   }
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
     amk_error(diag, no_loc(), "%s: not a regular file (%s)", path,
-              amk_file_type_name(st.st_mode));
+              amk_file_type_name(st->st_mode));
     close(fd);
-    return NULL;
+    return -1;
   }
+  return fd;
+}
+
+char *amk_read_regular_file(const char *path, size_t *len, AmkDiagEngine *diag) {
+  struct stat st;
+  int fd = amk_open_regular_file(path, &st, diag);
+  if (fd < 0)
+    return NULL;
   FILE *f = fdopen(fd, "rb");
   if (!f) {
     amk_error(diag, no_loc(), "cannot open '%s': %s", path, strerror(errno));

@@ -3,6 +3,7 @@
 #define AMK_FILEIO_H
 
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "amk/diag.h"
 
@@ -14,6 +15,11 @@
  * for the writer as any reader of a pipe does. Files a tool finds by itself
  * inside a model folder go through amk_read_regular_file instead. */
 char *amk_read_file(const char *path, size_t *len, AmkDiagEngine *diag);
+
+/* Opens path read-only if it is a regular file, without blocking on a FIFO.
+ * Returns the descriptor (*st filled), or -1 after reporting
+ * "PATH: not a regular file (a FIFO)" or "cannot open 'PATH': reason". */
+int amk_open_regular_file(const char *path, struct stat *st, AmkDiagEngine *diag);
 
 /* Like amk_read_file, but only a regular file; anything else is refused
  * (`path: not a regular file (a FIFO)`) without waiting on it. For files found

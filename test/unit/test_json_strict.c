@@ -58,53 +58,53 @@ static void test_accepted(UnitCounts *c) {
   expect_ok(c, "{\"a\": 1}    ", AMK_JSON_TRAILING_SPACES);
 }
 
+/* A key given twice: what the check says after the key's path. */
+#define DUP_TAIL " (Python's json would keep the last value; refusing rather than guessing)"
+
+/* Text cJSON accepts and the check refuses, with the first error (`len` 0:
+ * strlen(text)). Keys are compared decoded. */
+static const struct {
+  const char *text;
+  size_t len;
+  AmkJsonTrailing trailing;
+  const char *want;
+} refused_cases[] = {
+    {"{\"a\": 1, \"b\": 2, \"a\": 3}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: duplicate key 'a'" DUP_TAIL},
+    {"{\"a\": 1, \"\\u0061\": 3}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: duplicate key 'a'" DUP_TAIL},
+    {"{\"r\": {\"s\": [{}, {\"t\": 1, \"t\": 1}]}}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: duplicate key 'r.s[1].t'" DUP_TAIL},
+    {"{\"a\": 1} x", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: unexpected text after the JSON value (at byte 9 of 10)"},
+    {"{\"a\": 1}{}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: unexpected text after the JSON value (at byte 8 of 10)"},
+    {"{\"a\": 1}\n", 0, AMK_JSON_TRAILING_SPACES,
+     "f.json: unexpected byte 0x0a after the JSON object (at byte 8 of 9); only spaces may pad it"},
+    {"{\"a\": 1}  \0", 11, AMK_JSON_TRAILING_SPACES,
+     "f.json: unexpected byte 0x00 after the JSON object (at byte 10 of 11); only spaces may pad it"},
+    {"{\"model_type\": \"llama\\u0000x\"}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'model_type': a string holding U+0000 (\\u0000) is not supported"},
+    {"{\"a\": [\"ok\", {\"k\\u0000\": 1}]}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a[1].k\\u0000': a string holding U+0000 (\\u0000) is not supported"},
+    {"{\"a\": \"x\0y\"}", 12, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a': raw control character 0x00 in a string (JSON needs it escaped)"},
+    {"{\"a\": \"x\ty\"}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a': raw control character 0x09 in a string (JSON needs it escaped)"},
+    {"{\"a\": 01}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a': number '01' is not valid JSON"},
+    {"{\"a\": [1, 2.]}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a[1]': number '2.' is not valid JSON"},
+    {"\xef\xbb\xbf{}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: byte 0xef at offset 0 is not allowed between JSON tokens"},
+    {"{\"a\":\f1}", 0, AMK_JSON_TRAILING_WHITESPACE,
+     "f.json: 'a': byte 0x0c at offset 5 is not allowed between JSON tokens"},
+};
+
 static void test_refused(UnitCounts *c) {
-  const AmkJsonTrailing ws = AMK_JSON_TRAILING_WHITESPACE;
-  const char *dup_tail = " (Python's json would keep the last value; refusing "
-                         "rather than guessing)";
-  char want[256];
-  snprintf(want, sizeof want, "f.json: duplicate key 'a'%s", dup_tail);
-  expect_refused(c, "{\"a\": 1, \"b\": 2, \"a\": 3}", 0, ws, want);
-  /* Keys are compared decoded. */
-  expect_refused(c, "{\"a\": 1, \"\\u0061\": 3}", 0, ws, want);
-  snprintf(want, sizeof want, "f.json: duplicate key 'r.s[1].t'%s", dup_tail);
-  expect_refused(c, "{\"r\": {\"s\": [{}, {\"t\": 1, \"t\": 1}]}}", 0, ws, want);
-
-  expect_refused(c, "{\"a\": 1} x", 0, ws,
-                 "f.json: unexpected text after the JSON value (at byte 9 of "
-                 "10)");
-  expect_refused(c, "{\"a\": 1}{}", 0, ws,
-                 "f.json: unexpected text after the JSON value (at byte 8 of "
-                 "10)");
-  expect_refused(c, "{\"a\": 1}\n", 0, AMK_JSON_TRAILING_SPACES,
-                 "f.json: unexpected byte 0x0a after the JSON object (at byte "
-                 "8 of 9); only spaces may pad it");
-  expect_refused(c, "{\"a\": 1}  \0", 11, AMK_JSON_TRAILING_SPACES,
-                 "f.json: unexpected byte 0x00 after the JSON object (at byte "
-                 "10 of 11); only spaces may pad it");
-
-  expect_refused(c, "{\"model_type\": \"llama\\u0000x\"}", 0, ws,
-                 "f.json: 'model_type': a string holding U+0000 (\\u0000) is "
-                 "not supported");
-  expect_refused(c, "{\"a\": [\"ok\", {\"k\\u0000\": 1}]}", 0, ws,
-                 "f.json: 'a[1].k\\u0000': a string holding U+0000 (\\u0000) "
-                 "is not supported");
-  expect_refused(c, "{\"a\": \"x\0y\"}", 12, ws,
-                 "f.json: 'a': raw control character 0x00 in a string (JSON "
-                 "needs it escaped)");
-  expect_refused(c, "{\"a\": \"x\ty\"}", 0, ws,
-                 "f.json: 'a': raw control character 0x09 in a string (JSON "
-                 "needs it escaped)");
-  expect_refused(c, "{\"a\": 01}", 0, ws,
-                 "f.json: 'a': number '01' is not valid JSON");
-  expect_refused(c, "{\"a\": [1, 2.]}", 0, ws,
-                 "f.json: 'a[1]': number '2.' is not valid JSON");
-  expect_refused(c, "\xef\xbb\xbf{}", 0, ws,
-                 "f.json: byte 0xef at offset 0 is not allowed between JSON "
-                 "tokens");
-  expect_refused(c, "{\"a\":\f1}", 0, ws,
-                 "f.json: 'a': byte 0x0c at offset 5 is not allowed between "
-                 "JSON tokens");
+  for (size_t i = 0; i < sizeof refused_cases / sizeof refused_cases[0]; i++)
+    expect_refused(c, refused_cases[i].text, refused_cases[i].len, refused_cases[i].trailing,
+                   refused_cases[i].want);
 }
 
 UNIT_MAIN("test_json_strict", test_accepted, test_refused)
