@@ -136,16 +136,21 @@ static bool parse_prompt(const char *s, RunOptions *o) {
   o->n_prompt = 0;
   const char *p = s;
   while (*p) {
+    /* Digits only: strtol would also take leading spaces and signs. */
+    if (*p < '0' || *p > '9')
+      return false;
     char *end;
     errno = 0;
     long v = strtol(p, &end, 10);
-    if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
+    if (errno || end == p || v > INT32_MAX || (*end && *end != ','))
       return false;
     if (o->n_prompt == cap) {
       cap *= 2;
       o->prompt = amk_xrealloc(o->prompt, cap * sizeof *o->prompt);
     }
     o->prompt[o->n_prompt++] = (int32_t)v;
+    if (*end == ',' && end[1] == '\0')
+      return false; /* "1,": a trailing comma names no token */
     p = *end ? end + 1 : end;
   }
   return o->n_prompt > 0;
