@@ -57,27 +57,6 @@ static void value_str(const AmkValue *v, char *buf, size_t size) {
   amk_value_repr(v, buf, size);
 }
 
-/* "[13, 14]" */
-static void format_id_list(const AmkModule *m, const uint32_t *tasks,
-                           size_t n, char *buf, size_t size) {
-  size_t len = 0;
-  buf[len++] = '[';
-  for (size_t i = 0; i < n; i++) {
-    char item[24];
-    int k = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "",
-                     m->tasks[tasks[i]].id);
-    if (len + (size_t)k + 6 >= size) {
-      memcpy(buf + len, ", ...", 5);
-      len += 5;
-      break;
-    }
-    memcpy(buf + len, item, (size_t)k);
-    len += (size_t)k;
-  }
-  buf[len++] = ']';
-  buf[len] = '\0';
-}
-
 /* ---- setup -------------------------------------------------------------- */
 
 static void build_buffer_uses(AmkValidator *v) {
@@ -547,7 +526,7 @@ static void check_provenance(AmkValidator *v) {
           v->scratch_ix[n_missing++] = w;
       }
       if (n_missing) {
-        format_id_list(m, v->scratch_ix, n_missing, list, sizeof list);
+        amk_validator_format_task_ids(m, v->scratch_ix, n_missing, list, sizeof list);
         amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
                              "task %" PRId32 " (%s) reads %s #%" PRId32
                              " ('%s') but writer task(s) %s are NOT ordered "

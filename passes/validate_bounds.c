@@ -3,14 +3,18 @@
  * tie each op's params to the shapes of its buffers (as the reference's
  * lowering builds them: q is [1, n_heads*head_dim], caches are
  * [max_seq, n_kv_heads, head_dim], a GEMV tile writes columns
- * [n_off, n_off+N_tile) of an output whose width is N, ...). A program the
- * reference lowers is never rejected here; docs/Validator.md lists them.
+ * [n_off, n_off+N_tile) of an output whose width is N, ...), and coverage:
+ * every element read, and every IO_OUTPUT element, is written by some writer
+ * (check 10). A program the reference lowers is never rejected here;
+ * docs/Validator.md lists them.
  */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "amk/compare.h"
 #include "amk/tables.h"
 #include "validate_internal.h"
 
@@ -594,6 +598,395 @@ bool amk_validate_op_has_bounds(AmkOp op) {
   return false;
 }
 
+
+/* ---- coverage: every element read is written before the read ------------
+ *
+ * Provenance (validate.c) orders every writer of a buffer before each of its
+ * readers; this proves the writers together write what is read. A buffer is
+ * seen as [rows, width] (width its last dim, rows numel / width) and each
+ * writer's footprint as a rectangle of it: GEMV/GEMM tiles columns
+ * [n_off, n_off + N_tile) (per-head attention patterns in heads of
+ * head_dim (+2 with flags bit 1) columns, GEMM rows [m_off, m_off + M_tile)),
+ * KV_APPEND and rope_kv row `pos` of the cache (rope_kv: its KV heads'
+ * columns of each plane of a combined cache), any other op the whole buffer.
+ * A read of an activation is taken to be the whole buffer (no lowering reads
+ * part of one whose writers leave a gap); an IO_OUTPUT must be whole. A KV
+ * cache holds earlier positions before the step, so only its rows of the
+ * current step (meta.pos and every row the program appends) must be written
+ * where a reader's window (kv_start, kv_len) reaches them. */
+
+typedef struct {
+  int64_t row_lo, row_hi, col_lo, col_hi;
+} Footprint;
+
+/* The first element nothing covers: row `row`, columns [col_lo, col_hi). */
+typedef struct {
+  bool found;
+  int64_t row, col_lo, col_hi;
+} CoverageGap;
+
+static int compare_footprint_cols(const void *pa, const void *pb) {
+  const Footprint *a = pa, *b = pb;
+  return amk_compare_i64(a->col_lo, b->col_lo);
+}
+
+static int compare_i64_values(const void *pa, const void *pb) {
+  return amk_compare_i64(*(const int64_t *)pa, *(const int64_t *)pb);
+}
+
+static int64_t clamp_i64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* Rows per cache position (the view rows of one dim-0 row), or 0 when the
+ * buffer has no position rows (rank 1). */
+static int64_t rows_per_position(const Shape *s) {
+  return s->rank < 2 ? 0 : (s->numel / last_dim(s)) / s->dim[0];
+}
+
+/* Task `t`'s footprint on buffer `s` (it writes it); params that are
+ * missing or out of range (reported by the checks above) give the whole
+ * buffer, which can only hide a gap in a program rejected anyway. */
+static Footprint write_footprint(const AmkValidator *v, uint32_t t,
+                                 const Shape *s) {
+  const AmkTask *task = &v->m->tasks[t];
+  int64_t width = last_dim(s), rows = s->numel / width;
+  Footprint whole = {0, rows, 0, width}, f = whole;
+  AmkParamTable pt;
+  int64_t n_off, n_tile, pos, flags = 0, head_dim, n_kv;
+  switch (task->op) {
+  case AMK_OP_GEMV_TILE:
+  case AMK_OP_GEMM_TILE:
+    amk_validator_params(v, t, &pt);
+    if (pt.v[AMK_PARAM_flags] && !amk_validator_int(pt.v[AMK_PARAM_flags], &flags))
+      return whole;
+    if (!amk_validator_int(pt.v[AMK_PARAM_n_off], &n_off) ||
+        !amk_validator_int(pt.v[AMK_PARAM_N_tile], &n_tile) || n_off < 0 ||
+        n_tile < 1 || n_off > INT32_MAX || n_tile > INT32_MAX || flags < 0)
+      return whole;
+    int64_t pattern = task->op == AMK_OP_GEMV_TILE ? flags >> AMK_PATTERN_SHIFT : 0;
+    int64_t unit = 1;
+    if (pattern == AMK_PATTERN_ATTENTION || pattern == AMK_PATTERN_ATTENTION_ROPE ||
+        pattern == AMK_PATTERN_ROPE_KV) {
+      if (!amk_validator_int(pt.v[AMK_PARAM_head_dim], &head_dim) ||
+          head_dim < 1 || head_dim > INT32_MAX)
+        return whole;
+      unit = pattern == AMK_PATTERN_ROPE_KV ? head_dim
+                                            : head_dim + ((flags & 2) ? 2 : 0);
+    } else if (pattern >= AMK_PATTERN_COUNT) {
+      return whole;
+    }
+    if (pattern == AMK_PATTERN_ROPE_KV) {
+      /* Row pos of a [max_seq, 2, W] cache: both planes, the task's KV heads'
+       * columns (all W of a per-head cache). */
+      if (s->rank != 3 || s->dim[1] != 2 ||
+          !amk_validator_int(pt.v[AMK_PARAM_pos], &pos) || pos < 0 ||
+          pos >= s->dim[0] ||
+          !amk_validator_int(pt.v[AMK_PARAM_n_kv_heads], &n_kv))
+        return whole;
+      f.row_lo = 2 * pos;
+      f.row_hi = 2 * pos + 2;
+      if (width == head_dim && n_kv > 1)
+        return f;
+    }
+    f.col_lo = clamp_i64(n_off * unit, 0, width);
+    f.col_hi = clamp_i64((n_off + n_tile) * unit, 0, width);
+    int64_t m_off, m_tile;
+    if (task->op == AMK_OP_GEMM_TILE &&
+        amk_validator_int(pt.v[AMK_PARAM_m_off], &m_off) &&
+        amk_validator_int(pt.v[AMK_PARAM_M_tile], &m_tile) && m_off >= 0 &&
+        m_tile >= 1 && m_off <= INT32_MAX && m_tile <= INT32_MAX) {
+      f.row_lo = clamp_i64(m_off, 0, rows);
+      f.row_hi = clamp_i64(m_off + m_tile, 0, rows);
+    }
+    return f;
+  case AMK_OP_KV_APPEND: {
+    amk_validator_params(v, t, &pt);
+    int64_t per = rows_per_position(s);
+    if (per == 0 || !amk_validator_int(pt.v[AMK_PARAM_pos], &pos) || pos < 0 ||
+        pos >= s->dim[0])
+      return whole;
+    f.row_lo = pos * per;
+    f.row_hi = (pos + 1) * per;
+    return f;
+  }
+  default:
+    return whole;
+  }
+}
+
+/* The first element of rows [row_lo, row_hi) (all columns of `width`) that
+ * none of `fp` covers. A band sweep over the footprints' row edges: one
+ * band when every footprint spans the rows asked (GEMV tiles, whole
+ * writers), so the usual cost is one sort of the footprints. `cols` has room
+ * for n footprints, `edges` for 2n + 2 values. */
+static CoverageGap find_coverage_gap(const Footprint *fp, size_t n,
+                                     int64_t row_lo, int64_t row_hi,
+                                     int64_t width, Footprint *cols,
+                                     int64_t *edges) {
+  CoverageGap gap = {false, 0, 0, 0};
+  size_t n_edges = 0;
+  edges[n_edges++] = row_lo;
+  edges[n_edges++] = row_hi;
+  for (size_t i = 0; i < n; i++) {
+    if (fp[i].row_lo > row_lo && fp[i].row_lo < row_hi)
+      edges[n_edges++] = fp[i].row_lo;
+    if (fp[i].row_hi > row_lo && fp[i].row_hi < row_hi)
+      edges[n_edges++] = fp[i].row_hi;
+  }
+  if (n_edges > 2)
+    qsort(edges, n_edges, sizeof *edges, compare_i64_values);
+  for (size_t e = 0; e + 1 < n_edges; e++) {
+    int64_t lo = edges[e], hi = edges[e + 1];
+    if (lo == hi)
+      continue;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+      if (fp[i].row_lo <= lo && fp[i].row_hi >= hi && fp[i].col_lo < fp[i].col_hi)
+        cols[k++] = fp[i];
+    qsort(cols, k, sizeof *cols, compare_footprint_cols);
+    int64_t reach = 0;
+    for (size_t i = 0; i < k && reach < width; i++) {
+      if (cols[i].col_lo > reach) {
+        gap = (CoverageGap){true, lo, reach, cols[i].col_lo};
+        return gap;
+      }
+      reach = cols[i].col_hi > reach ? cols[i].col_hi : reach;
+    }
+    if (reach < width)
+      return (CoverageGap){true, lo, reach, width};
+  }
+  return gap;
+}
+
+/* Rows [lo, hi) of a KV cache that task `t` reads (in positions): the
+ * window of an attention reading it as a cache, else every row. */
+static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
+                           const Shape *s, int64_t *lo, int64_t *hi) {
+  const AmkTask *task = &v->m->tasks[t];
+  *lo = 0;
+  *hi = s->dim[0];
+  bool window = false;
+  if (task->op == AMK_OP_ATTENTION_TILE)
+    window = input == 1 || input == 2;
+  AmkParamTable pt;
+  amk_validator_params(v, t, &pt);
+  int64_t flags, start, len;
+  if (task->op == AMK_OP_GEMV_TILE && amk_validator_int(pt.v[AMK_PARAM_flags], &flags)) {
+    int64_t pattern = flags >> AMK_PATTERN_SHIFT;
+    window = (pattern == AMK_PATTERN_ATTENTION && (input == 1 || input == 2)) ||
+             (pattern == AMK_PATTERN_ATTENTION_ROPE && input == 2);
+  }
+  if (window && amk_validator_int(pt.v[AMK_PARAM_kv_start], &start) &&
+      amk_validator_int(pt.v[AMK_PARAM_kv_len], &len) && start >= 0 && len >= 0 &&
+      start <= INT32_MAX && len <= INT32_MAX) {
+    *lo = clamp_i64(start, 0, s->dim[0]);
+    *hi = clamp_i64(start + len, 0, s->dim[0]);
+  }
+}
+
+typedef struct {
+  Footprint *fp, *cols;
+  int64_t *edges;
+  uint32_t *ids;
+  int64_t *rows; /* KV: the step's rows (positions) */
+  uint32_t *self_readers; /* per buffer: readers that also write it */
+  uint32_t *self_off;
+  uint32_t *first_reader; /* per buffer, AMK_NO_INDEX when none */
+} CoverageScratch;
+
+static void report_gap(AmkValidator *v, uint32_t b, uint32_t reader,
+                       const CoverageGap *gap, const char *why,
+                       uint32_t excluded) {
+  const AmkModule *m = v->m;
+  const AmkBuffer *buf = &m->buffers[b];
+  const Shape *s = &v->shapes[b];
+  int64_t width = last_dim(s);
+  int64_t first = gap->row * width + gap->col_lo;
+  int64_t end = gap->row * width + gap->col_hi;
+  char list[256];
+  uint32_t *ids = v->scratch_ix;
+  size_t n = 0;
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
+    if (v->wr[j] != excluded && (n == 0 || ids[n - 1] != v->wr[j]))
+      ids[n++] = v->wr[j];
+  amk_validator_format_task_ids(m, ids, n, list, sizeof list);
+  const char *name = buf->name ? buf->name : "";
+  if (reader == AMK_NO_INDEX) {
+    amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                         "IO_OUTPUT buffer '%s'(#%" PRId32 ") elements [%" PRId64
+                         ", %" PRId64 ") are never written (writer tasks %s), "
+                         "the output is INCOMPLETE",
+                         name, buf->id, first, end, list);
+    return;
+  }
+  const AmkTask *t = &m->tasks[reader];
+  amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                       "task %" PRId32 " (%s) reads %s #%" PRId32 " ('%s') but "
+                       "elements [%" PRId64 ", %" PRId64 ")%s are written by no "
+                       "task ordered before it (writer tasks %s), UNWRITTEN READ",
+                       t->id, amk_validator_label(t),
+                       buf->kind == AMK_KIND_KV_CACHE ? "KV cache" : "buffer",
+                       buf->id, name, first, end, why, list);
+}
+
+/* Writers of buffer `b` other than `excluded`, as footprints in cs->fp. */
+static size_t gather_footprints(AmkValidator *v, uint32_t b, uint32_t excluded,
+                                CoverageScratch *cs) {
+  size_t n = 0;
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
+    if (v->wr[j] != excluded)
+      cs->fp[n++] = write_footprint(v, v->wr[j], &v->shapes[b]);
+  return n;
+}
+
+static void check_activation_coverage(AmkValidator *v, uint32_t b,
+                                      CoverageScratch *cs) {
+  const Shape *s = &v->shapes[b];
+  int64_t width = last_dim(s), rows = s->numel / width;
+  uint32_t reader = cs->first_reader[b];
+  if (reader == AMK_NO_INDEX && v->m->buffers[b].kind != AMK_KIND_IO_OUTPUT)
+    return;
+  size_t n = gather_footprints(v, b, AMK_NO_INDEX, cs);
+  CoverageGap gap = find_coverage_gap(cs->fp, n, 0, rows, width, cs->cols, cs->edges);
+  if (gap.found) {
+    report_gap(v, b, reader, &gap, "", AMK_NO_INDEX);
+    return;
+  }
+  /* A reader that writes the buffer too reads what the others wrote. */
+  for (uint32_t i = cs->self_off[b]; i < cs->self_off[b + 1]; i++) {
+    uint32_t t = cs->self_readers[i];
+    n = gather_footprints(v, b, t, cs);
+    gap = find_coverage_gap(cs->fp, n, 0, rows, width, cs->cols, cs->edges);
+    if (gap.found) {
+      report_gap(v, b, t, &gap, " (it reads them before writing them itself)", t);
+      return;
+    }
+  }
+}
+
+static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
+  const AmkModule *m = v->m;
+  const Shape *s = &v->shapes[b];
+  int64_t per = rows_per_position(s), width = last_dim(s);
+  if (per == 0 || cs->first_reader[b] == AMK_NO_INDEX)
+    return;
+  /* The step's rows: meta.pos and every appended row. */
+  size_t n_rows = 0;
+  const AmkValue *meta_pos =
+      m->meta.kind == AMK_VALUE_OBJECT ? amk_object_get(&m->meta, "pos") : NULL;
+  int64_t pos;
+  if (meta_pos && amk_validator_int(meta_pos, &pos) && pos >= 0 && pos < s->dim[0])
+    cs->rows[n_rows++] = pos;
+  size_t n = gather_footprints(v, b, AMK_NO_INDEX, cs);
+  for (size_t i = 0; i < n; i++) {
+    if (cs->fp[i].row_lo == 0 && cs->fp[i].row_hi == s->numel / width &&
+        cs->fp[i].col_lo == 0 && cs->fp[i].col_hi == width)
+      return; /* a writer of the whole cache */
+    if (cs->fp[i].row_hi - cs->fp[i].row_lo == per && cs->fp[i].row_lo % per == 0)
+      cs->rows[n_rows++] = cs->fp[i].row_lo / per;
+  }
+  qsort(cs->rows, n_rows, sizeof *cs->rows, compare_i64_values);
+  /* Keep the rows that are not fully written. */
+  size_t n_bad = 0;
+  for (size_t r = 0; r < n_rows; r++) {
+    if (r > 0 && cs->rows[r] == cs->rows[r - 1])
+      continue;
+    CoverageGap gap = find_coverage_gap(cs->fp, n, cs->rows[r] * per,
+                                        (cs->rows[r] + 1) * per, width, cs->cols,
+                                        cs->edges);
+    if (gap.found)
+      cs->rows[n_bad++] = cs->rows[r];
+  }
+  if (n_bad == 0)
+    return;
+  /* The first reader (in list order) whose window reaches a bad row. */
+  for (uint32_t t = cs->first_reader[b]; t < m->n_tasks; t++) {
+    const AmkTask *task = &m->tasks[t];
+    bool writes = false;
+    for (uint32_t o = 0; o < task->n_outputs; o++)
+      writes = writes || amk_id_index_get(&v->bufs, task->outputs[o]) == b;
+    if (writes)
+      continue; /* the appender: it reads the earlier rows */
+    for (uint32_t i = 0; i < task->n_inputs; i++) {
+      if (amk_id_index_get(&v->bufs, task->inputs[i]) != b)
+        continue;
+      int64_t lo, hi;
+      kv_read_window(v, t, i, s, &lo, &hi);
+      for (size_t r = 0; r < n_bad; r++) {
+        if (cs->rows[r] < lo || cs->rows[r] >= hi)
+          continue;
+        CoverageGap gap = find_coverage_gap(cs->fp, n, cs->rows[r] * per,
+                                            (cs->rows[r] + 1) * per, width,
+                                            cs->cols, cs->edges);
+        char why[96];
+        snprintf(why, sizeof why, " (row %" PRId64 " of this step)", cs->rows[r]);
+        report_gap(v, b, t, &gap, why, AMK_NO_INDEX);
+        return;
+      }
+    }
+  }
+}
+
+static void check_coverage(AmkValidator *v) {
+  const AmkModule *m = v->m;
+  uint32_t nb = m->n_buffers;
+  CoverageScratch cs;
+  size_t n_writes = v->wr_off[nb], n_reads = 0;
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    n_reads += m->tasks[t].n_inputs;
+  cs.fp = amk_scratch_alloc(v->scratch, sizeof *cs.fp * (n_writes + 1));
+  cs.cols = amk_scratch_alloc(v->scratch, sizeof *cs.cols * (n_writes + 1));
+  cs.edges = amk_scratch_alloc(v->scratch, sizeof *cs.edges * (2 * n_writes + 2));
+  cs.rows = amk_scratch_alloc(v->scratch, sizeof *cs.rows * (n_writes + 1));
+  cs.first_reader = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
+  cs.self_off = amk_scratch_calloc(v->scratch, (size_t)nb + 2, sizeof(uint32_t));
+  cs.self_readers = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_reads + 1));
+  for (uint32_t b = 0; b < nb; b++)
+    cs.first_reader[b] = AMK_NO_INDEX;
+  /* Readers that also write the buffer, grouped by buffer (counted, then
+   * placed; a task listing the buffer twice counts once). */
+  for (int pass = 0; pass < 2; pass++) {
+    for (uint32_t t = 0; t < m->n_tasks; t++) {
+      const AmkTask *task = &m->tasks[t];
+      for (uint32_t i = 0; i < task->n_inputs; i++) {
+        uint32_t b = amk_id_index_get(&v->bufs, task->inputs[i]);
+        if (b == AMK_NO_INDEX)
+          continue;
+        if (cs.first_reader[b] == AMK_NO_INDEX)
+          cs.first_reader[b] = t;
+        bool earlier = false, writes = false;
+        for (uint32_t j = 0; j < i; j++)
+          earlier = earlier || task->inputs[j] == task->inputs[i];
+        for (uint32_t o = 0; o < task->n_outputs; o++)
+          writes = writes || task->outputs[o] == task->inputs[i];
+        if (earlier || !writes)
+          continue;
+        if (pass == 0)
+          cs.self_off[b + 1]++;
+        else
+          cs.self_readers[cs.self_off[b + 1]++] = t;
+      }
+    }
+    if (pass == 0) {
+      for (uint32_t b = 0; b < nb; b++)
+        cs.self_off[b + 1] += cs.self_off[b];
+      /* Shift so that self_off[b + 1] is the fill cursor of buffer b. */
+      memmove(cs.self_off + 1, cs.self_off, sizeof(uint32_t) * nb);
+    }
+  }
+  for (uint32_t b = 0; b < nb && !v->stopped; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    if (!v->shapes[b].ok || amk_id_index_get(&v->bufs, buf->id) != b ||
+        (unsigned)buf->kind >= AMK_KIND_COUNT || amk_kind_is_read_only(buf->kind))
+      continue;
+    if (buf->kind == AMK_KIND_KV_CACHE) /* the step's rows even unwritten */
+      check_kv_coverage(v, b, &cs);
+    else if (v->wr_off[b] != v->wr_off[b + 1]) /* else reported above */
+      check_activation_coverage(v, b, &cs);
+  }
+}
+
 void amk_validate_check_bounds(AmkValidator *v) {
   const AmkModule *m = v->m;
   char repr[96];
@@ -653,9 +1046,10 @@ void amk_validate_check_bounds(AmkValidator *v) {
                            m->buffers[b].id, m->buffers[b].name ? m->buffers[b].name : "");
     }
   }
-  if (!v->opts.semantic_bounds)
-    return;
-  for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++)
-    if ((unsigned)m->tasks[t].op < AMK_OP_COUNT)
-      check_task_bounds(v, t);
+  if (v->opts.semantic_bounds)
+    for (uint32_t t = 0; t < m->n_tasks && !v->stopped; t++)
+      if ((unsigned)m->tasks[t].op < AMK_OP_COUNT)
+        check_task_bounds(v, t);
+  if (v->g.acyclic && !v->stopped)
+    check_coverage(v);
 }

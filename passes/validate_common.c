@@ -2,7 +2,9 @@
  * reporting under the error cap, task labels and a task's params by field.
  * A file of its own so that the two check files use it and never each
  * other. */
+#include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "validate_internal.h"
@@ -48,4 +50,24 @@ uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
       present |= 1u << field[i];
     }
   return present;
+}
+
+void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
+                                   size_t n, char *buf, size_t size) {
+  size_t len = 0;
+  buf[len++] = '[';
+  for (size_t i = 0; i < n; i++) {
+    char item[24];
+    int k = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "",
+                     m->tasks[tasks[i]].id);
+    if (len + (size_t)k + 6 >= size) {
+      memcpy(buf + len, ", ...", 5);
+      len += 5;
+      break;
+    }
+    memcpy(buf + len, item, (size_t)k);
+    len += (size_t)k;
+  }
+  buf[len++] = ']';
+  buf[len] = '\0';
 }

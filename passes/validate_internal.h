@@ -52,6 +52,10 @@ static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
 void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
                           const char *fmt, ...) AMK_PRINTF(4, 5);
 const char *amk_validator_label(const AmkTask *t);
+/* "[13, 14]": the ids of tasks (indices), cut with ", ..." to fit `size`
+ * (at least 16). */
+void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
+                                   size_t n, char *buf, size_t size);
 /* Checks beyond the reference: page bindings, shapes, semantic bounds. */
 void amk_validate_check_bounds(AmkValidator *v);
 /* Whether the semantic bounds check anything for `op` (its params against

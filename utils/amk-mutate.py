@@ -367,6 +367,38 @@ def pattern_attn_partial(p):
     t["params"]["flags"] &= ~2
 
 
+def drop_task(p, t):
+    """Delete task t: waits on its counter expect one producer fewer (and go
+    away when it was the only one)."""
+    c = t["out_counter"]
+    p["tasks"].remove(t)
+    left = sum(1 for u in p["tasks"] if u["out_counter"] == c)
+    for u in p["tasks"]:
+        if left:
+            for w in u["waits"]:
+                if w["counter"] == c:
+                    w["threshold"] = left
+        else:
+            u["waits"] = [w for w in u["waits"] if w["counter"] != c]
+    renumber(p)
+
+
+def cover_drop_writer(p):
+    """The last lm_head tile is gone: logits' last columns are never written."""
+    drop_task(p, tiles_of(p, "lm_head")[-1])
+
+
+def cover_shrink_tile(p):
+    """A q_proj tile writes half its columns: its readers read unwritten ones."""
+    t = tiles_of(p, "L0.q_proj")[-1]
+    t["params"]["N_tile"] //= 2
+
+
+def cover_drop_append(p):
+    """L0's k append is gone: attention reads the step's row of a stale cache."""
+    drop_task(p, by_label(p, "L0.k_append"))
+
+
 MUTATIONS = {
     "waw-overlap": waw_overlap,
     "waw-unordered": waw_unordered,
@@ -413,6 +445,9 @@ MUTATIONS = {
     "pattern-attn-cache": pattern_attn_cache,
     "pattern-attn-query": pattern_attn_query,
     "pattern-attn-partial": pattern_attn_partial,
+    "cover-drop-writer": cover_drop_writer,
+    "cover-shrink-tile": cover_shrink_tile,
+    "cover-drop-append": cover_drop_append,
 }
 
 
