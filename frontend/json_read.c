@@ -666,9 +666,9 @@ static const cJSON *required_member(Reader *r, const cJSON *obj, const char *key
 
 /* ---- generic values --------------------------------------------------------- */
 
-static bool read_value(Reader *r, const cJSON *node, AmkValue *out);
+static bool read_nested_value(Reader *r, const cJSON *node, AmkValue *out, int depth);
 
-static bool read_object_value(Reader *r, const cJSON *node, AmkValue *out) {
+static bool read_object_value(Reader *r, const cJSON *node, AmkValue *out, int depth) {
   uint32_t n;
   Member *members = object_members(node, &n);
   out->kind = AMK_VALUE_OBJECT;
@@ -677,15 +677,22 @@ static bool read_object_value(Reader *r, const cJSON *node, AmkValue *out) {
   bool ok = true;
   for (uint32_t i = 0; i < n && ok; i++) {
     out->as.members[i].key = amk_arena_strdup(&r->module->arena, members[i].key);
-    ok = read_value(r, members[i].node, &out->as.members[i].value);
+    ok = read_nested_value(r, members[i].node, &out->as.members[i].value, depth);
   }
   free(members);
   return ok;
 }
 
-/* Any JSON value, kept as written (the verifier judges its type later). */
-static bool read_value(Reader *r, const cJSON *node, AmkValue *out) {
+/* Any JSON value, kept as written (the verifier judges its type later);
+ * `depth` lists and objects of the value are open around it. */
+static bool read_nested_value(Reader *r, const cJSON *node, AmkValue *out, int depth) {
   memset(out, 0, sizeof *out);
+  /* The text parser's limit too: what is read here can be written as text
+   * and read back. */
+  if ((cJSON_IsArray(node) || cJSON_IsObject(node)) && ++depth > AMK_VALUE_MAX_DEPTH)
+    return node_error(r, node, "lists and objects nest deeper than %d levels here (the most a "
+                      "value may nest, so that the program's text can be read back)",
+                      AMK_VALUE_MAX_DEPTH);
   if (cJSON_IsNull(node)) {
     out->kind = AMK_VALUE_NULL;
   } else if (cJSON_IsBool(node)) {
@@ -714,12 +721,16 @@ static bool read_value(Reader *r, const cJSON *node, AmkValue *out) {
     out->as.items = amk_arena_alloc(&r->module->arena, sizeof(AmkValue) * (n ? n : 1));
     uint32_t i = 0;
     for (const cJSON *c = node->child; c; c = c->next, i++)
-      if (!read_value(r, c, &out->as.items[i]))
+      if (!read_nested_value(r, c, &out->as.items[i], depth))
         return false;
   } else {
-    return read_object_value(r, node, out);
+    return read_object_value(r, node, out, depth);
   }
   return true;
+}
+
+static bool read_value(Reader *r, const cJSON *node, AmkValue *out) {
+  return read_nested_value(r, node, out, 0);
 }
 
 typedef bool (*ReadItem)(Reader *r, const cJSON *node, void *out);
@@ -1034,7 +1045,7 @@ static bool read_params(Reader *r, const cJSON *node, AmkTask *t) {
   if (!cJSON_IsObject(node))
     return expected(r, node, "an object");
   AmkValue params;
-  if (!read_object_value(r, node, &params))
+  if (!read_object_value(r, node, &params, 1)) /* the params object is one level */
     return false;
   t->n_params = params.count;
   t->params = amk_arena_alloc(&r->module->arena, sizeof(AmkParam) * (params.count ? params.count : 1));
@@ -1204,7 +1215,7 @@ static bool read_section(Reader *r, const cJSON *root, const char *key,
 static bool read_meta(Reader *r, const cJSON *node) {
   if (!cJSON_IsObject(node))
     return expected(r, node, "an object");
-  return read_object_value(r, node, &r->module->meta);
+  return read_object_value(r, node, &r->module->meta, 1); /* meta is one level */
 }
 
 /* ---- counter names -------------------------------------------------------------- */

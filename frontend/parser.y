@@ -332,8 +332,8 @@ value:
   ;
 
 list:
-    '[' <mark>{ $$ = p->values.len; } opt_list_items ']'
-      { $$ = amk_text_make_list(p, $2); }
+    '[' <mark>{ $$ = p->values.len; amk_text_open_value(p, at(@1)); } opt_list_items ']'
+      { $$ = amk_text_make_list(p, $2); amk_text_close_value(p); }
   ;
 
 opt_list_items:
@@ -347,8 +347,8 @@ list_items:
   ;
 
 object:
-    '{' <mark>{ $$ = p->members.len; } opt_members '}'
-      { $$ = amk_text_make_object(p, $2); }
+    '{' <mark>{ $$ = p->members.len; amk_text_open_value(p, at(@1)); } opt_members '}'
+      { $$ = amk_text_make_object(p, $2); amk_text_close_value(p); }
   ;
 
 opt_members:

@@ -117,6 +117,7 @@ typedef struct AmkTextParser {
   bool failed; /* a semantic error was reported; keep parsing, return NULL */
 
   AmkNameMap buffer_names, counter_names;
+  uint32_t value_depth; /* lists and objects open around the next value */
   AmkVec values;   /* AmkValue: open list items */
   AmkVec members;  /* AmkTextMember: open object members */
   AmkVec refs;     /* AmkTextRefAt: the current task's inputs and outputs */
@@ -146,6 +147,11 @@ void *amk_vec_push(AmkVec *v); /* returns the new (zeroed) element */
 /* Report an error at a token or record position and mark the parse failed. */
 void amk_text_error(AmkTextParser *p, AmkLoc loc, const char *fmt, ...)
     AMK_PRINTF(3, 4);
+
+/* A list or object opens at `loc`: refuses (once) nesting deeper than
+ * AMK_VALUE_MAX_DEPTH. amk_text_close_value undoes it. */
+void amk_text_open_value(AmkTextParser *p, AmkLoc loc);
+void amk_text_close_value(AmkTextParser *p);
 
 /* ---- record builders called from the grammar's actions (text_parse.c) --- */
 

@@ -44,6 +44,17 @@ void amk_text_error(AmkTextParser *p, AmkLoc loc, const char *fmt, ...) {
   p->failed = true;
 }
 
+void amk_text_open_value(AmkTextParser *p, AmkLoc loc) {
+  /* Only the bracket that crosses the limit is reported: the ones inside it
+   * would repeat the message hundreds of times. */
+  if (++p->value_depth == AMK_VALUE_MAX_DEPTH + 1)
+    amk_text_error(p, loc, "lists and objects nest deeper than %d levels here "
+                   "(the most a value may nest, so that the program's JSON "
+                   "can be read back)", AMK_VALUE_MAX_DEPTH);
+}
+
+void amk_text_close_value(AmkTextParser *p) { p->value_depth--; }
+
 static void note(AmkTextParser *p, AmkLoc loc, const char *fmt, ...)
     AMK_PRINTF(3, 4);
 static void note(AmkTextParser *p, AmkLoc loc, const char *fmt, ...) {

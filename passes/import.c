@@ -21,6 +21,13 @@ static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
  * caches of 128K rows. --max-seq overrides. */
 enum { DEFAULT_MAX_SEQ_CAP = 4096 };
 
+/* The most bytes of weights and KV cache one program may hold: 1 TiB, more
+ * than any one GPU has (a program runs on one), far less than the 10^17
+ * bytes a config within the reader's limits can ask for. import builds no
+ * weights, so the host's memory is not the limit here; amk-run checks that
+ * when its reference VM needs the bytes. */
+#define IMPORT_MAX_PROGRAM_BYTES ((int64_t)1 << 40)
+
 /* ---- the module builder ---------------------------------------------------- */
 
 typedef struct {
@@ -467,28 +474,37 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
   param_int(b, t, "n_off", 0);
 }
 
-/* WEIGHT bytes with each source counted once (a tied head shares the
- * embedding's bytes). */
-static int64_t distinct_weight_bytes(const AmkModule *m) {
-  int64_t total = 0;
-  for (uint32_t i = 0; i < m->n_buffers; i++) {
-    const AmkBuffer *b = &m->buffers[i];
-    if (b->kind != AMK_KIND_WEIGHT)
-      continue;
-    bool seen = false;
-    for (uint32_t j = 0; j < i && !seen; j++)
-      seen = m->buffers[j].kind == AMK_KIND_WEIGHT && m->buffers[j].source &&
-             b->source && strcmp(m->buffers[j].source, b->source) == 0;
-    int64_t n = 0;
-    if (!seen && amk_buffer_nbytes(b, &n))
-      total += n;
+/* Refuses, before anything is built, a program larger than one GPU could
+ * hold or than the passes after import can handle. */
+static bool program_fits(const AmkModelSize *size, const AmkModelConfig *cfg,
+                         AmkDType dtype, int64_t max_seq, AmkDiagEngine *diag) {
+  /* Each term is below 2^62 (amk_model_size), so the sum does not wrap. */
+  int64_t bytes = size->weight_bytes + size->kv_cache_bytes;
+  if (bytes > IMPORT_MAX_PROGRAM_BYTES) {
+    amk_error(diag, no_loc(), "import: the model needs %.3g bytes, %.3g of "
+              "weights (%.3g parameters in %s) and %.3g of KV cache (%lld "
+              "layers x %lld positions); one program holds at most 2^40 bytes "
+              "(1 TiB), more than any one GPU has; check config.json's "
+              "sizes%s", (double)bytes, (double)size->weight_bytes,
+              (double)size->params, amk_dtype_text_name(dtype),
+              (double)size->kv_cache_bytes, (long long)cfg->n_layers,
+              (long long)max_seq,
+              size->kv_cache_bytes > size->weight_bytes ? " or give a smaller "
+              "--max-seq" : "");
+    return false;
   }
-  return total;
+  if (size->tasks > AMK_MAX_PROGRAM_TASKS) {
+    amk_error(diag, no_loc(), "import: the model would have %lld tasks, more "
+              "than the %d a program may have", (long long)size->tasks,
+              AMK_MAX_PROGRAM_TASKS);
+    return false;
+  }
+  return true;
 }
 
 static void set_meta(AmkModule *m, const AmkModelConfig *cfg, const char *name,
                      const char *gpu, AmkDType dtype, int64_t max_seq,
-                     bool has_weights) {
+                     bool has_weights, int64_t weight_bytes) {
   MetaList ml = {.n = 0};
   meta_put(&ml, "model", str_value(m, name));
   meta_put(&ml, "gpu", str_value(m, gpu));
@@ -497,7 +513,7 @@ static void set_meta(AmkModule *m, const AmkModelConfig *cfg, const char *name,
   meta_put(&ml, "kv_len", amk_value_int(1));
   meta_put(&ml, "dtype", str_value(m, amk_dtype_json_name(dtype)));
   meta_put(&ml, "n_layers", amk_value_int(cfg->n_layers));
-  meta_put(&ml, "weight_bytes", amk_value_int(distinct_weight_bytes(m)));
+  meta_put(&ml, "weight_bytes", amk_value_int(weight_bytes));
   meta_put(&ml, "hidden", amk_value_int(cfg->hidden));
   meta_put(&ml, "n_heads", amk_value_int(cfg->n_heads));
   meta_put(&ml, "n_kv_heads", amk_value_int(cfg->n_kv_heads));
@@ -616,6 +632,11 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
                 (long long)cfg.max_position_embeddings);
   }
 
+  AmkModelSize size;
+  amk_model_size(&cfg, dtype, max_seq, &size);
+  if (!program_fits(&size, &cfg, dtype, max_seq, diag))
+    goto done;
+
   if (!target)
     target = m->target ? m->target : amk_builtin_target("h200");
   AMK_ASSERT(target != NULL);
@@ -626,15 +647,20 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
 
   Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1)};
   build_program(&b, &cfg, max_seq);
+  /* The estimate is the program: meta's weight_bytes (each source once, a
+   * tied head sharing the embedding's bytes) is read from it. */
+  AMK_ASSERT(m->n_tasks == (uint64_t)size.tasks &&
+             m->n_buffers == (uint64_t)size.buffers);
   char name[128];
   model_name(dir, name, sizeof name);
-  set_meta(m, &cfg, name, target_copy->name, dtype, max_seq, has_weights);
+  set_meta(m, &cfg, name, target_copy->name, dtype, max_seq, has_weights,
+           size.weight_bytes);
 
   amk_stat_str(ctx->stats, "import", "model", name);
   amk_stat_int(ctx->stats, "import", "layers", cfg.n_layers);
   amk_stat_int(ctx->stats, "import", "tasks", m->n_tasks);
   amk_stat_int(ctx->stats, "import", "buffers", m->n_buffers);
-  amk_stat_int(ctx->stats, "import", "weight bytes", distinct_weight_bytes(m));
+  amk_stat_int(ctx->stats, "import", "weight bytes", size.weight_bytes);
   ok = true;
 done:
   amk_safetensors_close(st);

@@ -382,3 +382,23 @@ bool amk_model_config_read(const char *path, AmkModelConfig *out,
   free(text);
   return ok;
 }
+
+void amk_model_size(const AmkModelConfig *cfg, AmkDType dtype, int64_t max_seq,
+                    AmkModelSize *out) {
+  int64_t h = cfg->hidden, q = cfg->n_heads * cfg->head_dim,
+          kv = cfg->n_kv_heads * cfg->head_dim, inter = cfg->intermediate;
+  /* As expected_weights in import.c: two norms, four attention and three
+   * MLP projections per layer; the embedding, the final norm and the head. */
+  int64_t per_layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * inter * h;
+  int64_t heads = cfg->tie_word_embeddings ? 1 : 2;
+  out->params = cfg->n_layers * per_layer + heads * cfg->vocab * h + h;
+  /* Bytes per element times elements: amk_dtype_nbytes counts bits, which
+   * would overflow for the largest KV caches (2^59 elements). */
+  int64_t elem_bytes = amk_dtype_nbytes(dtype, 1);
+  out->weight_bytes = elem_bytes * out->params;
+  out->kv_cache_bytes = elem_bytes * 2 * cfg->n_layers * max_seq * kv;
+  out->tasks = 17 * cfg->n_layers + 3;
+  /* Per layer: 9 weights, 2 caches and 15 activations; token_id, pos,
+   * embed.w, h0, final_norm.w, hf, lm_head.w and logits. */
+  out->buffers = 26 * cfg->n_layers + 8;
+}

@@ -180,6 +180,28 @@ static void attention_tile_params(AmkModule *m, AmkTask *t, const AmkTask *src,
   amk_task_set_param(m, t, "kv_len", amk_value_int(kv_len));
 }
 
+/* How many partitions of the KV window an attention task with `n_kv` KV
+ * heads is split into: --kv-partitions, else chosen for the target. */
+static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
+                             const TilePlan *plan, int64_t n_kv) {
+  if (plan->kv_partitions)
+    return plan->kv_partitions;
+  /* With a long cache, attention at a late position is the step's longest
+   * task, so split the window over enough partitions that the KV heads x
+   * partitions cover about half the SMs (the other half keep streaming
+   * weights); short caches stay whole. */
+  const AmkBuffer *cache = src->n_inputs > 1 ? amk_module_buffer(m, src->inputs[1]) : NULL;
+  int64_t rows = 0;
+  if (cache && cache->rank >= 1)
+    amk_value_as_int(&cache->shape[0], &rows);
+  int64_t parts = 1;
+  if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
+    parts = plan->num_sms / (2 * n_kv);
+    parts = parts < 1 ? 1 : parts > MAX_KV_PARTITIONS ? MAX_KV_PARTITIONS : parts;
+  }
+  return parts;
+}
+
 static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
                             uint32_t pos, const AmkTask *src,
                             const TilePlan *plan, TileCounts *counts) {
@@ -205,22 +227,7 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   int64_t k = last_dim(m, src->inputs[0]);
   if (k <= 0)
     k = n_heads * head_dim;
-  int64_t parts = plan->kv_partitions;
-  if (parts == 0) {
-    /* Chosen for the target: with a long cache, attention at a late
-     * position is the step's longest task, so split the window over enough
-     * partitions that the KV heads x partitions cover about half the SMs
-     * (the other half keep streaming weights); short caches stay whole. */
-    const AmkBuffer *cache = src->n_inputs > 1 ? amk_module_buffer(m, src->inputs[1]) : NULL;
-    int64_t rows = 0;
-    if (cache && cache->rank >= 1)
-      amk_value_as_int(&cache->shape[0], &rows);
-    parts = 1;
-    if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
-      parts = plan->num_sms / (2 * n_kv);
-      parts = parts < 1 ? 1 : parts > MAX_KV_PARTITIONS ? MAX_KV_PARTITIONS : parts;
-    }
-  }
+  int64_t parts = kv_partitions(m, src, plan, n_kv);
   if (parts <= 1) {
     for (int64_t g = 0; g < n_kv; g++) {
       AmkTask *t = clone_task(m, e, src, pos);
@@ -306,6 +313,48 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   return true;
 }
 
+/* The tasks task `src` becomes (1: left as it is), as split_gemv and
+ * split_attention would make them; at most that many where they would
+ * leave a malformed task whole. */
+static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
+                                 const TilePlan *plan) {
+  int64_t n_tile, n_off, n_heads, n_kv;
+  if (src->op == AMK_OP_GEMV_TILE && src->n_outputs == 1 &&
+      is_reducing_pattern(amk_rw_pattern(src))) {
+    if (!amk_task_param_int(src, "N_tile", &n_tile) ||
+        !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0)
+      return 1;
+    int64_t rows = plan->n_tile ? plan->n_tile : auto_tile_rows(n_tile, plan->num_sms);
+    return rows >= n_tile ? 1 : (n_tile + rows - 1) / rows;
+  }
+  if (src->op == AMK_OP_ATTENTION_TILE && src->n_inputs == 3 &&
+      amk_task_param_int(src, "n_heads", &n_heads) &&
+      amk_task_param_int(src, "n_kv_heads", &n_kv) && n_heads > 0 && n_kv > 0 &&
+      n_heads % n_kv == 0) {
+    int64_t parts = kv_partitions(m, src, plan, n_kv);
+    return parts <= 1 ? n_kv : parts * n_kv + 1; /* + the combine */
+  }
+  return 1;
+}
+
+/* Refuses a split that would make more than AMK_MAX_PROGRAM_TASKS tasks,
+ * before any is made: a huge projection with a small --gemv-n-tile would
+ * otherwise take the pass to gigabytes and "out of memory". */
+static bool split_fits(const AmkModule *m, AmkPassContext *ctx, const TilePlan *plan) {
+  int64_t total = 0;
+  for (uint32_t pos = 0; pos < m->n_tasks && total <= AMK_MAX_PROGRAM_TASKS; pos++)
+    total += tasks_after_split(m, &m->tasks[pos], plan);
+  if (total <= AMK_MAX_PROGRAM_TASKS)
+    return true;
+  amk_error(ctx->diag, no_loc,
+            "tile: splitting the program's %u tasks would make more than %d "
+            "(the most a program may have)%s",
+            m->n_tasks, AMK_MAX_PROGRAM_TASKS,
+            plan->n_tile ? "; give a larger --gemv-n-tile (or "
+                           "config.tiling.gemv.N_tile)" : "");
+  return false;
+}
+
 bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   TilePlan plan = {.n_tile = 0, .num_sms = 0, .kv_partitions = 0};
   if (!read_setting(m, ctx, "gemv-n-tile", "gemv", "N_tile", 1, INT32_MAX,
@@ -324,6 +373,9 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     }
     plan.num_sms = m->target->num_sms;
   }
+
+  if (!split_fits(m, ctx, &plan))
+    return false;
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)

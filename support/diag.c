@@ -8,6 +8,7 @@
 struct AmkDiagEngine {
   FILE *out;
   const char *name;
+  const char *unlocated_name; /* for messages without a place; NULL: name */
   const char *text;
   size_t len;
   size_t *line_starts; /* built lazily for caret lines */
@@ -48,6 +49,10 @@ void amk_diag_set_source(AmkDiagEngine *d, const char *name, const char *text,
   free(d->line_starts);
   d->line_starts = NULL;
   d->n_lines = 0;
+}
+
+void amk_diag_set_unlocated_name(AmkDiagEngine *d, const char *name) {
+  d->unlocated_name = name;
 }
 
 const char *amk_diag_source_name(const AmkDiagEngine *d) { return d->name; }
@@ -136,7 +141,9 @@ void amk_diag_v(AmkDiagEngine *d, AmkSeverity s, AmkLoc loc, const char *fmt,
     fprintf(d->out, "%s:%u:%u: %s: %s\n", d->name, loc.line, loc.col,
             amk_severity_name(s), msg);
   else
-    fprintf(d->out, "%s: %s: %s\n", d->name, amk_severity_name(s), msg);
+    fprintf(d->out, "%s: %s: %s\n",
+            d->unlocated_name ? d->unlocated_name : d->name,
+            amk_severity_name(s), msg);
   print_caret(d, loc);
   free(msg);
 }

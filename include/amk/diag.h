@@ -43,6 +43,12 @@ void amk_diag_free(AmkDiagEngine *d);
  * line is printed then); it must outlive the engine's use of it. */
 void amk_diag_set_source(AmkDiagEngine *d, const char *name, const char *text,
                          size_t len);
+/* The name printed before messages that have no place (`name: error: ...`),
+ * when it differs from the source's: a tool that reads a file and then
+ * reports about runs of it names the file for places in it and itself for
+ * the rest. NULL (the default): the source's name. Kept across
+ * amk_diag_set_source. */
+void amk_diag_set_unlocated_name(AmkDiagEngine *d, const char *name);
 const char *amk_diag_source_name(const AmkDiagEngine *d);
 
 /* Capture instead of printing (for -verify-diagnostics). */

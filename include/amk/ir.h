@@ -151,6 +151,14 @@ typedef enum {
   AMK_VALUE_OBJECT,
 } AmkValueKind;
 
+/* The deepest a value's lists and objects may nest (`[[1]]` is 2), in
+ * `.amkir` text and in JSON alike, so that a program either form holds
+ * the other can hold too: a program's JSON puts values up to five levels
+ * down (tasks[i].waits[j].threshold) and cJSON refuses documents nested
+ * deeper than 1000 (CJSON_NESTING_LIMIT). Real values nest two or three
+ * levels. */
+#define AMK_VALUE_MAX_DEPTH 256
+
 typedef struct AmkValue AmkValue;
 typedef struct AmkMember AmkMember;
 

@@ -38,4 +38,20 @@ bool amk_model_config_parse(const char *path, const char *text, size_t len,
 bool amk_model_config_read(const char *path, AmkModelConfig *out,
                            AmkDiagEngine *diag);
 
+/* The size of the program `import` builds for a config, worked out from the
+ * config alone so that a model too large to build is refused before
+ * anything is allocated. Within the reader's limits (hidden 2^20, 4096
+ * layers, intermediate 2^22, vocab 2^24, heads x head_dim 2^22, max_seq
+ * 2^24) every count stays below 2^62, so int64 holds them all. */
+typedef struct {
+  int64_t params;         /* weight elements, a tied head counted once */
+  int64_t weight_bytes;   /* params in the program dtype */
+  int64_t kv_cache_bytes; /* every layer's K and V caches */
+  int64_t tasks;          /* tasks import makes (17 per layer + 3) */
+  int64_t buffers;        /* buffers import makes */
+} AmkModelSize;
+
+void amk_model_size(const AmkModelConfig *cfg, AmkDType dtype, int64_t max_seq,
+                    AmkModelSize *out);
+
 #endif

@@ -14,6 +14,13 @@
 #include "amk/diag.h"
 #include "amk/ir.h"
 
+/* The most tasks a pass may make a program hold. A task costs about 450
+ * bytes of module and more in the passes after it; real programs have
+ * about 10^5 (Llama 3 405B tiled for 132 SMs), so a count past this is a
+ * mistaken config or option, refused before the tasks are made rather than
+ * ending in "out of memory" gigabytes later. */
+#define AMK_MAX_PROGRAM_TASKS 10000000
+
 typedef struct AmkStats AmkStats;
 typedef struct AmkPassContext AmkPassContext;
 

@@ -18,6 +18,7 @@
 
 #include "amk/backend.h"
 #include "amk/engine.h"
+#include "amk/host.h"
 #include "amk/io.h"
 #include "amk/pass.h"
 #include "amk/pipeline.h"
@@ -350,8 +351,10 @@ static bool is_directory(const char *path) {
 }
 
 /* Compiles a model folder through the pipeline, or reads a program. */
-static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out) {
+static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out,
+                               size_t *len_out) {
   *text_out = NULL;
+  *len_out = 0;
   AmkModule *m;
   bool folder = is_directory(o->target);
   if (folder) {
@@ -386,6 +389,7 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     if (!m->source_name)
       m->source_name = amk_arena_strdup(&m->arena, o->target);
     *text_out = text;
+    *len_out = len;
     return m;
   }
   /* The library's pipeline, with the compile options as amk-opt's --key=value
@@ -484,6 +488,58 @@ static void print_timing_line(const char *what, double ms, int64_t count, const 
     fprintf(stderr, " (%8.2f ms per token, %9.2f tokens per second)", ms / (double)count,
             1e3 * (double)count / ms);
   fputc('\n', stderr);
+}
+
+/* a + b, or INT64_MAX when the sum would not fit. */
+static int64_t add_saturating(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* The reference VM holds every buffer in host memory: the weights (mapped
+ * from the checkpoint in their own dtype, else converted or random copies),
+ * the KV caches, the activations and the pages they share. True when they
+ * fit the host's memory (amk_host_memory_bytes); else says so before a
+ * byte is loaded, rather than failing an allocation part way or
+ * thrashing. The GPU's side is the CUDA engine's to check
+ * (backend/cuda_vm.c): before uploading it should compare the weight bytes
+ * it uploads plus the KV caches, activations and pages it allocates with
+ * cuMemGetInfo's free memory, and refuse with both numbers. */
+static bool fits_host_memory(const AmkPlan *plan, AmkDiagEngine *diag) {
+  int64_t weight_bytes = 0, other_bytes = 0;
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    if (pb->page >= 0)
+      continue; /* counted with its page */
+    if (pb->kind == AMK_KIND_WEIGHT || pb->kind == AMK_KIND_CONST)
+      weight_bytes = add_saturating(weight_bytes, pb->nbytes);
+    else
+      other_bytes = add_saturating(other_bytes, pb->nbytes);
+  }
+  for (uint32_t p = 0; p < plan->n_pages; p++)
+    other_bytes = add_saturating(other_bytes, plan->page_bytes[p]);
+  int64_t host = 0;
+  bool from_env = false;
+  if (!amk_host_memory_bytes(&host, &from_env, diag))
+    return false;
+  int64_t needed = add_saturating(weight_bytes, other_bytes);
+  if (needed <= host)
+    return true;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  AmkLoc nowhere = {0, 0};
+  if (from_env)
+    amk_error(diag, nowhere,
+              "the reference VM needs %" PRId64 " bytes (%.3g GiB) of host memory, %" PRId64
+              " of weights and %" PRId64 " of KV caches and activations, more than the %" PRId64
+              " bytes %s allows",
+              needed, (double)needed / gib, weight_bytes, other_bytes, host, AMK_HOST_MEMORY_ENV);
+  else
+    amk_error(diag, nowhere,
+              "the reference VM needs %" PRId64 " bytes (%.3g GiB) of host memory, %" PRId64
+              " of weights and %" PRId64 " of KV caches and activations, more than this "
+              "machine's %.3g GiB; decode it on a GPU, or compile it smaller (--max-seq, "
+              "--dtype)",
+              needed, (double)needed / gib, weight_bytes, other_bytes, (double)host / gib);
+  return false;
 }
 
 /* ---- GPU helpers ------------------------------------------------------------- */
@@ -663,12 +719,29 @@ int main(int argc, char **argv) {
 
   double t_start = now_ms();
   char *text = NULL;
-  AmkModule *m = load_program(&o, diag, &text);
+  size_t text_len = 0;
+  AmkModule *m = load_program(&o, diag, &text, &text_len);
   char *weights = m ? weights_folder(&o, m) : NULL;
-  /* Errors from here on are about weights and runs, not the program text;
-   * they name their file themselves. */
-  amk_diag_set_source(diag, "amk-run", NULL, 0);
+  /* Errors from here on are about weights and runs. One with a place is at
+   * a task or buffer of the program file it was read from (a program
+   * compiled from a folder has no places); the others name their file
+   * themselves, after amk-run. */
+  if (text)
+    amk_diag_set_source(diag, o.target, text, text_len);
+  else
+    amk_diag_set_source(diag, o.target, NULL, 0);
+  amk_diag_set_unlocated_name(diag, "amk-run");
   AmkPlan *plan = m ? amk_plan_build(m, NULL, diag) : NULL;
+  /* The reference VM decodes (no GPU, or beside it with --check/--bench):
+   * it needs the whole program in host memory, checked before loading. */
+  bool vm_checked = false;
+  if (plan && (strcmp(device, "cpu") == 0 || o.check || o.bench)) {
+    vm_checked = true;
+    if (!fits_host_memory(plan, diag)) {
+      amk_plan_free(plan);
+      plan = NULL;
+    }
+  }
   AmkWeights *loaded = NULL;
   if (plan)
     loaded = o.random_weights ? amk_weights_random(plan, o.random_seed, diag)
@@ -695,6 +768,10 @@ int main(int argc, char **argv) {
       fprintf(stderr, "amk-run: decoding on the GPU: %s\n", amk_engine_describe(engine));
     }
   }
+  /* The CUDA engine refused and the VM takes over: its memory was not
+   * checked yet. */
+  if (ok && !engine && !vm_checked)
+    ok = fits_host_memory(plan, diag);
   if (ok && !engine)
     ok = (engine = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
   if (ok && (o.check || o.bench))
