@@ -764,6 +764,8 @@ static int compare_i32(const void *pa, const void *pb) {
   return amk_compare_i64(*(const int32_t *)pa, *(const int32_t *)pb);
 }
 
+static int32_t sm_at(const void *ctx, size_t i) { return ((const int32_t *)ctx)[i]; }
+
 static void check_on_chip(AmkValidator *v) {
   const AmkModule *m = v->m;
   for (uint32_t b = 0; b < m->n_buffers && !v->stopped; b++) {
@@ -790,21 +792,7 @@ static void check_on_chip(AmkValidator *v) {
         sms[distinct++] = sms[i];
     if (distinct > 1) {
       char list[256];
-      size_t len = 0;
-      list[len++] = '[';
-      for (size_t i = 0; i < distinct; i++) {
-        char item[24];
-        int n = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "", sms[i]);
-        if (len + (size_t)n + 6 >= sizeof list) {
-          memcpy(list + len, ", ...", 5);
-          len += 5;
-          break;
-        }
-        memcpy(list + len, item, (size_t)n);
-        len += (size_t)n;
-      }
-      list[len++] = ']';
-      list[len] = '\0';
+      amk_validator_format_list(distinct, sm_at, sms, list, sizeof list);
       amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
                            "on-chip buffer '%s'(#%" PRId32 ", %s) is used "
                            "across SMs %s, counters give ordering, not cross-SM "

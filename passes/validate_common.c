@@ -52,14 +52,13 @@ uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
   return present;
 }
 
-void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
-                                   size_t n, char *buf, size_t size) {
+void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, size_t i),
+                               const void *ctx, char *buf, size_t size) {
   size_t len = 0;
   buf[len++] = '[';
   for (size_t i = 0; i < n; i++) {
     char item[24];
-    int k = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "",
-                     m->tasks[tasks[i]].id);
+    int k = snprintf(item, sizeof item, "%s%" PRId32, i ? ", " : "", value_at(ctx, i));
     if (len + (size_t)k + 6 >= size) {
       memcpy(buf + len, ", ...", 5);
       len += 5;
@@ -70,4 +69,20 @@ void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
   }
   buf[len++] = ']';
   buf[len] = '\0';
+}
+
+typedef struct {
+  const AmkModule *m;
+  const uint32_t *tasks;
+} TaskIds;
+
+static int32_t task_id_at(const void *ctx, size_t i) {
+  const TaskIds *t = ctx;
+  return t->m->tasks[t->tasks[i]].id;
+}
+
+void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
+                                   size_t n, char *buf, size_t size) {
+  TaskIds ids = {m, tasks};
+  amk_validator_format_list(n, task_id_at, &ids, buf, size);
 }

@@ -52,6 +52,10 @@ static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
 void amk_validator_report(AmkValidator *v, AmkSeverity sev, AmkLoc loc,
                           const char *fmt, ...) AMK_PRINTF(4, 5);
 const char *amk_validator_label(const AmkTask *t);
+/* "[a, b, c]" of n values (value_at(ctx, i)), cut with ", ..." to fit
+ * size bytes. */
+void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, size_t i),
+                               const void *ctx, char *buf, size_t size);
 /* "[13, 14]": the ids of tasks (indices), cut with ", ..." to fit `size`
  * (at least 16). */
 void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,

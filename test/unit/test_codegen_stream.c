@@ -67,9 +67,10 @@ static void test_env(UnitCounts *c) {
   amk_diag_free(d);
 }
 
-static void test_modes(UnitCounts *c, const char *program) {
+/* The bundled example program (the source tree's, found at build time). */
+static void test_modes(UnitCounts *c) {
   char *text = NULL;
-  AmkModule *m = load(program, &text);
+  AmkModule *m = load(AMK_SOURCE_DIR "/examples/llama-tiny.amkir", &text);
   CHECK(c, m != NULL);
   if (m) {
     char *dflt = generate(m, NULL);
@@ -96,13 +97,4 @@ static void test_modes(UnitCounts *c, const char *program) {
   free(text);
 }
 
-int main(int argc, char **argv) {
-  UnitCounts c = {0};
-  if (argc != 2) {
-    fprintf(stderr, "usage: test_codegen_stream PROGRAM.amkir\n");
-    return 2;
-  }
-  test_env(&c);
-  test_modes(&c, argv[1]);
-  return unit_finish("test_codegen_stream", &c);
-}
+UNIT_MAIN("test_codegen_stream", test_env, test_modes)
