@@ -722,6 +722,23 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
+  int wait_cache;
+  if (!env_int("AMK_CUDA_WAIT_BACKOFF_NS", 100000, &o->wait_backoff_ns, &set, diag) ||
+      !env_int("AMK_CUDA_WAIT_CACHE", 1, &wait_cache, &set, diag))
+    return false;
+  if (set)
+    o->no_wait_cache = wait_cache == 0;
+  int threads;
+  if (!env_int("AMK_CUDA_THREADS", 1024, &threads, &set, diag))
+    return false;
+  if (set) {
+    if (threads != 128 && threads != 256 && threads != 512 && threads != 1024) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_THREADS must be 128, 256, 512 or 1024, not %d", threads);
+      return false;
+    }
+    o->threads_per_block = threads;
+  }
   return true;
 }
 
@@ -794,6 +811,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                 model ? model : (m->source_name ? m->source_name : "program"), m->n_tasks,
                 n_keys, g.nt, ring.total_smem, AMK_ABI_VERSION);
   amk_sb_printf(&s, "#define AMK_NT %d\n", g.nt);
+  if (opt && opt->no_wait_cache)
+    amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
+  if (opt && opt->wait_backoff_ns > 0)
+    amk_sb_printf(&s, "#define AMK_WAIT_BACKOFF_NS %d\n", opt->wait_backoff_ns);
   if (opt && opt->gemv_row_pairs != AMK_GEMV_ROW_PAIRS_AUTO)
     amk_sb_printf(&s, "#define AMK_GEMV_ROW_PAIRS %d\n",
                   opt->gemv_row_pairs == AMK_GEMV_ROW_PAIRS_ALWAYS ? 1 : 0);

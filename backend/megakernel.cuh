@@ -151,6 +151,27 @@ __device__ __forceinline__ unsigned long long amk_globaltimer() {
 // so the flag and the spin limit are looked at once per AMK_HOST_POLL_NS of
 // waiting: the watchdog still stops a launch within a fraction of a ms.
 #define AMK_HOST_POLL_NS 200000ull
+// The longest sleep between two polls of a counter (ns).
+#ifndef AMK_WAIT_BACKOFF_NS
+#define AMK_WAIT_BACKOFF_NS 64
+#endif
+// The counter values thread 0 has seen in this launch, direct-mapped by
+// counter: a wait that a value already seen satisfies needs no round trip
+// (the acquire that saw it orders the block's later reads as well). Own-block
+// hops cost ~1.5 us on an H100 (--trace), mostly this load; a down_proj tile
+// waits again on the counter its gate_up tile waited on.
+#ifndef AMK_WAIT_CACHE
+#define AMK_WAIT_CACHE 1
+#endif
+#define AMK_SEEN_SLOTS 64
+__shared__ int amk_seen_counter[AMK_SEEN_SLOTS];
+__shared__ unsigned int amk_seen_value[AMK_SEEN_SLOTS];
+// Thread 0, at the start of a launch.
+__device__ __forceinline__ void amk_seen_reset() {
+  for (int i = 0; i < AMK_SEEN_SLOTS; i++)
+    amk_seen_counter[i] = -1;
+}
+
 __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
@@ -159,13 +180,21 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
     volatile unsigned int *st = (volatile unsigned int *)P.status;
     volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
     for (int w = 0; w < I.n_waits && ok; w++) {
-      const unsigned int *c = C + I.wait_counter[w];
+      int counter = I.wait_counter[w];
+      const unsigned int *c = C + counter;
       unsigned int want = (unsigned int)I.wait_threshold[w];
-      if (amk_ld_acquire(c) >= want)
+      int slot = counter & (AMK_SEEN_SLOTS - 1);
+      if (AMK_WAIT_CACHE && amk_seen_counter[slot] == counter && amk_seen_value[slot] >= want)
         continue;
+      unsigned int seen = amk_ld_acquire(c);
+      if (seen >= want) {
+        amk_seen_counter[slot] = counter;
+        amk_seen_value[slot] = seen;
+        continue;
+      }
       unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
       unsigned int ns = 20, iter = 0;
-      while (amk_ld_acquire(c) < want) {
+      while ((seen = amk_ld_acquire(c)) < want) {
         if (st[4] != 0u) {
           ok = 0;
           break;
@@ -186,9 +215,11 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
         }
         // A short, capped backoff: the counter is seen within ~100 ns.
         __nanosleep(ns);
-        if (ns < 64)
+        if (ns < AMK_WAIT_BACKOFF_NS)
           ns <<= 1;
       }
+      amk_seen_counter[slot] = counter;
+      amk_seen_value[slot] = seen;
     }
     // The device abort flag is read only while spinning: a block whose
     // counters are already there goes on without another round trip (an
@@ -539,6 +570,31 @@ __device__ __forceinline__ AmkWindow amk_window(AmkI I, AmkA A, int pos) {
 
 // ---- GEMV tiles (plain and the fused patterns 1-4) -----------------------------
 
+// The 16 bytes of a row as 16/ESZ floats.
+template <int DT> __device__ __forceinline__ void amk_unpack16(uint4 q, float *f) {
+  unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    if constexpr (DT == AMK_ABI_DTYPE_F32) {
+      f[k] = __uint_as_float(w[k]);
+    } else if constexpr (DT == AMK_ABI_DTYPE_BF16) {
+      f[2 * k] = __uint_as_float(w[k] << 16);
+      f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    } else {
+      f[2 * k] = amk_h2f((unsigned short)(w[k] & 0xffffu));
+      f[2 * k + 1] = amk_h2f((unsigned short)(w[k] >> 16));
+    }
+  }
+}
+
+template <int DT> struct AmkVec {
+  static constexpr int ESZ = (DT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  static constexpr int VE = 16 / ESZ;
+  static constexpr bool OK =
+      DT == AMK_ABI_DTYPE_F32 || DT == AMK_ABI_DTYPE_BF16 || DT == AMK_ABI_DTYPE_F16;
+};
+
+
 // 16-byte weight loads that do not allocate in L1 (streamed once).
 __device__ __forceinline__ uint4 amk_ldw16(const void *p) {
   uint4 v;
@@ -570,6 +626,12 @@ template <int WDT> __device__ __forceinline__ float amk_dot16(uint4 q, const flo
   }
 }
 
+// The 16-byte weight loads a lane keeps in flight in a row dot, of the PER
+// it makes (16 measured no faster on an H100, for rows of 4 to 28 KiB).
+__device__ constexpr int amk_gemv_unroll(int per) {
+  return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
+}
+
 // One warp's dot of weight row `row` (K elements) with xs (fp32 in smem).
 template <int WDT, int K>
 __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const float *xs) {
@@ -581,7 +643,7 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
                                  WDT == AMK_ABI_DTYPE_F16)) {
     constexpr int NV = K / VEC;
     constexpr int PER = (NV + 31) / 32;
-    constexpr int U = PER >= 8 ? 8 : (PER >= 4 ? 4 : (PER >= 2 ? 2 : 1));
+    constexpr int U = amk_gemv_unroll(PER);
     const char *base = (const char *)W + row * (long long)K * ESZ;
     int v = lane;
     for (; v + 32 * (U - 1) < NV; v += 32 * U) {
@@ -602,16 +664,32 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
   return amk_warp_sum(acc);
 }
 
+// What one output element of a GEMV tile adds to its dot product: its bias
+// and the residual of the fused pattern. Loaded before the dot (by the lane
+// that stores), so that their round trip overlaps the weights'.
+struct AmkGemvExtra {
+  float bias, residual;
+};
+template <int PAT, int ADT, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ AmkGemvExtra amk_gemv_extra(const void *aux, int m, long long wrow,
+                                                       long long col) {
+  AmkGemvExtra e = {0.0f, 0.0f};
+  if constexpr (BIAS)
+    e.bias = amk_ld<ADT>(aux, wrow);
+  if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+    e.residual = amk_ld<ADT>(aux, (STACK > 1) ? wrow : (long long)m * NOUT + col);
+  return e;
+}
 // One output element of a GEMV tile: bias, the residual of the fused
 // pattern, the store. wrow: the weight row; col: the output column.
-template <int PAT, int ODT, int ADT, int NOUT, int STACK, int BIAS>
-__device__ __forceinline__ void amk_gemv_store(void *out, const void *aux, float acc, int m,
+template <int PAT, int ODT, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_store(void *out, AmkGemvExtra e, float acc, int m,
                                                long long wrow, long long col) {
   long long o = (STACK > 1) ? wrow : (long long)m * NOUT + col;
   if constexpr (BIAS)
-    acc += amk_ld<ADT>(aux, wrow);
+    acc += e.bias;
   if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
-    acc = amk_round<ODT>(acc) + amk_ld<ADT>(aux, o);
+    acc = amk_round<ODT>(acc) + e.residual;
   amk_st<ODT>(out, o, acc);
 }
 
@@ -768,7 +846,7 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
   constexpr int VEC = 16 / ESZ;
   constexpr int NV = K / VEC;
   constexpr int PER = (NV + 31) / 32;
-  constexpr int U = PER >= 8 ? 8 : (PER >= 4 ? 4 : (PER >= 2 ? 2 : 1));
+  constexpr int U = amk_gemv_unroll(PER);
   const char *ba = (const char *)W + ra * (long long)K * ESZ;
   const char *bb = (const char *)W + rb * (long long)K * ESZ;
   float acc_a = 0.0f, acc_b = 0.0f;
@@ -796,6 +874,106 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
   sb = amk_warp_sum(acc_b);
 }
 
+// The input vector(s) of a GEMV tile staged in fp32 in xs, with the fused
+// prologue (NORM: RMSNorm with aux as its weight; SILU: silu(gate) * up of
+// the two halves of x), one element at a time.
+template <int PAT, int XDT, int ODT, int ADT, int K, int M>
+__device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux, float eps,
+                                                  float *xs, float *red) {
+  if constexpr (PAT == AMK_ABI_PATTERN_NORM) {
+    for (int m = 0; m < M; m++) {
+      float ss = 0.0f;
+      for (int k = threadIdx.x; k < K; k += AMK_NT) {
+        float v = amk_ld<XDT>(x, (long long)m * K + k);
+        xs[m * K + k] = v;
+        ss += v * v;
+      }
+      ss = amk_block_sum(ss, red);
+      float inv = 1.0f / sqrtf(ss / (float)K + eps);
+      for (int k = threadIdx.x; k < K; k += AMK_NT)
+        xs[m * K + k] = amk_round<ODT>(xs[m * K + k] * inv * amk_ld<ADT>(aux, k));
+    }
+  } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
+    for (int k = threadIdx.x; k < K; k += AMK_NT) {
+      float g = amk_ld<XDT>(x, k), u = amk_ld<XDT>(x, (long long)K + k);
+      xs[k] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
+    }
+  } else {
+    for (int k = threadIdx.x; k < M * K; k += AMK_NT)
+      xs[k] = amk_ld<XDT>(x, k);
+  }
+}
+
+// As amk_gemv_prologue for one input row, with each thread's 16-byte loads
+// all in flight at once. The element loop waits one L2 round trip per
+// element a thread stages: --trace on an H100 showed a 1B down_proj tile
+// (8192 gate and up pairs, 32 per thread) taking 19 us for 11 us of
+// weights. False (nothing done) where the layout does not allow it.
+template <int PAT, int XDT, int ODT, int ADT, int K, int M>
+__device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *aux, float eps,
+                                                    float *xs, float *red) {
+  constexpr bool NORM = PAT == AMK_ABI_PATTERN_NORM;
+  constexpr bool SILU = PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
+  constexpr int VE = AmkVec<XDT>::VE, NC = K / VE, PER = (NC + AMK_NT - 1) / AMK_NT;
+  // Registers for PER (NORM, SILU: 2 * PER) vectors per thread.
+  if constexpr (M != 1 || !AmkVec<XDT>::OK || K % VE != 0 ||
+                (NORM && XDT != ADT) || PER * ((NORM || SILU) ? 2 : 1) > 16) {
+    return false;
+  } else {
+    if ((((unsigned long long)x | (NORM ? (unsigned long long)aux : 0ull)) & 15ull) != 0)
+      return false;
+    const uint4 *xv = (const uint4 *)x;
+    const uint4 *av = NORM ? (const uint4 *)aux : xv + NC; // NORM: weight; SILU: up
+    int t = threadIdx.x;
+    uint4 ra[PER], rb[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+      int c = t + i * AMK_NT;
+      if (c < NC) {
+        ra[i] = __ldcg(xv + c);
+        if constexpr (NORM || SILU)
+          rb[i] = __ldcg(av + c);
+      }
+    }
+    float inv = 1.0f;
+    if constexpr (NORM) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < PER; i++) {
+        if (t + i * AMK_NT < NC) {
+          float f[VE];
+          amk_unpack16<XDT>(ra[i], f);
+#pragma unroll
+          for (int e = 0; e < VE; e++)
+            ss += f[e] * f[e];
+        }
+      }
+      ss = amk_block_sum(ss, red);
+      inv = 1.0f / sqrtf(ss / (float)K + eps);
+    }
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+      int c = t + i * AMK_NT;
+      if (c < NC) {
+        float f[VE];
+        amk_unpack16<XDT>(ra[i], f);
+        if constexpr (NORM || SILU) {
+          float g[VE];
+          amk_unpack16<XDT>(rb[i], g);
+#pragma unroll
+          for (int e = 0; e < VE; e++)
+            f[e] = NORM ? amk_round<ODT>(f[e] * inv * g[e])
+                        : amk_round<ODT>(f[e] / (1.0f + expf(-f[e])) * g[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < VE; e += 4)
+          *(float4 *)(xs + c * VE + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+      }
+    }
+    return true;
+  }
+}
+
 // PAT: AMK_PATTERN_PLAIN, NORM, RESIDUAL, SILU, SILU_RESIDUAL.
 // Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
 // M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
@@ -821,30 +999,11 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   }
   float *xs = smem;                // M * K (SILU: K)
   float *red = smem + M * K;       // AMK_NWARPS
-  // Stage the input vector(s) in fp32, applying the fused prologue.
-  if constexpr (PAT == AMK_ABI_PATTERN_NORM) {
-    float eps = I.params.eps.f;
-    for (int m = 0; m < M; m++) {
-      float ss = 0.0f;
-      for (int k = threadIdx.x; k < K; k += AMK_NT) {
-        float v = amk_ld<XDT>(x, (long long)m * K + k);
-        xs[m * K + k] = v;
-        ss += v * v;
-      }
-      ss = amk_block_sum(ss, red);
-      float inv = 1.0f / sqrtf(ss / (float)K + eps);
-      for (int k = threadIdx.x; k < K; k += AMK_NT)
-        xs[m * K + k] = amk_round<ODT>(xs[m * K + k] * inv * amk_ld<ADT>(aux, k));
-    }
-  } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
-    for (int k = threadIdx.x; k < K; k += AMK_NT) {
-      float g = amk_ld<XDT>(x, k), u = amk_ld<XDT>(x, (long long)K + k);
-      xs[k] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
-    }
-  } else {
-    for (int k = threadIdx.x; k < M * K; k += AMK_NT)
-      xs[k] = amk_ld<XDT>(x, k);
-  }
+  // Stage the input vector(s) in fp32, applying the fused prologue: with
+  // every 16-byte load in flight at once where the layout allows, else one
+  // element at a time.
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if constexpr (AMK_STREAM_MODE == 2 && amk_gemv_streams<WDT, K, M, GEMM>()) {
@@ -853,26 +1012,31 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
     return;
   }
   int rows = STACK * n_tile;
+  constexpr AmkGemvExtra none = {0.0f, 0.0f};
   if constexpr (amk_row_dot2_ok<WDT, K>()) {
     for (int m = m_begin; m < m_begin + m_count; m++) {
       for (int r = warp; r < rows; r += 2 * AMK_NWARPS) {
         int r2 = r + AMK_NWARPS;
         int s = r / n_tile, j = r - s * n_tile;
         long long wrow = (long long)s * NOUT + n_off + j;
+        AmkGemvExtra e = none, e2 = none;
+        if (lane == 0)
+          e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow, n_off + j);
         if (r2 < rows) {
           int s2 = r2 / n_tile, j2 = r2 - s2 * n_tile;
           long long wrow2 = (long long)s2 * NOUT + n_off + j2;
+          if (lane == 0)
+            e2 = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow2, n_off + j2);
           float acc, acc2;
           amk_row_dot2<WDT, K>(W, wrow, wrow2, xs + m * K, acc, acc2);
           if (lane == 0) {
-            amk_gemv_store<PAT, ODT, ADT, NOUT, STACK, BIAS>(out, aux, acc, m, wrow, n_off + j);
-            amk_gemv_store<PAT, ODT, ADT, NOUT, STACK, BIAS>(out, aux, acc2, m, wrow2,
-                                                             n_off + j2);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e2, acc2, m, wrow2, n_off + j2);
           }
         } else {
           float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
           if (lane == 0)
-            amk_gemv_store<PAT, ODT, ADT, NOUT, STACK, BIAS>(out, aux, acc, m, wrow, n_off + j);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
         }
       }
     }
@@ -882,38 +1046,17 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
     for (int r = warp; r < rows; r += AMK_NWARPS) {
       int s = r / n_tile, j = r - s * n_tile;
       long long wrow = (long long)s * NOUT + n_off + j;
+      AmkGemvExtra e = none;
+      if (lane == 0)
+        e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow, n_off + j);
       float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
       if (lane == 0)
-        amk_gemv_store<PAT, ODT, ADT, NOUT, STACK, BIAS>(out, aux, acc, m, wrow, n_off + j);
+        amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
     }
   }
 }
 
 // ---- attention ---------------------------------------------------------------
-
-// The 16 bytes of a row as 16/ESZ floats.
-template <int DT> __device__ __forceinline__ void amk_unpack16(uint4 q, float *f) {
-  unsigned int w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int k = 0; k < 4; k++) {
-    if constexpr (DT == AMK_ABI_DTYPE_F32) {
-      f[k] = __uint_as_float(w[k]);
-    } else if constexpr (DT == AMK_ABI_DTYPE_BF16) {
-      f[2 * k] = __uint_as_float(w[k] << 16);
-      f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-    } else {
-      f[2 * k] = amk_h2f((unsigned short)(w[k] & 0xffffu));
-      f[2 * k + 1] = amk_h2f((unsigned short)(w[k] >> 16));
-    }
-  }
-}
-
-template <int DT> struct AmkVec {
-  static constexpr int ESZ = (DT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  static constexpr int VE = 16 / ESZ;
-  static constexpr bool OK =
-      DT == AMK_ABI_DTYPE_F32 || DT == AMK_ABI_DTYPE_BF16 || DT == AMK_ABI_DTYPE_F16;
-};
 
 // s[q] = dot(qs[q * HD ..], cache[off .. off + HD]) for GQ query heads.
 template <int KDT, int HD, int GQ>
@@ -1651,6 +1794,8 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
   float *smem = (float *)amk_smem4;
   if (D.state)
     pos = (int)((volatile unsigned int *)D.state)[2];
+  if (threadIdx.x == 0)
+    amk_seen_reset();
   const int *qo = (const int *)P.queue_offsets;
   const int *q = (const int *)P.queue;
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;

@@ -53,11 +53,16 @@ typedef struct {
    * always or never. */
   enum { AMK_GEMV_ROW_PAIRS_AUTO = 0, AMK_GEMV_ROW_PAIRS_ALWAYS, AMK_GEMV_ROW_PAIRS_NEVER }
       gemv_row_pairs;
+  int wait_backoff_ns;   /* the longest sleep between polls of a counter (0: 64 ns) */
+  bool no_wait_cache;    /* poll every wait's counter, even one already seen */
 } AmkCodegenOptions;
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
- * AMK_CUDA_LOOKAHEAD and AMK_CUDA_GEMV_ROW_PAIRS (0 or 1). False after reporting a value it cannot use. */
+ * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_BACKOFF_NS,
+ * AMK_CUDA_WAIT_CACHE (0 or 1) and
+ * AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
+ * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 
 typedef struct {

@@ -36,6 +36,9 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_RING_SLOT_BYTES");
   unsetenv("AMK_CUDA_RING_SLOTS");
   unsetenv("AMK_CUDA_LOOKAHEAD");
+  unsetenv("AMK_CUDA_WAIT_BACKOFF_NS");
+  unsetenv("AMK_CUDA_WAIT_CACHE");
+  unsetenv("AMK_CUDA_THREADS");
 }
 
 static void test_env(UnitCounts *c) {
@@ -65,6 +68,55 @@ static void test_env(UnitCounts *c) {
                strstr(amk_diag_captured(d, 1)->message, "AMK_CUDA_RING_SLOTS must be an integer"));
   clear_env();
   amk_diag_free(d);
+}
+
+/* The wait's and the block's knobs: read from the environment, refused out
+ * of range, and emitted as the defines megakernel.cuh reads. */
+static void test_wait_knobs(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  AmkCodegenOptions o = {0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 0 && !o.no_wait_cache &&
+               o.threads_per_block == 0);
+  setenv("AMK_CUDA_WAIT_BACKOFF_NS", "256", 1);
+  setenv("AMK_CUDA_WAIT_CACHE", "0", 1);
+  setenv("AMK_CUDA_THREADS", "512", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 256 && o.no_wait_cache &&
+               o.threads_per_block == 512);
+  setenv("AMK_CUDA_THREADS", "300", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_THREADS must be 128, 256, 512 or 1024, not 300"));
+  setenv("AMK_CUDA_THREADS", "256", 1);
+  setenv("AMK_CUDA_WAIT_CACHE", "2", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 1)->message,
+                      "AMK_CUDA_WAIT_CACHE must be an integer in [0, 1], not '2'"));
+  clear_env();
+  amk_diag_free(d);
+
+  char *text = NULL;
+  AmkModule *m = load(AMK_SOURCE_DIR "/examples/llama-tiny.amkir", &text);
+  CHECK(c, m != NULL);
+  if (m) {
+    char *dflt = generate(m, NULL);
+    CHECK(c, dflt && !strstr(dflt, "#define AMK_WAIT_CACHE 0") &&
+                 !strstr(dflt, "#define AMK_WAIT_BACKOFF_NS 128") &&
+                 strstr(dflt, "#define AMK_NT 256\n"));
+    AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_backoff_ns = 128,
+                               .no_wait_cache = true};
+    char *k = generate(m, &knobs);
+    CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
+                 strstr(k, "#define AMK_WAIT_BACKOFF_NS 128\n") &&
+                 strstr(k, "#define AMK_NT 512\n"));
+    free(dflt);
+    free(k);
+  }
+  amk_module_free(m);
+  free(text);
 }
 
 /* The bundled example program (the source tree's, found at build time). */
@@ -97,4 +149,4 @@ static void test_modes(UnitCounts *c) {
   free(text);
 }
 
-UNIT_MAIN("test_codegen_stream", test_env, test_modes)
+UNIT_MAIN("test_codegen_stream", test_env, test_wait_knobs, test_modes)
