@@ -2,8 +2,14 @@
  *
  * GEMV tasks (plain or fused patterns that reduce over K) are split into
  * column tiles of N_tile rows: --gemv-n-tile=N, else
- * config.tiling.gemv.N_tile, else chosen per projection for the target
- * (about one tile per SM, a multiple of 16 rows, never fewer than 16).
+ * config.tiling.gemv.N_tile, else chosen per projection for the target:
+ * about one tile per SM, a multiple of 16 rows, never fewer than 16. GEMVs
+ * that read the same input after the same waits (q, k and v) run at once,
+ * so they share the SMs: their tiles are sized together, about one per SM
+ * over all of them, a multiple of 8 rows (on an H100 the 1B shape's q, k
+ * and v made 192 tiles of 16 rows, two rounds on 132 SMs; sized together,
+ * 130 tiles of 24). Gate and up, whose outputs meet in one silu_mul, count
+ * once: fuse stacks them, a tile of each on one SM.
  * Tiles keep the task's inputs, output, waits and out_counter, so a consumer
  * that waited for the whole projection now waits for every tile (the
  * all-join rule: thresholds that equalled the old producer count become the
@@ -25,7 +31,13 @@
 
 static const AmkLoc no_loc = {0, 0};
 
-enum { MIN_TILE_ROWS = 16, TILE_ROW_MULTIPLE = 16, MAX_KV_PARTITIONS = 8, LONG_CACHE_ROWS = 1024 };
+enum {
+  MIN_TILE_ROWS = 16,
+  TILE_ROW_MULTIPLE = 16,
+  GROUP_ROW_MULTIPLE = 8,
+  MAX_KV_PARTITIONS = 8,
+  LONG_CACHE_ROWS = 1024
+};
 enum { ATTENTION_PARTIAL_FLAG = 2 };
 
 typedef struct {
@@ -70,10 +82,11 @@ static bool read_setting(const AmkModule *m, AmkPassContext *ctx,
   return true;
 }
 
-/* About one tile per SM, rounded up to a multiple of 16 rows. */
-static int64_t auto_tile_rows(int64_t n, int64_t num_sms) {
+/* About one tile per SM for n rows, rounded up to a multiple of `multiple`
+ * rows. */
+static int64_t auto_tile_rows(int64_t n, int64_t num_sms, int64_t multiple) {
   int64_t rows = (n + num_sms - 1) / num_sms;
-  rows = (rows + TILE_ROW_MULTIPLE - 1) / TILE_ROW_MULTIPLE * TILE_ROW_MULTIPLE;
+  rows = (rows + multiple - 1) / multiple * multiple;
   return rows < MIN_TILE_ROWS ? MIN_TILE_ROWS : rows;
 }
 
@@ -115,9 +128,96 @@ static bool is_reducing_pattern(int64_t pattern) {
   return pattern >= 0 && pattern <= 4; /* plain, norm, residual, silu, silu_residual */
 }
 
+static bool is_splittable_gemv(const AmkTask *t) {
+  return t->op == AMK_OP_GEMV_TILE && t->n_outputs == 1 && t->n_inputs >= 1 &&
+         is_reducing_pattern(amk_rw_pattern(t));
+}
+
+/* A GEMV and its list position, sorted by what decides when it can run. */
+typedef struct {
+  const AmkTask *task;
+  uint32_t pos;
+} PhaseEntry;
+
+/* Orders GEMVs by their input, then their waits; 0: they run at once. */
+static int phase_order(const AmkTask *a, const AmkTask *b) {
+  if (a->inputs[0] != b->inputs[0])
+    return a->inputs[0] < b->inputs[0] ? -1 : 1;
+  if (a->n_waits != b->n_waits)
+    return a->n_waits < b->n_waits ? -1 : 1;
+  for (uint32_t w = 0; w < a->n_waits; w++) {
+    if (a->waits[w].counter != b->waits[w].counter)
+      return a->waits[w].counter < b->waits[w].counter ? -1 : 1;
+    int64_t ta = 0, tb = 0;
+    amk_value_as_int(&a->waits[w].threshold, &ta);
+    amk_value_as_int(&b->waits[w].threshold, &tb);
+    if (ta != tb)
+      return ta < tb ? -1 : 1;
+  }
+  return 0;
+}
+
+static int compare_phase_entries(const void *pa, const void *pb) {
+  const PhaseEntry *a = pa, *b = pb;
+  int c = phase_order(a->task, b->task);
+  return c ? c : (a->pos < b->pos ? -1 : a->pos > b->pos);
+}
+
+static int compare_ids(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The rows of each GEMV's tiles, by list position (0: not a GEMV to split). */
+static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
+  /* The second inputs of silu_mul tasks (up): their GEMV is stacked with
+   * the first's (gate). */
+  int32_t *stacked = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *stacked);
+  size_t n_stacked = 0;
+  for (uint32_t pos = 0; pos < m->n_tasks; pos++)
+    if (m->tasks[pos].op == AMK_OP_SILU_MUL && m->tasks[pos].n_inputs == 2)
+      stacked[n_stacked++] = m->tasks[pos].inputs[1];
+  qsort(stacked, n_stacked, sizeof *stacked, compare_ids);
+  int64_t *rows = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *rows);
+  PhaseEntry *order = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *order);
+  uint32_t n = 0;
+  for (uint32_t pos = 0; pos < m->n_tasks; pos++) {
+    int64_t n_tile;
+    if (is_splittable_gemv(&m->tasks[pos]) &&
+        amk_task_param_int(&m->tasks[pos], "N_tile", &n_tile) && n_tile > 0)
+      order[n++] = (PhaseEntry){&m->tasks[pos], pos};
+  }
+  qsort(order, n, sizeof *order, compare_phase_entries);
+  for (uint32_t i = 0; i < n;) {
+    uint32_t j = i + 1;
+    while (j < n && phase_order(order[i].task, order[j].task) == 0)
+      j++;
+    int64_t total = 0, n_tile = 0, sharing = 0;
+    for (uint32_t k = i; k < j; k++)
+      if (amk_task_param_int(order[k].task, "N_tile", &n_tile) &&
+          !bsearch(&order[k].task->outputs[0], stacked, n_stacked, sizeof *stacked,
+                   compare_ids)) {
+        total += n_tile;
+        sharing++;
+      }
+    for (uint32_t k = i; k < j; k++) {
+      amk_task_param_int(order[k].task, "N_tile", &n_tile);
+      rows[order[k].pos] =
+          plan->n_tile ? plan->n_tile
+          : sharing > 1 ? auto_tile_rows(total, plan->num_sms, GROUP_ROW_MULTIPLE)
+                       : auto_tile_rows(n_tile, plan->num_sms, TILE_ROW_MULTIPLE);
+    }
+    i = j;
+  }
+  free(order);
+  free(stacked);
+  return rows;
+}
+
+
 /* Splits GEMV task at list position `pos` (copied to `src`). */
 static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
-                       uint32_t pos, const AmkTask *src, const TilePlan *plan,
+                       uint32_t pos, const AmkTask *src, int64_t rows,
                        TileCounts *counts) {
   int64_t n_tile, n_off;
   if (!amk_task_param_int(src, "N_tile", &n_tile) ||
@@ -129,8 +229,7 @@ static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
               src->id, src->label ? src->label : "", (long long)n_tile);
     return false;
   }
-  int64_t rows = plan->n_tile ? plan->n_tile : auto_tile_rows(n_tile, plan->num_sms);
-  if (rows >= n_tile)
+  if (rows <= 0 || rows >= n_tile)
     return true;
   int64_t n_pieces = (n_tile + rows - 1) / rows;
   for (int64_t i = 0; i < n_pieces; i++) {
@@ -317,14 +416,12 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
  * split_attention would make them; at most that many where they would
  * leave a malformed task whole. */
 static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
-                                 const TilePlan *plan) {
+                                 const TilePlan *plan, int64_t rows) {
   int64_t n_tile, n_off, n_heads, n_kv;
-  if (src->op == AMK_OP_GEMV_TILE && src->n_outputs == 1 &&
-      is_reducing_pattern(amk_rw_pattern(src))) {
+  if (is_splittable_gemv(src)) {
     if (!amk_task_param_int(src, "N_tile", &n_tile) ||
-        !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0)
+        !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0 || rows <= 0)
       return 1;
-    int64_t rows = plan->n_tile ? plan->n_tile : auto_tile_rows(n_tile, plan->num_sms);
     return rows >= n_tile ? 1 : (n_tile + rows - 1) / rows;
   }
   if (src->op == AMK_OP_ATTENTION_TILE && src->n_inputs == 3 &&
@@ -340,10 +437,11 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
 /* Refuses a split that would make more than AMK_MAX_PROGRAM_TASKS tasks,
  * before any is made: a huge projection with a small --gemv-n-tile would
  * otherwise take the pass to gigabytes and "out of memory". */
-static bool split_fits(const AmkModule *m, AmkPassContext *ctx, const TilePlan *plan) {
+static bool split_fits(const AmkModule *m, AmkPassContext *ctx, const TilePlan *plan,
+                       const int64_t *rows) {
   int64_t total = 0;
   for (uint32_t pos = 0; pos < m->n_tasks && total <= AMK_MAX_PROGRAM_TASKS; pos++)
-    total += tasks_after_split(m, &m->tasks[pos], plan);
+    total += tasks_after_split(m, &m->tasks[pos], plan, rows[pos]);
   if (total <= AMK_MAX_PROGRAM_TASKS)
     return true;
   amk_error(ctx->diag, no_loc,
@@ -374,8 +472,11 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     plan.num_sms = m->target->num_sms;
   }
 
-  if (!split_fits(m, ctx, &plan))
+  int64_t *tile_rows = plan_tile_rows(m, &plan);
+  if (!split_fits(m, ctx, &plan, tile_rows)) {
+    free(tile_rows);
     return false;
+  }
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
@@ -402,9 +503,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   uint32_t n = m->n_tasks;
   for (uint32_t pos = 0; pos < n && ok; pos++) {
     AmkTask src = m->tasks[pos]; /* by value: adding tasks moves the array */
-    if (src.op == AMK_OP_GEMV_TILE && src.n_outputs == 1 &&
-        is_reducing_pattern(amk_rw_pattern(&src)))
-      ok = split_gemv(m, &e, ctx, pos, &src, &plan, &counts);
+    if (is_splittable_gemv(&src))
+      ok = split_gemv(m, &e, ctx, pos, &src, tile_rows[pos], &counts);
     else if (src.op == AMK_OP_ATTENTION_TILE)
       ok = split_attention(m, &e, ctx, pos, &src, &plan, &counts);
   }
@@ -413,6 +513,7 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     amk_rw_compact(m, &e, ctx, "tile");
   }
   free(old_counts);
+  free(tile_rows);
   amk_rw_edit_free(&e);
   if (!ok)
     return false;
