@@ -722,12 +722,18 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
-  int wait_cache;
+  int wait_cache, xs_vec;
   if (!env_int("AMK_CUDA_WAIT_BACKOFF_NS", 100000, &o->wait_backoff_ns, &set, diag) ||
       !env_int("AMK_CUDA_WAIT_CACHE", 1, &wait_cache, &set, diag))
     return false;
   if (set)
     o->no_wait_cache = wait_cache == 0;
+  if (!env_int("AMK_CUDA_GEMV_XS_VEC", 1, &xs_vec, &set, diag))
+    return false;
+  if (set)
+    o->gemv_xs_scalar = xs_vec == 0;
+  if (!env_int("AMK_CUDA_GEMV_PAIR_BYTES", 1 << 20, &o->gemv_pair_max_bytes, &set, diag))
+    return false;
   int threads;
   if (!env_int("AMK_CUDA_THREADS", 1024, &threads, &set, diag))
     return false;
@@ -811,6 +817,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                 model ? model : (m->source_name ? m->source_name : "program"), m->n_tasks,
                 n_keys, g.nt, ring.total_smem, AMK_ABI_VERSION);
   amk_sb_printf(&s, "#define AMK_NT %d\n", g.nt);
+  if (opt && opt->gemv_pair_max_bytes > 0)
+    amk_sb_printf(&s, "#define AMK_GEMV_PAIR_MAX_BYTES %d\n", opt->gemv_pair_max_bytes);
+  if (opt && opt->gemv_xs_scalar)
+    amk_sb_puts(&s, "#define AMK_GEMV_XS_VEC 0\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_backoff_ns > 0)

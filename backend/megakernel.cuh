@@ -626,6 +626,34 @@ template <int WDT> __device__ __forceinline__ float amk_dot16(uint4 q, const flo
   }
 }
 
+// 16 bytes of weights (in shared memory) times the matching fp32 inputs,
+// read as float4 (xs is 16-byte aligned).
+template <int WDT> __device__ __forceinline__ float amk_dot16_smem(uint4 q, const float *x) {
+  float4 a = *(const float4 *)x;
+  if constexpr (WDT == AMK_ABI_DTYPE_F32) {
+    return __uint_as_float(q.x) * a.x + __uint_as_float(q.y) * a.y +
+           __uint_as_float(q.z) * a.z + __uint_as_float(q.w) * a.w;
+  } else {
+    float4 b = *(const float4 *)(x + 4);
+    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    return amk_dot16<WDT>(q, xv);
+  }
+}
+
+// 16 bytes of weights times the matching fp32 inputs of xs (shared memory):
+// with AMK_GEMV_XS_VEC (default) the inputs are read as float4 (xs is
+// 16-byte aligned), else one float at a time (H100: SmolLM2 2-3% slower,
+// the 1B and 8B shapes the same within noise).
+#ifndef AMK_GEMV_XS_VEC
+#define AMK_GEMV_XS_VEC 1
+#endif
+template <int WDT> __device__ __forceinline__ float amk_dotx(uint4 q, const float *x) {
+  if constexpr (AMK_GEMV_XS_VEC != 0)
+    return amk_dot16_smem<WDT>(q, x);
+  else
+    return amk_dot16<WDT>(q, x);
+}
+
 // The 16-byte weight loads a lane keeps in flight in a row dot, of the PER
 // it makes (16 measured no faster on an H100, for rows of 4 to 28 KiB).
 __device__ constexpr int amk_gemv_unroll(int per) {
@@ -653,10 +681,10 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
         q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
 #pragma unroll
       for (int u = 0; u < U; u++)
-        acc += amk_dot16<WDT>(q[u], xs + (v + 32 * u) * VEC);
+        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * VEC);
     }
     for (; v < NV; v += 32)
-      acc += amk_dot16<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * VEC);
+      acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * VEC);
   } else {
     for (int k = lane; k < K; k += 32)
       acc += amk_ld<WDT>(W, row * (long long)K + k) * xs[k];
@@ -726,20 +754,6 @@ __device__ amk_stream_info_t amk_gemv_stream() {
     info.nout = NOUT;
   }
   return info;
-}
-
-// 16 bytes of weights (in shared memory) times the matching fp32 inputs,
-// read as float4 (xs is 16-byte aligned).
-template <int WDT> __device__ __forceinline__ float amk_dot16_smem(uint4 q, const float *x) {
-  float4 a = *(const float4 *)x;
-  if constexpr (WDT == AMK_ABI_DTYPE_F32) {
-    return __uint_as_float(q.x) * a.x + __uint_as_float(q.y) * a.y +
-           __uint_as_float(q.z) * a.z + __uint_as_float(q.w) * a.w;
-  } else {
-    float4 b = *(const float4 *)(x + 4);
-    float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    return amk_dot16<WDT>(q, xv);
-  }
 }
 
 // The GEMV body on streamed weights: chunk by chunk in ring order, rows of a
@@ -826,15 +840,20 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
 
 // Two rows at once: twice the loads in flight per lane, each row's sums in
 // the same order as amk_row_dot (the same results). AMK_GEMV_ROW_PAIRS: 0
-// never, 1 always, 2 (default) for rows of at most 4 KiB, where a row alone
-// keeps too few loads in flight (measured on an H100: SmolLM2 -5%, the 1B
-// shape -1%, the 8B shape, with its long rows, +1% when always on).
+// never, 1 always, 2 (default) for rows of at most AMK_GEMV_PAIR_MAX_BYTES
+// (8 KiB), where a row alone keeps too few loads in flight (measured on an
+// H100: SmolLM2 -5% with 4 KiB; 8 KiB, the 8B shape's q, o and gate_up
+// rows, took 1.4% off an 8B step; its 28 KiB down rows gain nothing).
 #ifndef AMK_GEMV_ROW_PAIRS
 #define AMK_GEMV_ROW_PAIRS 2
 #endif
+#ifndef AMK_GEMV_PAIR_MAX_BYTES
+#define AMK_GEMV_PAIR_MAX_BYTES 8192
+#endif
 template <int WDT, int K> __device__ constexpr bool amk_row_dot2_ok() {
   constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  return (AMK_GEMV_ROW_PAIRS == 1 || (AMK_GEMV_ROW_PAIRS == 2 && K * ESZ <= 4096)) &&
+  return (AMK_GEMV_ROW_PAIRS == 1 ||
+          (AMK_GEMV_ROW_PAIRS == 2 && K * ESZ <= AMK_GEMV_PAIR_MAX_BYTES)) &&
          K % (16 / ESZ) == 0 &&
          (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
 }
@@ -860,15 +879,15 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
     }
 #pragma unroll
     for (int u = 0; u < U; u++)
-      acc_a += amk_dot16<WDT>(qa[u], xs + (v + 32 * u) * VEC);
+      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * VEC);
 #pragma unroll
     for (int u = 0; u < U; u++)
-      acc_b += amk_dot16<WDT>(qb[u], xs + (v + 32 * u) * VEC);
+      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * VEC);
   }
   for (; v < NV; v += 32) {
     uint4 qa = amk_ldw16(ba + (long long)v * 16), qb = amk_ldw16(bb + (long long)v * 16);
-    acc_a += amk_dot16<WDT>(qa, xs + v * VEC);
-    acc_b += amk_dot16<WDT>(qb, xs + v * VEC);
+    acc_a += amk_dotx<WDT>(qa, xs + v * VEC);
+    acc_b += amk_dotx<WDT>(qb, xs + v * VEC);
   }
   sa = amk_warp_sum(acc_a);
   sb = amk_warp_sum(acc_b);
@@ -974,6 +993,11 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
   }
 }
 
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
+                                              const float *xs, int n_off, int n_tile,
+                                              int m_begin, int m_count);
+
 // PAT: AMK_PATTERN_PLAIN, NORM, RESIDUAL, SILU, SILU_RESIDUAL.
 // Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
 // M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
@@ -1005,12 +1029,23 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red))
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if constexpr (AMK_STREAM_MODE == 2 && amk_gemv_streams<WDT, K, M, GEMM>()) {
     amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(P, aux, out, n_off, n_tile, xs,
                                                                 red, smem);
     return;
   }
+  amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(W, aux, out, xs, n_off, n_tile,
+                                                          m_begin, m_count);
+}
+
+// The rows of a GEMV tile against the staged input rows xs [m_begin,
+// m_begin + m_count): each warp takes rows (two at once where
+// amk_row_dot2_ok), its lane 0 adds the bias or residual and stores.
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
+                                              const float *xs, int n_off, int n_tile,
+                                              int m_begin, int m_count) {
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = STACK * n_tile;
   constexpr AmkGemvExtra none = {0.0f, 0.0f};
   if constexpr (amk_row_dot2_ok<WDT, K>()) {
@@ -1335,14 +1370,11 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 // m and l loaded at once), then every element sums its partials with all
 // loads in flight: the same operations in the same order as one pass per
 // element, without its chains of dependent loads.
-template <int PDT, int ODT, int HD, int NH, int NP>
-__device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  float *weight = smem;           // [NH][NP]
-  float *denom = smem + NH * NP;  // [NH]
-  const void *parts[NP];
-#pragma unroll
-  for (int p = 0; p < NP; p++)
-    parts[p] = amk_in(A, p);
+template <int PDT, int HD, int NH, int NP, class Store>
+__device__ __forceinline__ void amk_combine_into(const void *const *parts, float *scratch,
+                                                 Store store) {
+  float *weight = scratch;           // [NH][NP]
+  float *denom = scratch + NH * NP;  // [NH]
   for (int h = threadIdx.x; h < NH; h += AMK_NT) {
     long long base = (long long)h * (HD + 2);
     float mp[NP], lp[NP];
@@ -1365,7 +1397,6 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
     denom[h] = d < 1e-20f ? 1e-20f : d;
   }
   __syncthreads();
-  void *out = amk_out(A, 0);
 #pragma unroll 4
   for (int i = threadIdx.x; i < NH * HD; i += AMK_NT) {
     int h = i / HD, d = i - h * HD;
@@ -1374,8 +1405,19 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 #pragma unroll
     for (int p = 0; p < NP; p++)
       acc += amk_ld<PDT>(parts[p], base + d) * weight[h * NP + p];
-    amk_st<ODT>(out, i, acc / denom[h]);
+    store(i, acc / denom[h]);
   }
+}
+
+template <int PDT, int ODT, int HD, int NH, int NP>
+__device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *parts[NP];
+#pragma unroll
+  for (int p = 0; p < NP; p++)
+    parts[p] = amk_in(A, p);
+  void *out = amk_out(A, 0);
+  amk_combine_into<PDT, HD, NH, NP>(parts, smem,
+                                    [&](int i, float v) { amk_st<ODT>(out, i, v); });
 }
 
 // rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position

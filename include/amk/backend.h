@@ -49,18 +49,21 @@ typedef struct {
   int ring_slots;        /* ring: at most this many slots (0: as many as fit, up to 64) */
   bool override_lookahead; /* else the schedule's pipelining_depth */
   int lookahead;         /* instructions ahead of the running one */
-  /* GEMV warps stream two rows at once: for rows of at most 4 KiB (auto),
-   * always or never. */
+  /* GEMV warps stream two rows at once: for rows of at most
+   * gemv_pair_max_bytes (auto), always or never. */
   enum { AMK_GEMV_ROW_PAIRS_AUTO = 0, AMK_GEMV_ROW_PAIRS_ALWAYS, AMK_GEMV_ROW_PAIRS_NEVER }
       gemv_row_pairs;
   int wait_backoff_ns;   /* the longest sleep between polls of a counter (0: 64 ns) */
   bool no_wait_cache;    /* poll every wait's counter, even one already seen */
+  bool gemv_xs_scalar;   /* GEMV inputs read from shared memory one float at a time */
+  int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 8192) */
 } AmkCodegenOptions;
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_BACKOFF_NS,
- * AMK_CUDA_WAIT_CACHE (0 or 1) and
+ * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
+ * AMK_CUDA_GEMV_PAIR_BYTES and
  * AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);

@@ -39,6 +39,8 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_WAIT_BACKOFF_NS");
   unsetenv("AMK_CUDA_WAIT_CACHE");
   unsetenv("AMK_CUDA_THREADS");
+  unsetenv("AMK_CUDA_GEMV_XS_VEC");
+  unsetenv("AMK_CUDA_GEMV_PAIR_BYTES");
 }
 
 static void test_env(UnitCounts *c) {
@@ -78,12 +80,14 @@ static void test_wait_knobs(UnitCounts *c) {
   clear_env();
   AmkCodegenOptions o = {0};
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 0 && !o.no_wait_cache &&
-               o.threads_per_block == 0);
+               o.threads_per_block == 0 && !o.gemv_xs_scalar && o.gemv_pair_max_bytes == 0);
   setenv("AMK_CUDA_WAIT_BACKOFF_NS", "256", 1);
   setenv("AMK_CUDA_WAIT_CACHE", "0", 1);
   setenv("AMK_CUDA_THREADS", "512", 1);
+  setenv("AMK_CUDA_GEMV_XS_VEC", "0", 1);
+  setenv("AMK_CUDA_GEMV_PAIR_BYTES", "16384", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 256 && o.no_wait_cache &&
-               o.threads_per_block == 512);
+               o.threads_per_block == 512 && o.gemv_xs_scalar && o.gemv_pair_max_bytes == 16384);
   setenv("AMK_CUDA_THREADS", "300", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
   CHECK(c, amk_diag_captured_count(d) == 1 &&
@@ -107,9 +111,12 @@ static void test_wait_knobs(UnitCounts *c) {
                  !strstr(dflt, "#define AMK_WAIT_BACKOFF_NS 128") &&
                  strstr(dflt, "#define AMK_NT 256\n"));
     AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_backoff_ns = 128,
-                               .no_wait_cache = true};
+                               .no_wait_cache = true, .gemv_xs_scalar = true,
+                               .gemv_pair_max_bytes = 2048};
     char *k = generate(m, &knobs);
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
+                 strstr(k, "#define AMK_GEMV_XS_VEC 0\n") &&
+                 strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
                  strstr(k, "#define AMK_WAIT_BACKOFF_NS 128\n") &&
                  strstr(k, "#define AMK_NT 512\n"));
     free(dflt);
