@@ -66,10 +66,22 @@ static bool make_dirs(const char *path) {
   return amk_is_directory(tmp);
 }
 
+/* A cached cubin, or NULL (a miss). Only a regular file counts: O_NONBLOCK
+ * so that a FIFO left at the cache path cannot hold the run forever. */
 static void *read_whole(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0)
     return NULL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return NULL;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    close(fd);
+    return NULL;
+  }
   void *data = NULL;
   if (fseek(f, 0, SEEK_END) == 0) {
     long n = ftell(f);
