@@ -60,6 +60,7 @@ enum {
   X(cuFuncGetAttribute, CUresult, (int *, int, CUfunction))                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUresult,                    \
     (int *, CUfunction, int, size_t))                                         \
+  X(cuMemGetInfo, CUresult, (size_t *, size_t *))                             \
   X(cuMemAlloc, CUresult, (CUdeviceptr *, size_t))                            \
   X(cuMemFree, CUresult, (CUdeviceptr))                                       \
   X(cuMemHostAlloc, CUresult, (void **, size_t, unsigned))                    \

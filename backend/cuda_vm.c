@@ -302,6 +302,18 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   size_t freq_base = total;
   total += align_up(freq_floats * 4 + 4);
   vm->arena_bytes = total;
+  /* A model too big for the card is a clear refusal, not a failed
+   * cuMemAlloc halfway through the upload. */
+  size_t free_bytes = 0, card_bytes = 0;
+  if (vm->drv.cuMemGetInfo(&free_bytes, &card_bytes) == AMK_CUDA_SUCCESS && total > free_bytes) {
+    AmkLoc none = {0, 0};
+    amk_error(diag, none,
+              "the program needs %.2f GiB of GPU memory (%.2f GiB of weights), more than the "
+              "%.2f GiB free of the GPU's %.2f GiB",
+              (double)total / 1073741824.0, (double)plan->weight_bytes / 1073741824.0,
+              (double)free_bytes / 1073741824.0, (double)card_bytes / 1073741824.0);
+    goto fail;
+  }
   CU(vm->drv.cuMemAlloc(&vm->arena, total), "cuMemAlloc (buffers)");
   CU(vm->drv.cuMemsetD8(vm->arena, 0, total), "cuMemsetD8");
   for (uint32_t b = 0; b < nb; b++)
