@@ -234,7 +234,7 @@ def new_const(p, name, shape):
 
 
 def pattern_unknown(p):
-    """A GEMV tile whose flags name pattern 9 (there are 8)."""
+    """A GEMV tile whose flags name pattern 9 (there are 9: 0..8)."""
     t = pattern_tiles(p, 1)[0]
     t["params"]["flags"] = 9 << 16
 
