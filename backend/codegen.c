@@ -470,6 +470,8 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
       return gen_attention(g, t, &p, 1, inst);
     case AMK_PATTERN_ATTENTION_ROPE:
       return gen_attention(g, t, &p, 2, inst);
+    case AMK_PATTERN_COMBINE_RESIDUAL:
+      return fail(g, t, "combine_residual is not supported by the CUDA backend yet");
     case AMK_PATTERN_COUNT:
       break;
     }

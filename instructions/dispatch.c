@@ -19,11 +19,13 @@ static const AmkKernelFn kernel_for_op[AMK_OP_COUNT] = {
 };
 
 /* ROPE takes an optional third input (precomputed inverse frequencies, for
- * llama3-scaled rope) beyond the table's two. */
-static int max_inputs_of(AmkOp op) {
+ * llama3-scaled rope) beyond the table's two; a GEMV_TILE's range depends on
+ * its pattern (amk_op_max_inputs). */
+static int max_inputs_of(AmkOp op, const AmkInstParams *p) {
   if (op == AMK_OP_ROPE)
     return 3;
-  return amk_op_info(op)->max_inputs;
+  int64_t flags = amk_inst_param_has(p, AMK_PARAM_flags) ? (int64_t)p->flags.i : 0;
+  return amk_op_max_inputs(op, flags);
 }
 
 static int check_view(const AmkInstCall *call, const AmkTensorView *v,
@@ -76,7 +78,7 @@ int amk_inst_execute(AmkOp op, const AmkInstParams *p,
     return AMK_INST_ERR_OPCODE;
   }
   const AmkOpInfo *info = amk_op_info(op);
-  int max_in = max_inputs_of(op);
+  int max_in = max_inputs_of(op, call.p);
   if ((int)n_inputs < info->min_inputs ||
       (max_in >= 0 && (int)n_inputs > max_in))
     return inst_fail(&call, AMK_INST_ERR_ARITY,

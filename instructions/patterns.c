@@ -1,11 +1,11 @@
 /* Fused GEMV patterns (docs/Fusion.md): a GEMV_TILE whose flags bits 16-31
  * name a pattern (norm, residual, silu, silu_residual, rope_kv, attention,
- * attention_rope), and amk_kernel_GEMV_TILE, which picks the plain tile
- * (gemv.c) or one of them.
+ * attention_rope, combine_residual), and amk_kernel_GEMV_TILE, which picks
+ * the plain tile (gemv.c) or one of them.
  *
  * Each pattern runs the kernels of its unfused steps (RMSNORM, SILU_MUL,
  * the plain GEMV, ADD over the tile's columns, ROPE, the shared attention
- * loop) over transient scratch whose dtype is that of the unfused
+ * loop, ATTENTION_COMBINE) over transient scratch whose dtype is that of the unfused
  * intermediate buffer: the program dtype, i.e. the output's dtype (the
  * qkv vector's for rotated q and k). So a fused program gives exactly the
  * bits of its unfused form. Every shape, head range and position is checked
@@ -180,6 +180,50 @@ static int run_silu(const AmkInstCall *call, int64_t pattern, bool residual) {
     rc = residual ? gemv_residual(call, pattern, &act, &call->in[2])
                   : gemv_step(call, pattern, &act, &call->out[0]);
   free(act.data);
+  return rc;
+}
+
+/* ---- combine_residual ----------------------------------------------------- */
+
+/* p0, W, r, p1..p{P-1}: x = ATTENTION_COMBINE(p0, .., p{P-1}) (the same
+ * kernel, so the same float ops in the same order) into scratch of the
+ * output's dtype, the unfused attention output's; then the residual tile.
+ * Every tile recombines all heads: each column reads the whole of x. */
+static int run_combine_residual(const AmkInstCall *call, int64_t pattern) {
+  int rc;
+  if (call->n_in < 3 || call->n_in > AMK_MAX_INPUTS)
+    return inst_fail(call, AMK_INST_ERR_ARITY, "%s takes 3 to %d inputs (%s), got %u",
+                     pattern_text(pattern), AMK_MAX_INPUTS,
+                     amk_gemv_pattern_inputs(pattern), call->n_in);
+  static const AmkParamField required[] = {AMK_PARAM_K, AMK_PARAM_head_dim,
+                                           AMK_PARAM_n_heads};
+  if ((rc = require_fp_weights(call, pattern)) ||
+      (rc = inst_require_all(call, required, sizeof required / sizeof required[0])) ||
+      (rc = inst_require_numeric(call, &call->out[0], "output")))
+    return rc;
+  int64_t head_dim = call->p->head_dim.i, n_heads = call->p->n_heads.i;
+  if (head_dim <= 0 || n_heads <= 0 || call->p->K.i != head_dim * n_heads)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s: K = %d must be n_heads x head_dim = %" PRId64 " x %" PRId64
+                     " (both positive)",
+                     pattern_text(pattern), (int)call->p->K.i, n_heads, head_dim);
+  AmkTensorView partials[AMK_MAX_INPUTS];
+  uint32_t n_partials = 0;
+  partials[n_partials++] = call->in[0];
+  for (uint32_t i = 3; i < call->n_in; i++)
+    partials[n_partials++] = call->in[i];
+  AmkInstParams combine = {0};
+  combine.head_dim = call->p->head_dim;
+  combine.n_heads = call->p->n_heads;
+  combine.present = AMK_PARAM_BIT(head_dim) | AMK_PARAM_BIT(n_heads);
+  int64_t x_shape[2] = {1, head_dim * n_heads};
+  AmkTensorView x;
+  if ((rc = scratch(call, call->out[0].dtype, 2, x_shape, &x)))
+    return rc;
+  if (!(rc = step(call, pattern, AMK_OP_ATTENTION_COMBINE, amk_kernel_ATTENTION_COMBINE,
+                  &combine, partials, n_partials, &x)))
+    rc = gemv_residual(call, pattern, &x, &call->in[2]);
+  free(x.data);
   return rc;
 }
 
@@ -478,6 +522,8 @@ int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
     return run_attention(call, pattern);
   case AMK_PATTERN_ATTENTION_ROPE:
     return run_attention_rope(call, pattern);
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+    return run_combine_residual(call, pattern);
   case AMK_PATTERN_COUNT:
     break;
   }

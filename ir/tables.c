@@ -135,9 +135,9 @@ int amk_param_from_name(const char *s) {
 /* ---- fused GEMV patterns --------------------------------------------------- */
 
 static const struct {
-  const char *name;
+  const char *name, *inputs;
 } pattern_table[] = {
-#define X(name, id, text, inputs, desc) [id] = {text},
+#define X(name, id, text, inputs, desc) [id] = {text, inputs},
     AMK_GEMV_PATTERNS(X)
 #undef X
 };
@@ -145,8 +145,18 @@ static const struct {
 const char *amk_gemv_pattern_name(int64_t pattern) {
   return pattern >= 0 && pattern < AMK_PATTERN_COUNT ? pattern_table[pattern].name : NULL;
 }
+const char *amk_gemv_pattern_inputs(int64_t pattern) {
+  return pattern >= 0 && pattern < AMK_PATTERN_COUNT ? pattern_table[pattern].inputs : NULL;
+}
 int amk_gemv_pattern_from_name(const char *s) {
   LOOKUP(pattern_table, AMK_PATTERN_COUNT, name, s);
+}
+
+int amk_op_max_inputs(AmkOp op, int64_t flags) {
+  if (op == AMK_OP_GEMV_TILE && flags >= 0 &&
+      flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_COMBINE_RESIDUAL)
+    return AMK_MAX_INPUTS;
+  return (unsigned)op < AMK_OP_COUNT ? op_table[op].max_inputs : 0;
 }
 
 /* ---- schedule policies ------------------------------------------------------ */

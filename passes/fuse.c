@@ -16,6 +16,10 @@
  *                    each; a combined cache for untiled attention); needs qkv
  *   rope+attention   RoPE of q folds into the per-KV-head attention tiles
  *                    (attention_rope); needs qkv and rope+kv_append
+ *   combine+gemv     a split-KV ATTENTION_COMBINE of at most 6 partials
+ *                    folds into every residual tile reading its output
+ *                    (combine_residual: each o_proj tile recombines the
+ *                    partials itself); needs gemv+add
  *
  * Every rewrite is checked against the dataflow before it is made (the
  * intermediate buffer has exactly the expected writers and readers, its
@@ -42,7 +46,8 @@ static const AmkLoc no_loc = {0, 0};
   X(SILU, "silu_mul+gemv")                                                     \
   X(QKV, "qkv")                                                                \
   X(ROPE_KV, "rope+kv_append")                                                 \
-  X(ATTENTION_ROPE, "rope+attention")
+  X(ATTENTION_ROPE, "rope+attention")                                          \
+  X(COMBINE, "combine+gemv")
 
 typedef enum {
 #define X(name, text) FUSION_##name,
@@ -63,6 +68,8 @@ static const char *canonical_op(const char *op) {
     return "gemv";
   if (strcmp(op, "attention_tile") == 0)
     return "attention";
+  if (strcmp(op, "attention_combine") == 0)
+    return "combine";
   return op;
 }
 
@@ -1072,6 +1079,113 @@ static void fuse_attention(Fuser *f) {
   free(seen_q);
 }
 
+/* ---- combine + gemv ------------------------------------------------------------------ */
+
+/* Partials a combine_residual tile can take: its inputs hold W and r too. */
+enum { MAX_FOLDED_PARTIALS = AMK_MAX_INPUTS - 2 };
+
+/* The combine's partials: 1..MAX_FOLDED_PARTIALS distinct activations of
+ * [n_heads, head_dim + 2] elements each, none of them `out`. */
+static bool foldable_partials(const Fuser *f, const AmkTask *comb, int64_t per_partial) {
+  if (comb->n_inputs < 1 || comb->n_inputs > MAX_FOLDED_PARTIALS)
+    return false;
+  for (uint32_t i = 0; i < comb->n_inputs; i++) {
+    uint32_t b = bufpos(f, comb->inputs[i]);
+    int64_t numel;
+    if (b == AMK_NO_INDEX || comb->inputs[i] == comb->outputs[0] ||
+        f->m->buffers[b].kind != AMK_KIND_ACTIVATION ||
+        !amk_buffer_numel(&f->m->buffers[b], &numel) || numel != per_partial)
+      return false;
+    for (uint32_t j = 0; j < i; j++)
+      if (comb->inputs[j] == comb->inputs[i])
+        return false;
+  }
+  return true;
+}
+
+/* A reader of the combine's output y that can take the combine in: a
+ * residual tile reducing y (K = its n_heads * head_dim elements) into an
+ * output of y's dtype (the combine then rounds to the dtype y had), reading
+ * no partial as W or r. */
+static bool folds_combine(const Fuser *f, const AmkTask *t, const AmkTask *comb,
+                          int64_t width) {
+  int64_t k;
+  uint32_t out = t->n_outputs == 1 ? bufpos(f, t->outputs[0]) : AMK_NO_INDEX;
+  uint32_t y = bufpos(f, comb->outputs[0]);
+  if (t->op != AMK_OP_GEMV_TILE || amk_rw_pattern(t) != AMK_PATTERN_RESIDUAL ||
+      t->n_inputs != 3 || out == AMK_NO_INDEX || t->inputs[0] != comb->outputs[0] ||
+      t->inputs[1] == comb->outputs[0] || t->inputs[2] == comb->outputs[0] ||
+      !amk_task_param_int(t, "K", &k) || k != width ||
+      f->m->buffers[out].dtype != f->m->buffers[y].dtype)
+    return false;
+  for (uint32_t i = 0; i < comb->n_inputs; i++)
+    if (t->inputs[1] == comb->inputs[i] || t->inputs[2] == comb->inputs[i])
+      return false;
+  return true;
+}
+
+static void fuse_combines(Fuser *f) {
+  AmkModule *m = f->m;
+  uint32_t n = m->n_tasks;
+  for (uint32_t pos = 0; pos < n; pos++) {
+    const AmkTask *comb = &m->tasks[pos];
+    int64_t head_dim, n_heads, numel;
+    if (amk_rw_task_dead(&f->edit, pos) || comb->op != AMK_OP_ATTENTION_COMBINE ||
+        comb->n_outputs != 1 || !amk_task_param_int(comb, "head_dim", &head_dim) ||
+        !amk_task_param_int(comb, "n_heads", &n_heads) || head_dim <= 0 || n_heads <= 0 ||
+        head_dim > INT32_MAX / n_heads || !foldable_partials(f, comb, n_heads * (head_dim + 2)))
+      continue;
+    uint32_t y = bufpos(f, comb->outputs[0]), c = cntpos(f, comb->out_counter);
+    if (y == AMK_NO_INDEX || c == AMK_NO_INDEX || m->buffers[y].kind != AMK_KIND_ACTIVATION ||
+        !amk_buffer_numel(&m->buffers[y], &numel) || numel != n_heads * head_dim ||
+        !span_is_one(span(&f->ix.writers, y), pos) ||
+        !span_is_one(span(&f->ix.producers, c), pos))
+      continue;
+    Span readers = span(&f->ix.readers, y);
+    if (readers.n == 0 || !span_equal(span(&f->ix.waiters, c), readers))
+      continue;
+    bool ok = true;
+    WaitSet *sets = amk_xmalloc(readers.n * sizeof *sets);
+    int32_t drop = comb->out_counter;
+    for (uint32_t i = 0; i < readers.n && ok; i++) {
+      const AmkTask *t = &m->tasks[readers.at[i]];
+      ok = folds_combine(f, t, comb, numel) &&
+           merged_waits(t, &drop, 1, comb->waits, comb->n_waits, &sets[i]);
+    }
+    if (ok) {
+      /* Inputs [p0, W, r, p1, .., p{P-1}]: p0 in the GEMV's x slot, the rest
+       * after the residual's. */
+      int32_t in[AMK_MAX_INPUTS];
+      uint32_t n_in = comb->n_inputs + 2;
+      for (uint32_t p = 1; p < comb->n_inputs; p++)
+        in[p + 2] = comb->inputs[p];
+      in[0] = comb->inputs[0];
+      int64_t partial_bytes = 0;
+      for (uint32_t p = 0; p < comb->n_inputs; p++)
+        partial_bytes += amk_dtype_nbytes(m->buffers[bufpos(f, comb->inputs[p])].dtype,
+                                          n_heads * (head_dim + 2));
+      for (uint32_t i = 0; i < readers.n; i++) {
+        AmkTask *t = &m->tasks[readers.at[i]];
+        in[1] = t->inputs[1];
+        in[2] = t->inputs[2];
+        set_inputs(m, t, in, n_in);
+        set_waits(m, t, &sets[i]);
+        set_pattern(m, t, AMK_PATTERN_COMBINE_RESIDUAL);
+        amk_task_set_param(m, t, "head_dim", amk_value_int(head_dim));
+        amk_task_set_param(m, t, "n_heads", amk_value_int(n_heads));
+        /* Each tile reads every partial and recombines every head. */
+        t->est_bytes += partial_bytes;
+        t->est_flops += 4 * (int64_t)comb->n_inputs * numel;
+      }
+      amk_rw_kill_task(&f->edit, pos);
+      amk_rw_kill_buffer(&f->edit, y);
+      amk_rw_kill_counter(&f->edit, c);
+      f->done[FUSION_COMBINE]++;
+    }
+    free(sets);
+  }
+}
+
 /* ---- the pass ------------------------------------------------------------------------ */
 
 bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
@@ -1098,6 +1212,10 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_warning(ctx->diag, no_loc,
                 "fuse: gate+up and silu_mul+gemv are one rewrite; without both the "
                 "MLP is left unfused");
+  if (on[FUSION_COMBINE] && !on[FUSION_RESIDUAL])
+    amk_warning(ctx->diag, no_loc,
+                "fuse: combine+gemv folds the combine into residual tiles; without "
+                "gemv+add it stays a task");
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
@@ -1130,7 +1248,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   } phases[] = {{on[FUSION_NORM], fuse_norms},
                 {attention, fuse_attention},
                 {mlp, fuse_mlp},
-                {on[FUSION_RESIDUAL], fuse_residuals}};
+                {on[FUSION_RESIDUAL], fuse_residuals},
+                {on[FUSION_COMBINE] && on[FUSION_RESIDUAL], fuse_combines}};
   for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
     if (!phases[i].enabled)
       continue;
@@ -1155,6 +1274,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_stat_int(ctx->stats, "fuse", "MLPs fused (gate|up, silu)", f.done[FUSION_SILU]);
     amk_stat_int(ctx->stats, "fuse", "attention blocks fused (qkv, rope_kv, rope)",
                  f.done[FUSION_QKV]);
+    amk_stat_int(ctx->stats, "fuse", "split-KV combines folded into GEMV tiles",
+                 f.done[FUSION_COMBINE]);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) before", path_before);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) after", path_after);
     amk_stat_int(ctx->stats, "fuse", "dependent hops per layer before", layer_before);

@@ -20,7 +20,9 @@
  * heads. With kv_partitions = P >= 2 (--kv-partitions or
  * config.tiling.attention.kv_partitions) each partition's tiles write an
  * unnormalised partial [1, n_heads * (head_dim + 2)] (flags bit 1) and an
- * ATTENTION_COMBINE merges the partitions into the original output.
+ * ATTENTION_COMBINE merges the partitions into the original output. Left
+ * to itself, tile picks P for long caches only, at most 6 (fuse then folds
+ * the combine into the tiles that read its output).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,11 @@ enum {
   TILE_ROW_MULTIPLE = 16,
   GROUP_ROW_MULTIPLE = 8,
   MAX_KV_PARTITIONS = 8,
+  /* The automatic choice stops at 6 so that fuse can fold the combine into
+   * the o_proj tiles (combine_residual): a tile's 8 inputs hold W, r and at
+   * most 6 partials. An explicit --kv-partitions may go up to 8; the
+   * combine then stays a task. */
+  AUTO_KV_PARTITIONS = AMK_MAX_INPUTS - 2,
   LONG_CACHE_ROWS = 1024
 };
 enum { ATTENTION_PARTIAL_FLAG = 2 };
@@ -124,8 +131,11 @@ static int64_t share(int64_t total, int64_t start, int64_t end, int64_t width) {
   return (int64_t)(per * (double)end) - (int64_t)(per * (double)start);
 }
 
+/* Patterns whose tiles reduce over K into columns [n_off, n_off + N_tile):
+ * any column range is a tile of the same kind. */
 static bool is_reducing_pattern(int64_t pattern) {
-  return pattern >= 0 && pattern <= 4; /* plain, norm, residual, silu, silu_residual */
+  return (pattern >= AMK_PATTERN_PLAIN && pattern <= AMK_PATTERN_SILU_RESIDUAL) ||
+         pattern == AMK_PATTERN_COMBINE_RESIDUAL;
 }
 
 static bool is_splittable_gemv(const AmkTask *t) {
@@ -288,7 +298,7 @@ static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
   /* With a long cache, attention at a late position is the step's longest
    * task, so split the window over enough partitions that the KV heads x
    * partitions cover about half the SMs (the other half keep streaming
-   * weights); short caches stay whole. */
+   * weights), at most AUTO_KV_PARTITIONS; short caches stay whole. */
   const AmkBuffer *cache = src->n_inputs > 1 ? amk_module_buffer(m, src->inputs[1]) : NULL;
   int64_t rows = 0;
   if (cache && cache->rank >= 1)
@@ -296,7 +306,7 @@ static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
   int64_t parts = 1;
   if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
     parts = plan->num_sms / (2 * n_kv);
-    parts = parts < 1 ? 1 : parts > MAX_KV_PARTITIONS ? MAX_KV_PARTITIONS : parts;
+    parts = parts < 1 ? 1 : parts > AUTO_KV_PARTITIONS ? AUTO_KV_PARTITIONS : parts;
   }
   return parts;
 }
@@ -529,7 +539,7 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
     else
       amk_stat_str(ctx->stats, "tile", "KV partitions",
-                   "auto (split when the KV cache has 1024 rows or more)");
+                   "auto (split when the KV cache has 1024 rows or more, at most 6)");
     amk_stat_int(ctx->stats, "tile", "tasks before", tasks_before);
     amk_stat_int(ctx->stats, "tile", "tasks after", m->n_tasks);
     amk_stat_int(ctx->stats, "tile", "GEMV tasks split", counts.gemv_split);

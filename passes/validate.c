@@ -388,13 +388,14 @@ static void check_task_structure(AmkValidator *v, const AmkTask *t) {
                          (int)t->op);
   } else {
     const AmkOpInfo *info = amk_op_info(t->op);
+    int max_inputs = amk_validator_max_inputs(v, (uint32_t)(t - m->tasks));
     if ((int64_t)t->n_inputs < info->min_inputs ||
-        (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs))
+        (max_inputs != -1 && (int64_t)t->n_inputs > max_inputs))
       amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                            "task %" PRId32 " (%s) arity: %u inputs, expected "
                            "[%d,%d]",
                            t->id, info->json_name, t->n_inputs,
-                           info->min_inputs, info->max_inputs);
+                           info->min_inputs, max_inputs);
     if (info->n_outputs != -1 && (int64_t)t->n_outputs != info->n_outputs)
       amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                            "task %" PRId32 " (%s) expected %d outputs, got %u",

@@ -125,22 +125,25 @@ static void format_shape(const Shape *s, char *buf, size_t size) {
 
 /* ---- fused GEMV patterns (flags bits 16-31; docs/Fusion.md) --------------- */
 
-/* Inputs of each pattern; plain tiles take 2 or 3 (quantization scales). */
-static const uint32_t pattern_inputs[] = {
-    [AMK_PATTERN_PLAIN] = 0,         [AMK_PATTERN_NORM] = 3,
-    [AMK_PATTERN_RESIDUAL] = 3,      [AMK_PATTERN_SILU] = 2,
-    [AMK_PATTERN_SILU_RESIDUAL] = 3, [AMK_PATTERN_ROPE_KV] = 3,
-    [AMK_PATTERN_ATTENTION] = 3,     [AMK_PATTERN_ATTENTION_ROPE] = 3,
+/* Inputs of each pattern, [min, max]; plain tiles take 2 or 3 (quantization
+ * scales: the op's arity), combine_residual its 1..6 partials besides W
+ * and r. */
+static const struct {
+  uint32_t min, max;
+} pattern_inputs[] = {
+    [AMK_PATTERN_PLAIN] = {0, 0},
+    [AMK_PATTERN_NORM] = {3, 3},
+    [AMK_PATTERN_RESIDUAL] = {3, 3},
+    [AMK_PATTERN_SILU] = {2, 2},
+    [AMK_PATTERN_SILU_RESIDUAL] = {3, 3},
+    [AMK_PATTERN_ROPE_KV] = {3, 3},
+    [AMK_PATTERN_ATTENTION] = {3, 3},
+    [AMK_PATTERN_ATTENTION_ROPE] = {3, 3},
+    [AMK_PATTERN_COMBINE_RESIDUAL] = {3, AMK_MAX_INPUTS},
 };
 _Static_assert(sizeof pattern_inputs / sizeof pattern_inputs[0] ==
                    AMK_PATTERN_COUNT,
                "pattern_inputs: give a new GEMV pattern its input count");
-
-static const char *const pattern_input_names[AMK_PATTERN_COUNT] = {
-#define X(name, id, text, inputs, desc) [id] = inputs,
-    AMK_GEMV_PATTERNS(X)
-#undef X
-};
 
 /* A param the pattern needs: reported when absent, false when absent,
  * mistyped or below `min` (those two reported by param_at_least / the
@@ -227,6 +230,40 @@ static void require_window(AmkValidator *v, const AmkTask *t,
                 cache->name);
 }
 
+/* The residual (input 2) of the residual patterns has the output's size. */
+static void require_residual(AmkValidator *v, const AmkTask *t, const Shape *out) {
+  if (out->ok)
+    require_numel(v, t, "residual", out->numel, "the output's size",
+                  shape_of(v, t->inputs[2]));
+}
+
+/* combine_residual: head_dim and n_heads present and >= 1 with
+ * K = n_heads*head_dim (the combined vector the GEMV reduces); every partial
+ * (input 0 and inputs 3..) [n_heads, head_dim + 2] as ATTENTION_COMBINE
+ * reads it; W (input 1) rows of K (fp weights: no room for scales). */
+static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
+                                 const AmkParamTable *pt, const char *pattern,
+                                 bool have_k, int64_t k) {
+  int64_t head_dim, n_heads;
+  bool ok = pattern_param(v, t, pt, pattern, AMK_PARAM_head_dim, 1, &head_dim);
+  ok = pattern_param(v, t, pt, pattern, AMK_PARAM_n_heads, 1, &n_heads) && ok;
+  if (!ok)
+    return;
+  if (have_k && k != n_heads * head_dim)
+    bound_error(v, t, "pattern %s: K=%" PRId64 " is not n_heads*head_dim=%" PRId64,
+                pattern, k, n_heads * head_dim);
+  for (uint32_t i = 0; i < t->n_inputs; i++) {
+    if (i == 1 || i == 2)
+      continue; /* W, r */
+    char what[32];
+    snprintf(what, sizeof what, "partial %u", i ? i - 2 : 0);
+    require_numel(v, t, what, n_heads * (head_dim + 2), "n_heads*(head_dim+2)",
+                  shape_of(v, t->inputs[i]));
+  }
+  if (have_k)
+    require_width(v, t, "weight", "K", k, shape_of(v, t->inputs[1]));
+}
+
 static void check_pattern(AmkValidator *v, const AmkTask *t,
                           const AmkParamTable *pt, int64_t flags, bool have_k,
                           int64_t k, bool have_range, int64_t n_off,
@@ -242,10 +279,15 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   if (pattern == AMK_PATTERN_PLAIN)
     return;
   const char *name = amk_gemv_pattern_name(pattern);
-  if (t->n_inputs != pattern_inputs[pattern]) {
-    bound_error(v, t, "pattern %s reads %u inputs, expected %u (%s)", name,
-                t->n_inputs, pattern_inputs[pattern],
-                pattern_input_names[pattern]);
+  uint32_t min = pattern_inputs[pattern].min, max = pattern_inputs[pattern].max;
+  if (t->n_inputs < min || t->n_inputs > max) {
+    char expected[32];
+    if (min == max)
+      snprintf(expected, sizeof expected, "%u", min);
+    else
+      snprintf(expected, sizeof expected, "%u to %u", min, max);
+    bound_error(v, t, "pattern %s reads %u inputs, expected %s (%s)", name,
+                t->n_inputs, expected, amk_gemv_pattern_inputs(pattern));
     return;
   }
   const Shape *x = shape_of(v, t->inputs[0]);
@@ -263,14 +305,15 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
       snprintf(expected, sizeof expected, "[2, K=%" PRId64 "]", k);
       require_shape(v, t, name, "gate|up", x, 2, want, expected);
     }
-    if (pattern == AMK_PATTERN_SILU)
-      return;
-    /* silu_residual also adds a residual */
-    /* fall through */
+    if (pattern == AMK_PATTERN_SILU_RESIDUAL)
+      require_residual(v, t, out);
+    return;
   case AMK_PATTERN_RESIDUAL:
-    if (out->ok)
-      require_numel(v, t, "residual", out->numel, "the output's size",
-                    shape_of(v, t->inputs[2]));
+    require_residual(v, t, out);
+    return;
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+    check_combine_inputs(v, t, pt, name, have_k, k);
+    require_residual(v, t, out);
     return;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
@@ -368,14 +411,21 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
 
 static void check_tile(AmkValidator *v, const AmkTask *t,
                        const AmkParamTable *pt) {
-  int64_t k, n_tile, n_off;
+  int64_t k, n_tile, n_off, flags = 0;
   bool have_k = param_at_least(v, t, pt, AMK_PARAM_K, 1, &k);
   bool have_tile = param_at_least(v, t, pt, AMK_PARAM_N_tile, 1, &n_tile);
   bool have_off = param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &n_off);
+  bool have_flags = t->op == AMK_OP_GEMV_TILE && pt->v[AMK_PARAM_flags] &&
+                    amk_validator_int(pt->v[AMK_PARAM_flags], &flags) &&
+                    flags >= INT32_MIN && flags <= INT32_MAX;
+  /* combine_residual's input 0 is a split-KV partial, not the vector of K
+   * (check_pattern checks it). */
+  bool x_is_partial = have_flags && flags >= 0 &&
+                      flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_COMBINE_RESIDUAL;
   const Shape *x = shape_of(v, t->inputs[0]);
   const Shape *w = shape_of(v, t->inputs[1]);
   const Shape *out = t->n_outputs ? shape_of(v, t->outputs[0]) : &no_shape;
-  if (have_k) {
+  if (have_k && !x_is_partial) {
     require_width(v, t, "input", "K", k, x);
     if (t->n_inputs == 2) /* quantized weights are packed: no K check */
       require_width(v, t, "weight", "K", k, w);
@@ -405,10 +455,7 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
                   " rows of output buffer #%" PRId32 " ('%s')",
                   m_off + m_tile, rows, out->id, out->name);
   }
-  int64_t flags;
-  if (t->op == AMK_OP_GEMV_TILE && pt->v[AMK_PARAM_flags] &&
-      amk_validator_int(pt->v[AMK_PARAM_flags], &flags) && flags >= INT32_MIN &&
-      flags <= INT32_MAX)
+  if (have_flags)
     check_pattern(v, t, pt, flags, have_k, k, have_tile && have_off, n_off,
                   n_tile);
 }
@@ -467,8 +514,9 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
   const AmkParamTable *pt = &params;
   const AmkOpInfo *info = amk_op_info(t->op);
   /* Arity was checked by the structural pass; only judge well-formed tasks. */
+  int max_inputs = amk_validator_max_inputs(v, task);
   if ((int64_t)t->n_inputs < info->min_inputs ||
-      (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs) ||
+      (max_inputs != -1 && (int64_t)t->n_inputs > max_inputs) ||
       (int64_t)t->n_outputs != info->n_outputs)
     return;
   amk_validator_params(v, task, &params);

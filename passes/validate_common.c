@@ -52,6 +52,18 @@ uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
   return present;
 }
 
+int amk_validator_max_inputs(const AmkValidator *v, uint32_t t) {
+  const AmkTask *task = &v->m->tasks[t];
+  int64_t flags = 0;
+  if (task->op == AMK_OP_GEMV_TILE) { /* only its range depends on flags */
+    AmkParamTable pt;
+    amk_validator_params(v, t, &pt);
+    if (!amk_validator_int(pt.v[AMK_PARAM_flags], &flags))
+      flags = 0;
+  }
+  return amk_op_max_inputs(task->op, flags);
+}
+
 void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, size_t i),
                                const void *ctx, char *buf, size_t size) {
   size_t len = 0;

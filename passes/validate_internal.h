@@ -41,6 +41,10 @@ typedef struct {
 uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
                               AmkParamTable *pt);
 
+/* amk_op_max_inputs for task `t`, with its flags param when that is an INT
+ * (a mistyped one is reported by the param checks). */
+int amk_validator_max_inputs(const AmkValidator *v, uint32_t t);
+
 /* amk_value_as_int, inlined (the checks call it for every param and dim). */
 static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
   if (!v || v->kind != AMK_VALUE_INT)

@@ -147,14 +147,17 @@ static void verify_task(Verifier *v, const AmkTask *t, uint32_t ti) {
     verify_buffer_ref(v, t, ti, "inputs", i, t->inputs[i]);
   for (uint32_t i = 0; i < t->n_outputs; i++)
     verify_buffer_ref(v, t, ti, "outputs", i, t->outputs[i]);
+  int64_t flags;
+  if (!amk_task_param_int(t, "flags", &flags))
+    flags = 0;
+  int max_inputs = amk_op_max_inputs(t->op, flags);
   if (t->n_inputs > AMK_MAX_INPUTS || (int64_t)t->n_inputs < info->min_inputs ||
-      (info->max_inputs != -1 && (int64_t)t->n_inputs > info->max_inputs)) {
+      (max_inputs != -1 && (int64_t)t->n_inputs > max_inputs)) {
     snprintf(path, sizeof path, "tasks[%u].inputs", ti);
     verr(v, t->loc, path,
          "task %" PRId32 " (%s) %s has %u inputs, expected %d to %d (ABI cap %d)",
          t->id, label, info->json_name, t->n_inputs, info->min_inputs,
-         info->max_inputs == -1 ? AMK_MAX_INPUTS : info->max_inputs,
-         AMK_MAX_INPUTS);
+         max_inputs == -1 ? AMK_MAX_INPUTS : max_inputs, AMK_MAX_INPUTS);
   }
   if (t->n_outputs > AMK_MAX_OUTPUTS || (int64_t)t->n_outputs != info->n_outputs) {
     snprintf(path, sizeof path, "tasks[%u].outputs", ti);

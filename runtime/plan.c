@@ -112,12 +112,18 @@ static AmkPlanFollow follow_of(AmkOp op, const AmkInstParams *params) {
   return AMK_PLAN_FOLLOW_NONE;
 }
 
+/* The GEMV patterns whose input 1 is a weight matrix [N, K] the tile
+ * reduces over (the others read caches and frequencies there). */
+static bool streams_weight_rows(int64_t pattern) {
+  return pattern <= AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_COMBINE_RESIDUAL;
+}
+
 /* The rows of the matrix a GEMV/GEMM tile streams: input 1, rows [n_off,
  * n_off + N_tile) of K elements, clipped to the buffer. */
 static AmkPlanRange weight_read_of(const AmkPlan *p, const AmkPlanTask *pt) {
   AmkPlanRange none = {.buffer = -1};
   const AmkInstParams *q = &pt->params;
-  bool streams = (pt->op == AMK_OP_GEMV_TILE && pattern_of(q) <= AMK_PATTERN_SILU_RESIDUAL) ||
+  bool streams = (pt->op == AMK_OP_GEMV_TILE && streams_weight_rows(pattern_of(q))) ||
                  pt->op == AMK_OP_GEMM_TILE;
   if (!streams || pt->n_inputs < 2 || q->K.i < 0 || q->n_off.i < 0 || q->N_tile.i < 0)
     return none;
@@ -251,12 +257,33 @@ static bool plan_tasks(PlanStorage *s, AmkDiagEngine *diag) {
   return true;
 }
 
+/* Whether input `input` of task `c` is a split-KV partial that `c`
+ * combines, and as which partition of how many: input i of an
+ * ATTENTION_COMBINE is partition i of n_inputs; a combine_residual GEMV
+ * reads partition 0 as input 0 and partition k - 2 as input k >= 3, of
+ * n_inputs - 2 (inputs 1 and 2 are W and r). */
+static bool combines_partial(const AmkPlanTask *c, uint32_t input, int64_t *index,
+                             int64_t *count) {
+  if (c->op == AMK_OP_ATTENTION_COMBINE) {
+    *index = input;
+    *count = c->n_inputs;
+    return true;
+  }
+  if (c->op != AMK_OP_GEMV_TILE || pattern_of(&c->params) != AMK_PATTERN_COMBINE_RESIDUAL ||
+      input == 1 || input == 2 || c->n_inputs < 3)
+    return false;
+  *index = input ? input - 2 : 0;
+  *count = c->n_inputs - 2;
+  return true;
+}
+
 /* Split-KV partitions (docs/Fusion.md): partition p of P covers window rows
  * [p * c, min(W, (p + 1) * c)) with W = pos + 1 and c = ceil(W / P). P and p
- * come from the ATTENTION_COMBINE that reads the partial: P is its input
- * count and p the input the partial is. A partial no combine reads keeps
+ * come from a task that combines the partial (combines_partial): an
+ * ATTENTION_COMBINE, or every combine_residual tile that folded it in (all
+ * of them read it as the same partition). A partial nothing combines keeps
  * its compiled kv_start and spans to the next partial of the same cache
- * (the last to the cache's end). Two combines disagreeing is an error. */
+ * (the last to the cache's end). Two readers disagreeing is an error. */
 static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
   const AmkModule *m = p->m;
   int64_t *index_of = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *index_of);
@@ -266,21 +293,22 @@ static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
   bool ok = true;
   for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
     const AmkPlanTask *c = &p->tasks[t];
-    if (c->op != AMK_OP_ATTENTION_COMBINE)
-      continue;
     for (uint32_t i = 0; i < c->n_inputs && ok; i++) {
+      int64_t index, count;
+      if (!combines_partial(c, i, &index, &count))
+        continue;
       uint32_t b = c->inputs[i];
-      if (index_of[b] >= 0 && (index_of[b] != i || count_of[b] != c->n_inputs)) {
+      if (index_of[b] >= 0 && (index_of[b] != index || count_of[b] != count)) {
         amk_error(diag, m->tasks[t].loc,
-                  "task %d ('%s'): buffer '%s' is partial %u of %u here but partial %" PRId64
-                  " of %" PRId64 " of another combine; no engine can tell its split-KV "
-                  "partition",
-                  m->tasks[t].id, m->tasks[t].label, m->buffers[b].name, i, c->n_inputs,
+                  "task %d ('%s'): buffer '%s' is partial %" PRId64 " of %" PRId64
+                  " here but partial %" PRId64 " of %" PRId64 " of another combine; no "
+                  "engine can tell its split-KV partition",
+                  m->tasks[t].id, m->tasks[t].label, m->buffers[b].name, index, count,
                   index_of[b], count_of[b]);
         ok = false;
       }
-      index_of[b] = i;
-      count_of[b] = c->n_inputs;
+      index_of[b] = index;
+      count_of[b] = count;
     }
   }
   for (uint32_t t = 0; t < p->n_tasks && ok; t++) {

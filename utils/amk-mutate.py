@@ -234,7 +234,7 @@ def new_const(p, name, shape):
 
 
 def pattern_unknown(p):
-    """A GEMV tile whose flags name pattern 9 (there are 8)."""
+    """A GEMV tile whose flags name pattern 9 (there are 9: 0..8)."""
     t = pattern_tiles(p, 1)[0]
     t["params"]["flags"] = 9 << 16
 
@@ -367,6 +367,81 @@ def pattern_attn_partial(p):
     t["params"]["flags"] &= ~2
 
 
+# ---- combine_residual (input: a split-KV program with the combine folded,
+# e.g. `amk-opt test/validate/Inputs/fused-tiny -import -tile
+# --kv-partitions=2 -fuse`) --------------------------------------------------
+
+COMBINE_RESIDUAL = 8
+
+
+def combine_tile(p, last=False):
+    return pattern_tiles(p, COMBINE_RESIDUAL)[-1 if last else 0]
+
+
+def pattern_comb_inputs(p):
+    """A combine_residual tile reading only [p0, W] (it needs 3 to 8 inputs)."""
+    t = combine_tile(p)
+    t["inputs"] = t["inputs"][:2]
+
+
+def pattern_comb_arity(p):
+    """A tile reading [p0, W, r, p1] whose flags say residual: 4 inputs are
+    too many for any pattern but combine_residual."""
+    t = combine_tile(p)
+    t["params"]["flags"] = 2 << 16
+
+
+def pattern_comb_k(p):
+    """A combine_residual tile whose K is not n_heads * head_dim."""
+    combine_tile(p)["params"]["head_dim"] //= 2
+
+
+def pattern_comb_partial(p):
+    """A combine_residual tile whose partial 1 (input 3) is not
+    [n_heads, head_dim + 2]."""
+    t = combine_tile(p)
+    size = buffer_by_id(p, t["inputs"][3])["shape"][-1]
+    t["inputs"][3] = new_const(p, "bad_partial", [1, size - 2])
+
+
+def pattern_comb_weight(p):
+    """A combine_residual tile whose W rows are not K wide."""
+    t = combine_tile(p)
+    rows = buffer_by_id(p, t["inputs"][1])["shape"][0]
+    t["inputs"][1] = new_const(p, "bad_weight", [rows, t["params"]["K"] // 2])
+
+
+def pattern_comb_residual(p):
+    """A combine_residual tile whose residual is not the output's size."""
+    t = combine_tile(p)
+    t["inputs"][2] = new_const(p, "bad_residual", [1, 32])
+
+
+def pattern_comb_missing_param(p):
+    """A combine_residual tile without n_heads."""
+    del combine_tile(p)["params"]["n_heads"]
+
+
+def pattern_comb_tile(p):
+    """The last combine_residual tile writes past the output's columns."""
+    t = combine_tile(p, last=True)
+    t["params"]["n_off"] += t["params"]["N_tile"]
+
+
+def race_comb_partial(p):
+    """A combine_residual tile reads, as partial 1, a buffer written after it
+    (gate|up): nothing orders the writers before the read."""
+    t = combine_tile(p)
+    gu = next(u for u in p["tasks"] if u["label"].startswith("L0.gate_up_proj"))
+    t["inputs"][3] = gu["outputs"][0]
+
+
+def cover_comb_partial(p):
+    """Partition 1's tile of KV head 1 is gone: the o_proj tiles read
+    partial 1 (input 3) with heads nobody wrote."""
+    drop_task(p, by_label(p, "L0.attention[p1.kv1]"))
+
+
 def drop_task(p, t):
     """Delete task t: waits on its counter expect one producer fewer (and go
     away when it was the only one)."""
@@ -445,6 +520,16 @@ MUTATIONS = {
     "pattern-attn-cache": pattern_attn_cache,
     "pattern-attn-query": pattern_attn_query,
     "pattern-attn-partial": pattern_attn_partial,
+    "pattern-comb-inputs": pattern_comb_inputs,
+    "pattern-comb-arity": pattern_comb_arity,
+    "pattern-comb-k": pattern_comb_k,
+    "pattern-comb-partial": pattern_comb_partial,
+    "pattern-comb-weight": pattern_comb_weight,
+    "pattern-comb-residual": pattern_comb_residual,
+    "pattern-comb-missing-param": pattern_comb_missing_param,
+    "pattern-comb-tile": pattern_comb_tile,
+    "race-comb-partial": race_comb_partial,
+    "cover-comb-partial": cover_comb_partial,
     "cover-drop-writer": cover_drop_writer,
     "cover-shrink-tile": cover_shrink_tile,
     "cover-drop-append": cover_drop_append,

@@ -116,10 +116,18 @@ const char *amk_param_name(AmkParamField p);
 char amk_param_type(AmkParamField p); /* 'i' or 'f' */
 int amk_param_from_name(const char *s); /* -1 when not a marshalled field */
 
-/* The fused pattern of a GEMV_TILE task's flags, and its text name ("norm");
- * NULL for an id outside the table. */
+/* The fused pattern of a GEMV_TILE task's flags, its text name ("norm") and
+ * its inputs ("x, W, g"); NULL for an id outside the table. */
 const char *amk_gemv_pattern_name(int64_t pattern);
+const char *amk_gemv_pattern_inputs(int64_t pattern);
 int amk_gemv_pattern_from_name(const char *s);
+
+/* The most inputs a task of `op` may read, given its flags param (0 when it
+ * has none): the op table's max_inputs (-1: variadic), except that a
+ * GEMV_TILE of pattern combine_residual reads its split-KV partials besides
+ * W and r, up to AMK_MAX_INPUTS. Every arity check (verify, validate, the
+ * kernels' dispatch) asks here. */
+int amk_op_max_inputs(AmkOp op, int64_t flags);
 
 const char *amk_page_policy_name(AmkPagePolicy p);
 int amk_page_policy_from_name(const char *s);

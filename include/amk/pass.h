@@ -119,7 +119,7 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
   X("kv-partitions", "tile", AMK_OPTION_INT, 1, 8, NULL,                       \
     "split-KV partitions (1-8) over config.tiling.attention (default: split " \
-    "caches of 1024+ rows)")                                                   \
+    "caches of 1024+ rows, into at most 6)")                                   \
   X("fusion", "fuse", AMK_OPTION_STRING, 0, 0, NULL,                           \
     "all, none or groups like rmsnorm+gemv,gemv+add (over fusion_grouping)")  \
   X("sm-assignment", "sm-assign", AMK_OPTION_ENUM, 0, 0,                       \

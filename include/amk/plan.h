@@ -46,8 +46,9 @@ typedef struct {
   const AmkValue *recipe; /* FUSED: the "recipe" param, else NULL */
   AmkPlanFollow follow;
   /* AMK_PLAN_FOLLOW_PARTITION: partition part_index of part_count (from the
-   * ATTENTION_COMBINE reading the task's output), or part_count 0 when no
-   * combine reads it and the task keeps its compiled kv_start, spanning
+   * ATTENTION_COMBINE or the combine_residual GEMV tiles reading the task's
+   * output), or part_count 0 when no combine reads it and the task keeps its
+   * compiled kv_start, spanning
    * `span` rows (to the next partial of the same cache, the last to the
    * cache's end). */
   int64_t part_index, part_count, span;

@@ -180,7 +180,8 @@
  * [n_off, n_off + N_tile), and names its pattern in flags bits 16-31:
  * flags = (pattern << AMK_PATTERN_SHIFT) | the low flag bits.
  * X(NAME, id, text_name, inputs, what the tile computes); docs/Fusion.md has
- * the exact semantics. */
+ * the exact semantics. A pattern reads as many inputs as GEMV_TILE's row in
+ * AMK_OPS allows, except combine_residual (amk_op_max_inputs). */
 #define AMK_PATTERN_SHIFT 16
 #define AMK_GEMV_PATTERNS(X)                                                   \
   X(PLAIN, 0, "plain", "x, W", "out[cols] = x @ W[cols]^T")                   \
@@ -200,6 +201,9 @@
     "group) over [max_seq, n_kv, head_dim] caches")                            \
   X(ATTENTION_ROPE, 7, "attention_rope", "qkv, inv_freq, kv_cache",           \
     "rotate the group's q heads, then attend over the combined "              \
-    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache")
+    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache")             \
+  X(COMBINE_RESIDUAL, 8, "combine_residual", "p0, W, r, p1..",               \
+    "out[cols] = r[cols] + combine(p0..p{P-1}) @ W[cols]^T; each tile "       \
+    "recombines the P split-KV partials [n_heads, head_dim + 2] itself")
 
 #endif

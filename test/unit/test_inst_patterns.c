@@ -519,6 +519,143 @@ static void test_attention(UnitCounts *c, AmkDType dt, bool rope, bool partial) 
   DROP_ALL(&qkv, &cache, &kc, &vc, &q, &want, &got, &before, &wrong_out);
 }
 
+/* ---- combine_residual ---------------------------------------------------- */
+
+enum { CHD = 8, CNH = 3, CN = 20 };
+#define CK (CNH * CHD)
+#define CPART (CNH * (CHD + 2))
+
+/* A random f32 partial [CNH, CHD + 2]: acc in [-3, 3], m in [-4, 4],
+ * l in [0.5, 2.5]; heads in `empty` (a bit mask) are an empty share
+ * (m = -inf, l = 0), as attention writes one. */
+static T make_partial(uint32_t empty, uint32_t *seed) {
+  T t = mat(AMK_DTYPE_F32, CNH, CHD + 2, 3.0f, seed);
+  float *f = t.v.data;
+  for (int64_t h = 0; h < CNH; h++) {
+    float *m = &f[h * (CHD + 2) + CHD], *l = m + 1;
+    bool is_empty = (empty >> h) & 1;
+    *m = is_empty ? -INFINITY : (float)(next_random(seed) % 801) / 100.0f - 4.0f;
+    *l = is_empty ? 0.0f : 0.5f + (float)(next_random(seed) % 201) / 100.0f;
+  }
+  return t;
+}
+
+static AmkInstParams combine_params(int64_t n_off, int64_t n_tile) {
+  AmkInstParams p = gemv_params(AMK_PATTERN_COMBINE_RESIDUAL, CK, n_off, n_tile);
+  set_int(&p, "head_dim", CHD);
+  set_int(&p, "n_heads", CNH);
+  return p;
+}
+
+/* The fused inputs [p0, W, r, p1..] of `n` partials. */
+static uint32_t combine_inputs(const T *partials, uint32_t n, const T *w, const T *r,
+                               AmkTensorView *in) {
+  in[0] = partials[0].v;
+  in[1] = w->v;
+  in[2] = r->v;
+  for (uint32_t i = 1; i < n; i++)
+    in[2 + i] = partials[i].v;
+  return n + 2;
+}
+
+/* With `n` partials (head 1 of partial 1 an empty share), the tiles give
+ * exactly ATTENTION_COMBINE into an attn vector of dt followed by the
+ * residual tiles over it. One partial is checked against two whose second
+ * is wholly empty (weight 0: the same float results). */
+static void test_combine_residual(UnitCounts *c, AmkDType dt, uint32_t n) {
+  uint32_t seed = 61 + n;
+  char err[256];
+  T partials[AMK_MAX_INPUTS];
+  uint32_t second_empty = n == 1 ? (1u << CNH) - 1 : 2u; /* all heads, or head 1 */
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    partials[i] = make_partial(i == 1 ? second_empty : 0u, &seed);
+  T w = mat(dt, CN, CK, 0.5f, &seed), r = mat(dt, 1, CN, 4.0f, &seed);
+  T attn = mat(dt, 1, CK, 0, &seed), want = mat(dt, 1, CN, 0, &seed);
+  T got = mat(dt, 1, CN, 0, &seed);
+  /* Unfused: the combine into attn (dt), then the residual tiles. */
+  AmkInstParams cp = {0};
+  set_int(&cp, "head_dim", CHD);
+  set_int(&cp, "n_heads", CNH);
+  AmkTensorView cin[AMK_MAX_INPUTS];
+  uint32_t n_unfused = n == 1 ? 2 : n;
+  for (uint32_t i = 0; i < n_unfused; i++)
+    cin[i] = partials[i].v;
+  CHECK(c, exec(AMK_OP_ATTENTION_COMBINE, &cp, cin, n_unfused, &attn, NULL, err,
+                sizeof err) == 0);
+  for (int64_t off = 0; off < CN; off += TILE) {
+    int64_t cols = CN - off < TILE ? CN - off : TILE;
+    AmkInstParams rp = gemv_params(AMK_PATTERN_RESIDUAL, CK, off, cols);
+    AmkTensorView rin[3] = {attn.v, w.v, r.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &rp, rin, 3, &want, NULL, err, sizeof err) == 0);
+  }
+  for (int64_t off = 0; off < CN; off += TILE) {
+    int64_t cols = CN - off < TILE ? CN - off : TILE;
+    AmkInstParams fp = combine_params(off, cols);
+    AmkTensorView fin[AMK_MAX_INPUTS];
+    uint32_t n_in = combine_inputs(partials, n, &w, &r, fin);
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fp, fin, n_in, &got, NULL, err, sizeof err) == 0);
+  }
+  CHECK(c, same(&want, &got));
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    drop(&partials[i]);
+  DROP_ALL(&w, &r, &attn, &want, &got);
+}
+
+/* Bad inputs and params are errors that write nothing. */
+static void test_combine_residual_errors(UnitCounts *c) {
+  uint32_t seed = 71;
+  char err[256];
+  T partials[AMK_MAX_INPUTS];
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    partials[i] = make_partial(0, &seed);
+  T w = mat(AMK_DTYPE_F32, CN, CK, 0.5f, &seed), r = mat(AMK_DTYPE_F32, 1, CN, 4.0f, &seed);
+  T got = mat(AMK_DTYPE_F32, 1, CN, 3.0f, &seed), before = copy_of(&got);
+  AmkInstParams p = combine_params(0, TILE);
+  AmkTensorView in[AMK_MAX_INPUTS + 1];
+  uint32_t n_in = combine_inputs(partials, 2, &w, &r, in);
+  /* Arity: 3 to 8 (the dispatch allows a combine tile 8, other GEMVs 3). */
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 2, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: combine_residual takes 3 to 8 inputs (p0, W, r, p1..), got 2");
+  combine_inputs(partials, AMK_MAX_INPUTS - 1, &w, &r, in);
+  in[AMK_MAX_INPUTS] = partials[0].v;
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, AMK_MAX_INPUTS + 1, &got, NULL, err,
+                sizeof err) == AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: takes 2 to 8 inputs, got 9");
+  AmkInstParams residual = gemv_params(AMK_PATTERN_RESIDUAL, CK, 0, TILE);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &residual, in, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: takes 2 to 3 inputs, got 4");
+  /* K is the combined vector's n_heads x head_dim. */
+  n_in = combine_inputs(partials, 2, &w, &r, in);
+  AmkInstParams bad_k = combine_params(0, TILE);
+  set_int(&bad_k, "K", CK + 1);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &bad_k, in, n_in, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: combine_residual: K = 25 must be n_heads x head_dim = 3 x 8 "
+                    "(both positive)");
+  AmkInstParams no_heads = gemv_params(AMK_PATTERN_COMBINE_RESIDUAL, CK, 0, TILE);
+  set_int(&no_heads, "head_dim", CHD);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &no_heads, in, n_in, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK(c, strstr(err, "n_heads") != NULL);
+  /* A partial of the wrong size, a residual of the wrong size. */
+  AmkTensorView short_partial = part(&partials[1], 0, CPART - 1);
+  in[3] = short_partial;
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, n_in, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK(c, strstr(err, "gemv_tile: combine_residual: attention_combine:") == err);
+  n_in = combine_inputs(partials, 2, &w, &r, in);
+  in[2] = part(&r, 0, CN - 1);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, n_in, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK(c, strstr(err, "add: input 1 has 19 elements but output has 20") != NULL);
+  CHECK(c, same(&before, &got));
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    drop(&partials[i]);
+  DROP_ALL(&w, &r, &got, &before);
+}
+
 static void test_unknown_pattern(UnitCounts *c) {
   char err[256];
   float x[2] = {1, 2}, w[4] = {1, 0, 0, 1}, out[2] = {0};
@@ -549,7 +686,10 @@ int main(void) {
     for (int rope = 0; rope < 2; rope++)
       for (int partial = 0; partial < 2; partial++)
         test_attention(&c, dt, rope, partial);
+    for (uint32_t n = 1; n <= AMK_MAX_INPUTS - 2; n++)
+      test_combine_residual(&c, dt, n);
   }
+  test_combine_residual_errors(&c);
   test_unknown_pattern(&c);
   return unit_finish("test_inst_patterns", &c);
 }

@@ -1,13 +1,14 @@
 /* The lowered plan (amk/plan.h) and the weights loader (amk/weights.h).
  *
- *   test_plan SPLIT.amkir ASSIGNED.amkir CHECKPOINT_DIR
+ *   test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR
  *
  * SPLIT is a one-layer program tiled with two split-KV partitions and no SM
- * assignment; ASSIGNED a compiled program with every task on an SM and a
- * synthetic rope CONST; CHECKPOINT_DIR a folder whose checkpoint fits
- * ASSIGNED. Checks follow modes, partitions, params at a position, IO, waits,
- * queues, rope tables, the conflict error, the already-validated option and
- * both weight sources. */
+ * assignment; FUSED the same layer with three partitions, fused (the combine
+ * folded into the o_proj tiles); ASSIGNED a compiled program with every task
+ * on an SM and a synthetic rope CONST; CHECKPOINT_DIR a folder whose
+ * checkpoint fits ASSIGNED. Checks follow modes, partitions, params at a
+ * position, IO, waits, queues, rope tables, the conflict error, the
+ * already-validated option and both weight sources. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,6 +226,65 @@ static void test_conflict(UnitCounts *c, const char *text) {
   free(joined);
 }
 
+/* Partitions come from the combine_residual tiles when no combine is left:
+ * input 0 is partition 0, input k >= 3 partition k - 2, of n_inputs - 2;
+ * the tiles stream their rows of W. A tile reading the partials in another
+ * order is a conflict. */
+static void test_fused_split(UnitCounts *c, const char *text) {
+  AmkModule *m;
+  AmkDiagEngine *d;
+  AmkPlan *p;
+  if (!parse_and_plan(c, "fused", text, &m, &d, &p))
+    return;
+  const char *labels[3] = {"L0.attention[p0.kv1]", "L0.attention[p1.kv0]",
+                           "L0.attention[p2.kv1]"};
+  for (int64_t part = 0; part < 3; part++) {
+    int32_t t = task_labelled(m, labels[part]);
+    CHECK(c, t >= 0);
+    if (t < 0)
+      continue;
+    CHECK(c, p->tasks[t].follow == AMK_PLAN_FOLLOW_PARTITION);
+    CHECK(c, p->tasks[t].part_index == part && p->tasks[t].part_count == 3);
+    /* At position 4: a window of 5 rows in chunks of 2. */
+    AmkInstParams a = amk_plan_params_at(p, (uint32_t)t, 4);
+    CHECK(c, a.kv_start.i == 2 * part && a.kv_len.i == (part < 2 ? 2 : 1));
+  }
+  int32_t o = task_labelled(m, "L0.o_proj[t1]");
+  CHECK(c, o >= 0);
+  if (o >= 0) {
+    const AmkPlanTask *pt = &p->tasks[o];
+    int64_t row = 4 * (int64_t)pt->params.K.i;
+    CHECK(c, pt->n_inputs == 5 && pt->follow == AMK_PLAN_FOLLOW_NONE);
+    CHECK(c, pt->weight_read.buffer == buffer_named(m, "L0.o_proj.w"));
+    CHECK(c, pt->weight_read.offset == 16 * row && pt->weight_read.nbytes == 16 * row);
+  }
+  amk_plan_free(p);
+  amk_diag_free(d);
+  amk_module_free(m);
+
+  const char *extra =
+      "buffer %L0.swapped : f32[1, 32] activation\n"
+      "counter #L0.swapped \"L0.swapped\"\n"
+      "task 99 gemv_tile(%L0.attn.part0, %L0.o_proj.w, %h0, %L0.attn.part2, %L0.attn.part1) "
+      "-> %L0.swapped wait #h0 >= 1, #L0.attn.partials >= 6 signal #L0.swapped "
+      "{K = 32, N_tile = 32, n_off = 0, flags = 524288, head_dim = 8, n_heads = 4} "
+      "label \"swapped\"\n";
+  size_t n = strlen(text) + strlen(extra) + 1;
+  char *joined = malloc(n);
+  snprintf(joined, n, "%s%s", text, extra);
+  m = parse("fused-conflict", joined);
+  CHECK(c, m != NULL);
+  if (m) {
+    d = plan_refused(c, m);
+    CHECK(c, amk_diag_error_count(d) == 1);
+    CHECK(c, count_errors_containing(d, "buffer 'L0.attn.part2' is partial 1 of 3 here but "
+                                        "partial 2 of 3 of another combine") == 1);
+    amk_diag_free(d);
+  }
+  amk_module_free(m);
+  free(joined);
+}
+
 /* A racy program: refused unless the caller says it validated it. */
 static void test_validation_option(UnitCounts *c, const char *text) {
   char *racy = replace_once(text, "wait #L0.attn.partials >= 4 ", "");
@@ -410,19 +470,22 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
 
 int main(int argc, char **argv) {
   UnitCounts c = {0};
-  if (argc != 4) {
-    fprintf(stderr, "usage: test_plan SPLIT.amkir ASSIGNED.amkir CHECKPOINT_DIR\n");
+  if (argc != 5) {
+    fprintf(stderr, "usage: test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR\n");
     return 2;
   }
-  char *split = read_text(argv[1]), *assigned = read_text(argv[2]);
-  CHECK(&c, split != NULL && assigned != NULL);
-  if (split && assigned) {
+  char *split = read_text(argv[1]), *fused = read_text(argv[2]);
+  char *assigned = read_text(argv[3]);
+  CHECK(&c, split != NULL && fused != NULL && assigned != NULL);
+  if (split && fused && assigned) {
     test_split(&c, split);
     test_conflict(&c, split);
+    test_fused_split(&c, fused);
     test_validation_option(&c, split);
-    test_assigned(&c, assigned, argv[3]);
+    test_assigned(&c, assigned, argv[4]);
   }
   free(split);
+  free(fused);
   free(assigned);
   return unit_finish("test_plan", &c);
 }

@@ -80,6 +80,21 @@ int main(void) {
   CHECK(&c, amk_op_info(AMK_OP_ALLREDUCE_SHARD)->max_inputs == 8);
   CHECK(&c, amk_op_info(AMK_OP_MUL)->min_inputs == 1);
   CHECK(&c, amk_param_type(AMK_PARAM_eps) == 'f' && amk_param_type(AMK_PARAM_n_off) == 'i');
+  /* A GEMV_TILE of pattern combine_residual reads up to 6 partials besides W
+   * and r; every other pattern (and op) keeps the registry's range. */
+  int64_t combine = (int64_t)AMK_PATTERN_COMBINE_RESIDUAL << AMK_PATTERN_SHIFT;
+  CHECK(&c, AMK_PATTERN_COMBINE_RESIDUAL == 8 && AMK_PATTERN_COUNT == 9);
+  CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_COMBINE_RESIDUAL), "combine_residual");
+  CHECK_STR(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COMBINE_RESIDUAL), "p0, W, r, p1..");
+  CHECK(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COUNT) == NULL);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, combine) == AMK_MAX_INPUTS);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, combine | 2) == AMK_MAX_INPUTS);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, 0) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_RESIDUAL
+                                                    << AMK_PATTERN_SHIFT) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, -combine) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMM_TILE, combine) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_FUSED, 0) == -1);
 
   /* Policies. */
   CHECK(&c, amk_page_policy_from_name("graph_color") == AMK_PAGES_GRAPH_COLOR);
