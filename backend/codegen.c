@@ -304,6 +304,55 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
   return true;
 }
 
+/* Pattern combine_residual (docs/Fusion.md): inputs p_0, W, r, p_1 ..
+ * p_{P-1}; every tile recombines the split-KV partials into its input
+ * vector, then computes r[cols] + x @ W[cols]^T. */
+static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
+                             AmkStrBuf *inst) {
+  if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+      !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_head_dim) ||
+      !amk_inst_param_has(p, AMK_PARAM_n_heads))
+    return fail(g, t, "needs params K, N_tile, n_off, head_dim and n_heads");
+  if (t->n_inputs < 3 || t->n_inputs > AMK_MAX_INPUTS || t->n_outputs != 1)
+    return fail(g, t, "combine_residual takes p0, W, r and up to %d more partials",
+                AMK_MAX_INPUTS - 3);
+  BufInfo p0, w, r, o, pi;
+  if (!buf_info(g, t, t->inputs[0], &p0) || !buf_info(g, t, t->inputs[1], &w) ||
+      !buf_info(g, t, t->inputs[2], &r) || !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  int64_t hd = p->head_dim.i, nh = p->n_heads.i, k = p->K.i;
+  if (hd <= 0 || nh <= 0 || k != nh * hd || p0.numel != nh * (hd + 2))
+    return fail(g, t, "partials of %" PRId64 " elements are not [n_heads, head_dim + 2] for "
+                      "K = %" PRId64,
+                p0.numel, k);
+  for (uint32_t i = 3; i < t->n_inputs; i++) {
+    if (!buf_info(g, t, t->inputs[i], &pi))
+      return false;
+    if (pi.numel != p0.numel || pi.dtype != p0.dtype)
+      return fail(g, t, "partials differ in size or dtype");
+  }
+  if (!need_numeric(g, t, &p0, "partial") || !need_numeric(g, t, &o, "output") ||
+      !need_numeric(g, t, &r, "residual"))
+    return false;
+  if (!is_float(w.dtype))
+    return fail(g, t, "weight '%s' is %s; the CUDA GEMV reads f32, f16 or bf16 weights",
+                w.b->name, amk_dtype_text_name(w.dtype));
+  int64_t n_out = o.width, n_off = p->n_off.i, n_tile = p->N_tile.i;
+  if (w.numel % k != 0 || o.numel != n_out || r.numel != o.numel)
+    return fail(g, t, "weight, residual and output do not fit K = %" PRId64 " and %" PRId64
+                      " outputs",
+                k, o.numel);
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > n_out || n_off + n_tile > w.numel / k)
+    return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                      " weight rows or %" PRId64 " output columns",
+                n_off, n_off + n_tile, w.numel / k, n_out);
+  int64_t parts = (int64_t)t->n_inputs - 2;
+  /* xs, then the combine's per-head weights and denominators. */
+  need_smem(g, (size_t)(k + nh * parts + nh + g->nt / 32));
+  EMIT(inst, gemv_combine, p0.dtype, w.dtype, o.dtype, r.dtype, hd, nh, parts, n_out);
+  return true;
+}
+
 static bool head_params(Gen *g, const AmkTask *t, const AmkInstParams *p, int64_t *hd,
                         int64_t *nh, int64_t *nkv) {
   if (!amk_inst_param_has(p, AMK_PARAM_head_dim) || !amk_inst_param_has(p, AMK_PARAM_n_heads) ||
@@ -471,7 +520,7 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
     case AMK_PATTERN_ATTENTION_ROPE:
       return gen_attention(g, t, &p, 2, inst);
     case AMK_PATTERN_COMBINE_RESIDUAL:
-      return fail(g, t, "combine_residual is not supported by the CUDA backend yet");
+      return gen_gemv_combine(g, t, &p, inst);
     case AMK_PATTERN_COUNT:
       break;
     }
@@ -854,9 +903,12 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   /* What the weight ring's loader needs of each variant. */
   amk_sb_puts(&s, "\n__device__ amk_stream_info_t amk_variant_stream(int variant) {\n"
                   "  switch (variant) {\n");
-  for (int k = 0; k < n_keys; k++)
+  for (int k = 0; k < n_keys; k++) {
     if (strncmp(keys[k], "amk_gemv<", 9) == 0)
       amk_sb_printf(&s, "  case %d: return amk_gemv_stream%s();\n", k, keys[k] + 8);
+    else if (strncmp(keys[k], "amk_gemv_combine<", 17) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_gemv_combine_stream%s();\n", k, keys[k] + 16);
+  }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0};\n  }\n}\n");
   amk_sb_puts(&s, "\n__device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, "
                   "float *smem) {\n  switch (A.variant) {\n");

@@ -15,6 +15,7 @@
 #define AMK_DEVICE_TEMPLATES(X)                                                \
   X(nop, "")                                                                   \
   X(gemv, "iiiiiiiiiii")                                                       \
+  X(gemv_combine, "iiiiiiii")                                                  \
   X(attention, "iiiiiiiiii")                                                   \
   X(combine, "iiiii")                                                          \
   X(rope_kv, "iiiiiiii")                                                       \

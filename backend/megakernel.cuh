@@ -1420,6 +1420,45 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
                                     [&](int i, float v) { amk_st<ODT>(out, i, v); });
 }
 
+// GEMV pattern combine_residual: the o_proj tile with the split-KV combine
+// folded in. Inputs p_0, W, r, p_1 .. p_{NP-1}: every tile combines all NP
+// partials into its input vector (rounded to the output dtype, as the
+// unfused attn buffer held it), then out[cols] = r[cols] + x @ W[cols]^T.
+// One task and one dependency hop fewer per layer than a combine task.
+template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT>
+__device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  constexpr int K = NH * HD;
+  const void *parts[NP];
+  parts[0] = amk_in(A, 0);
+#pragma unroll
+  for (int p = 1; p < NP; p++)
+    parts[p] = amk_in(A, p + 2);
+  const void *W = amk_in(A, 1);
+  const void *res = amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  float *xs = smem; // K, then the combine's scratch
+  amk_combine_into<PDT, HD, NH, NP>(parts, smem + K,
+                                    [&](int i, float v) { xs[i] = amk_round<ODT>(v); });
+  __syncthreads();
+  amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0>(W, res, out, xs, n_off,
+                                                                       n_tile, 0, 1);
+}
+// The weight stream's view of a combine_residual variant.
+template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT>
+__device__ amk_stream_info_t amk_gemv_combine_stream() {
+  if constexpr (AMK_STREAM_MODE == 2) // its rows are read from global memory, never the ring
+    return amk_stream_info_t{0, 0, 0};
+  else
+    return amk_gemv_stream<AMK_ABI_PATTERN_RESIDUAL, PDT, WDT, ODT, ADT, NH * HD, NOUT, 1, 1, 0,
+                           0>();
+}
+
 // rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position
 // (rounded to the qkv dtype) and v into row pos of [ROWS, 2, NKV * HD], or
 // with PH of KV head n_off's per-head cache [ROWS, 2, HD] (N_tile <= 1).
