@@ -1370,11 +1370,58 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 // m and l loaded at once), then every element sums its partials with all
 // loads in flight: the same operations in the same order as one pass per
 // element, without its chains of dependent loads.
+// Two consecutive elements i, i + 1 of a partial (i even; 8-byte aligned
+// for f32, 4-byte for 16-bit types).
+template <int DT> __device__ __forceinline__ float2 amk_ld_pair(const void *p, long long i) {
+  if constexpr (DT == AMK_ABI_DTYPE_F32) {
+    return __ldcg((const float2 *)p + i / 2);
+  } else {
+    unsigned int w = __ldcg((const unsigned int *)p + i / 2);
+    if constexpr (DT == AMK_ABI_DTYPE_BF16)
+      return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    else
+      return make_float2(amk_h2f((unsigned short)(w & 0xffffu)), amk_h2f((unsigned short)(w >> 16)));
+  }
+}
+
+// The combine of NP split-KV partials [NH, HD + 2] (acc | m | l per head):
+// value i of [NH * HD] goes to store(i, v), with the operations and order
+// of instructions/attention.c. The per-head weights come first (one thread
+// per head, every partial's m and l loaded at once); with pairs of values
+// (even HD, aligned partials) each thread's first loads are issued before
+// them, so a tile waits about one round trip for the whole combine (the
+// element loop waited one per few elements: an 8B o_proj tile took 5 us
+// longer with it).
 template <int PDT, int HD, int NH, int NP, class Store>
 __device__ __forceinline__ void amk_combine_into(const void *const *parts, float *scratch,
                                                  Store store) {
   float *weight = scratch;           // [NH][NP]
   float *denom = scratch + NH * NP;  // [NH]
+  constexpr int ESZ = PDT == AMK_ABI_DTYPE_F32 ? 4 : 2;
+  constexpr bool PAIRS = HD % 2 == 0 && (PDT == AMK_ABI_DTYPE_F32 || PDT == AMK_ABI_DTYPE_BF16 ||
+                                         PDT == AMK_ABI_DTYPE_F16);
+  constexpr int NPAIR = NH * HD / 2, R = 4; // pairs per thread per round
+  constexpr int ROUNDS = (NPAIR + AMK_NT * R - 1) / (AMK_NT * R);
+  bool pairs = PAIRS;
+#pragma unroll
+  for (int p = 0; p < NP; p++)
+    pairs = pairs && ((unsigned long long)parts[p] & (2 * ESZ - 1)) == 0;
+  float2 v[R][NP];
+  // A round's loads: pair q = tid + (round * R + j) * AMK_NT, elements 2q, 2q + 1.
+  auto load_round = [&](int round) {
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+      int q = threadIdx.x + (round * R + j) * AMK_NT;
+      if (q < NPAIR) {
+        int e = 2 * q, h = e / HD, d = e - h * HD;
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+          v[j][p] = amk_ld_pair<PDT>(parts[p], (long long)h * (HD + 2) + d);
+      }
+    }
+  };
+  if (pairs)
+    load_round(0);
   for (int h = threadIdx.x; h < NH; h += AMK_NT) {
     long long base = (long long)h * (HD + 2);
     float mp[NP], lp[NP];
@@ -1397,6 +1444,28 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, float
     denom[h] = d < 1e-20f ? 1e-20f : d;
   }
   __syncthreads();
+  if (pairs) {
+    for (int round = 0; round < ROUNDS; round++) {
+      if (round > 0)
+        load_round(round);
+#pragma unroll
+      for (int j = 0; j < R; j++) {
+        int q = threadIdx.x + (round * R + j) * AMK_NT;
+        if (q < NPAIR) {
+          int e = 2 * q, h = e / HD;
+          float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+          for (int p = 0; p < NP; p++) {
+            a0 += v[j][p].x * weight[h * NP + p];
+            a1 += v[j][p].y * weight[h * NP + p];
+          }
+          store(e, a0 / denom[h]);
+          store(e + 1, a1 / denom[h]);
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll 4
   for (int i = threadIdx.x; i < NH * HD; i += AMK_NT) {
     int h = i / HD, d = i - h * HD;
