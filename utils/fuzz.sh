@@ -8,10 +8,11 @@
 #
 # Inputs that found new coverage go to BUILD/fuzz-corpus/TARGET (kept across
 # runs); the seeds, fuzz/corpus/TARGET and test/fuzz/Inputs/TARGET, are only
-# read. A crash, leak, UBSan report,
-# timeout (AMK_FUZZ_TIMEOUT, 10 s an input) or a broken property fails the
-# run: the reproducer is saved under BUILD/fuzz-artifacts/TARGET/ and the
-# commands that replay it are printed. BUILD is AMK_FUZZ_BUILD (build-fuzz).
+# read. A crash, leak, UBSan report, timeout (AMK_FUZZ_TIMEOUT, 10 s an
+# input) or a broken property fails the run: the reproducer is saved under
+# BUILD/fuzz-artifacts/TARGET/ and the commands that replay it are printed.
+# BUILD is AMK_FUZZ_BUILD (build-fuzz/); the compiler AMK_FUZZ_CC, else
+# clang-14, else clang.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${AMK_FUZZ_BUILD:-$root/build-fuzz}"
@@ -79,7 +80,7 @@ for t in "${targets[@]}"; do
     if [ -n "$reproducer" ]; then
       echo "fuzz.sh: reproducer: $reproducer"
       echo "fuzz.sh: replay it:  $build/bin/fuzz_$t $reproducer"
-      echo "fuzz.sh:   or, with gcc's ASan tree: build-asan/bin/fuzz_$t $reproducer"
+      echo "fuzz.sh:   or in the gcc ASan tree: $root/build-asan/bin/fuzz_$t $reproducer"
     fi
   fi
 done
