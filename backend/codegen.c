@@ -131,7 +131,15 @@ static void emit_call(AmkStrBuf *inst, DeviceTemplate tpl, const int64_t *args, 
   amk_sb_putc(inst, '>');
 }
 
-#define EMIT_NARGS(...) (sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
+/* The number of arguments (1 to 16), counted by the preprocessor: counting
+ * the elements of a compound literal would do, but clang does not take one
+ * with run-time values as a constant expression. */
+#define EMIT_NARGS(...)                                                        \
+  EMIT_NARGS_PICK(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,   \
+                  3, 2, 1, 0)
+#define EMIT_NARGS_PICK(a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, \
+                        a14, a15, a16, n, ...)                                  \
+  n
 /* EMIT(inst, name, args...): a call of amk_<name> with these template
  * arguments; a count that differs from the list's does not compile. */
 #define EMIT(inst, name, ...)                                                  \

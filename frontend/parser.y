@@ -115,7 +115,7 @@ model_decl:
 
 meta_decl:
     KW_META { p->context = "meta"; } value
-      { amk_text_set_meta(p, $3, at(@1)); }
+      { amk_text_set_meta(p, $3, at(@1), at(@3)); }
   ;
 
 /* ---- target ---------------------------------------------------------- */

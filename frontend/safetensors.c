@@ -21,8 +21,9 @@
 
 typedef struct {
   char *path;
-  const unsigned char *map; /* NULL for an empty mapping */
+  const unsigned char *map; /* NULL for an empty file */
   size_t size;
+  bool mapped; /* `map` is our mapping (else the caller's memory) */
 } MappedFile;
 
 struct AmkSafetensors {
@@ -95,6 +96,7 @@ static bool map_file(const char *path, MappedFile *mf, AmkDiagEngine *diag) {
   mf->path = amk_xstrdup(path);
   mf->map = NULL;
   mf->size = 0;
+  mf->mapped = false;
   struct stat sb;
   int fd = amk_open_regular_file(path, &sb, diag);
   if (fd < 0)
@@ -109,13 +111,14 @@ static bool map_file(const char *path, MappedFile *mf, AmkDiagEngine *diag) {
       return false;
     }
     mf->map = p;
+    mf->mapped = true;
   }
   close(fd);
   return true;
 }
 
 static void unmap_file(MappedFile *mf) {
-  if (mf->map)
+  if (mf->mapped)
     munmap((void *)mf->map, mf->size);
   free(mf->path);
 }
@@ -505,6 +508,19 @@ AmkSafetensors *amk_safetensors_open(const char *path, AmkDiagEngine *diag) {
     ok = ok && finish(st, diag);
   }
   if (!ok) {
+    amk_safetensors_close(st);
+    return NULL;
+  }
+  return st;
+}
+
+AmkSafetensors *amk_safetensors_open_memory(const char *name, const void *data,
+                                            size_t size, AmkDiagEngine *diag) {
+  AmkSafetensors *st = amk_xcalloc(1, sizeof *st);
+  st->files = amk_xmalloc(sizeof *st->files);
+  st->n_files = 1;
+  st->files[0] = (MappedFile){amk_xstrdup(name), size ? data : NULL, size, false};
+  if (!read_header(st, &st->files[0], diag) || !finish(st, diag)) {
     amk_safetensors_close(st);
     return NULL;
   }

@@ -159,7 +159,9 @@ const char *amk_text_dup(AmkTextParser *p, AmkTextSlice s);
 void amk_text_set_versions(AmkTextParser *p, const char *ir, AmkLoc ir_loc,
                            const char *abi, AmkLoc abi_loc);
 void amk_text_set_model(AmkTextParser *p, const char *dir, AmkLoc at);
-void amk_text_set_meta(AmkTextParser *p, AmkValue meta, AmkLoc at);
+/* `at`: the keyword; `value_at`: the value, which must be an object. */
+void amk_text_set_meta(AmkTextParser *p, AmkValue meta, AmkLoc at,
+                       AmkLoc value_at);
 
 void amk_text_begin_target(AmkTextParser *p, const char *name, AmkLoc at);
 void amk_text_target_field(AmkTextParser *p, const char *key, AmkLoc key_loc,

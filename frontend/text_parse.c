@@ -184,9 +184,17 @@ void amk_text_set_model(AmkTextParser *p, const char *dir, AmkLoc at) {
     p->module->model_dir = dir;
 }
 
-void amk_text_set_meta(AmkTextParser *p, AmkValue meta, AmkLoc at) {
-  if (once(p, &p->seen_meta, at, "meta"))
-    p->module->meta = meta;
+void amk_text_set_meta(AmkTextParser *p, AmkValue meta, AmkLoc at,
+                       AmkLoc value_at) {
+  if (!once(p, &p->seen_meta, at, "meta"))
+    return;
+  /* The reference's meta is a dict, and the JSON reader refuses anything
+   * else: accepting it here would write JSON that cannot be read back. */
+  if (meta.kind != AMK_VALUE_OBJECT) {
+    amk_text_error(p, value_at, "meta must be an object ({key = value, ...})");
+    return;
+  }
+  p->module->meta = meta;
 }
 
 /* ---- target ---------------------------------------------------------------- */
@@ -684,7 +692,9 @@ static int compare_members_by_key(const void *a, const void *b) {
 AmkValue amk_text_make_object(AmkTextParser *p, size_t mark) {
   AmkValue object = {.kind = AMK_VALUE_OBJECT};
   object.count = (uint32_t)(p->members.len - mark);
-  AmkTextMember *members = &AMK_VEC_AT(&p->members, AmkTextMember, mark);
+  /* No members may mean no storage yet: NULL plus an offset is undefined. */
+  AmkTextMember *members =
+      object.count ? &AMK_VEC_AT(&p->members, AmkTextMember, mark) : NULL;
   if (object.count > 1) {
     /* duplicate keys: sort pointers (n log n; meta objects can be large) */
     const AmkTextMember **sorted =

@@ -268,6 +268,27 @@ static bool read_rope(const char *path, const cJSON *root, AmkRopeSpec *rope,
   return true;
 }
 
+/* Each field of llama3 scaling can be valid while together they are not: a
+ * factor near zero divides the low frequencies into infinities, and every
+ * logit would then be NaN. */
+static bool rope_frequencies_finite(const char *path, const AmkRopeSpec *rope,
+                                    AmkDiagEngine *diag) {
+  int half = rope->head_dim / 2;
+  double *inv_freq = amk_xmalloc((size_t)half * sizeof *inv_freq);
+  amk_rope_inv_freq(rope, inv_freq, half);
+  /* Default frequencies (theta > 1, finite) are always positive and finite. */
+  int bad = -1;
+  for (int i = 0; i < half && bad < 0; i++)
+    if (!(inv_freq[i] > 0) || !isfinite(inv_freq[i]))
+      bad = i;
+  if (bad >= 0)
+    amk_error(diag, no_loc(), "%s: llama3 rope scaling makes rotary "
+              "frequency %d of %d %g; its factor %g is too small", path, bad,
+              half, inv_freq[bad], rope->factor);
+  free(inv_freq);
+  return bad < 0;
+}
+
 static void read_dtype(const cJSON *root, AmkModelConfig *out) {
   const cJSON *d = member(root, "dtype");
   if (!cJSON_IsString(d))
@@ -365,6 +386,8 @@ bool amk_model_config_parse(const char *path, const char *text, size_t len,
   }
   ok = ok && read_rope(path, root, &out->rope, diag);
   out->rope.head_dim = (int)out->head_dim;
+  ok = ok && (out->rope.kind != AMK_ROPE_LLAMA3 ||
+              rope_frequencies_finite(path, &out->rope, diag));
   if (ok)
     read_dtype(root, out);
   cJSON_Delete(root);

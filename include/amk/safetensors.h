@@ -72,6 +72,12 @@ typedef struct AmkSafetensors AmkSafetensors;
  * when present, else `model.safetensors`). Returns NULL after reporting
  * through `diag` on any error. */
 AmkSafetensors *amk_safetensors_open(const char *path, AmkDiagEngine *diag);
+/* One safetensors file already in memory: `size` bytes at `data`, checked as
+ * a file of that content would be. `name` stands for the file in errors and
+ * in each tensor's `file`. The tensors point into `data`, which must outlive
+ * the result. */
+AmkSafetensors *amk_safetensors_open_memory(const char *name, const void *data,
+                                            size_t size, AmkDiagEngine *diag);
 void amk_safetensors_close(AmkSafetensors *st);
 
 /* Tensors sorted by name. */

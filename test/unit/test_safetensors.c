@@ -226,6 +226,44 @@ static void test_no_tensors(UnitCounts *c, const Scratch *s) {
   remove(path);
 }
 
+/* A file in memory reads as the same file on disk: tensors point into the
+ * caller's bytes and name the given name; errors name it too. */
+static void test_memory(UnitCounts *c) {
+  const char *header =
+      "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
+  size_t header_len = strlen(header);
+  unsigned char bytes[8 + 128 + 24];
+  for (int i = 0; i < 8; i++)
+    bytes[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
+  memcpy(bytes + 8, header, header_len);
+  memcpy(bytes + 8 + header_len, six, 24);
+  size_t size = 8 + header_len + 24;
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  AmkSafetensors *st = amk_safetensors_open_memory("mem.safetensors", bytes,
+                                                   size, d);
+  CHECK(c, st != NULL);
+  if (st) {
+    CHECK(c, amk_safetensors_count(st) == 1);
+    CHECK(c, amk_safetensors_file_count(st) == 1);
+    const AmkStTensor *w = amk_safetensors_find(st, "w");
+    CHECK(c, w && w->data == bytes + 8 + header_len && w->nbytes == 24);
+    CHECK(c, w && strcmp(w->file, "mem.safetensors") == 0);
+  }
+  amk_safetensors_close(st);
+  /* Cut short: the reader's own message, naming the given name. */
+  st = amk_safetensors_open_memory("mem.safetensors", bytes, size - 1, d);
+  CHECK(c, st == NULL);
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "mem.safetensors: tensor 'w': data_offsets [0, 24] point "
+                      "past the end of the data (23 bytes)"));
+  /* Nothing at all: too short for the length, and no NULL dereferenced. */
+  st = amk_safetensors_open_memory("none", NULL, 0, d);
+  CHECK(c, st == NULL && amk_diag_error_count(d) == 2);
+  amk_diag_free(d);
+}
+
 static void test_corruptions(UnitCounts *c, const Scratch *s) {
   char path[160];
   snprintf(path, sizeof path, "%s/bad.safetensors", s->dir);
@@ -338,6 +376,7 @@ int main(void) {
   test_index(&c, &s);
   test_no_tensors(&c, &s);
   test_corruptions(&c, &s);
+  test_memory(&c);
   rmdir(s.dir);
   return unit_finish("test_safetensors", &c);
 }
