@@ -305,3 +305,20 @@ bool amk_json_check_strict(const char *label, const char *text, size_t len,
   }
   return ok;
 }
+
+struct cJSON *amk_json_parse_strict(const char *path, const char *text, size_t len,
+                                    AmkDiagEngine *diag) {
+  const char *parse_end = NULL;
+  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &parse_end, false);
+  if (!root) {
+    amk_error(diag, no_loc(), "%s: not valid JSON (near byte %zu)", path,
+              parse_end ? (size_t)(parse_end - text) : (size_t)0);
+    return NULL;
+  }
+  if (!amk_json_check_strict(path, text, len, parse_end, root, AMK_JSON_TRAILING_WHITESPACE,
+                             diag)) {
+    cJSON_Delete(root);
+    return NULL;
+  }
+  return root;
+}

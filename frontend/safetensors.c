@@ -412,22 +412,16 @@ static bool open_index(AmkSafetensors *st, const char *index_path,
   char *text = amk_read_regular_file(index_path, &len, diag);
   if (!text)
     return false;
-  const char *parse_end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &parse_end, false);
+  cJSON *root = amk_json_parse_strict(index_path, text, len, diag);
   if (!root) {
-    amk_error(diag, no_loc(), "%s: not valid JSON (near byte %zu)", index_path,
-              parse_end ? (size_t)(parse_end - text) : (size_t)0);
     free(text);
     return false;
   }
-  bool ok = amk_json_check_strict(index_path, text, len, parse_end, root,
-                                  AMK_JSON_TRAILING_WHITESPACE, diag);
   const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-  if (ok && !cJSON_IsObject(map)) {
+  bool ok = cJSON_IsObject(map);
+  if (!ok)
     amk_error(diag, no_loc(), "%s: missing or non-object 'weight_map'",
               index_path);
-    ok = false;
-  }
   /* The folder the shard names are relative to. */
   char *dir = amk_xstrdup(index_path);
   char *slash = strrchr(dir, '/');

@@ -312,20 +312,11 @@ static void read_dtype(const cJSON *root, AmkModelConfig *out) {
 bool amk_model_config_parse(const char *path, const char *text, size_t len,
                             AmkModelConfig *out, AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
-  const char *parse_end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(text, len, &parse_end, false);
-  if (!root) {
-    amk_error(diag, no_loc(), "%s: not valid JSON (near byte %zu)", path,
-              parse_end ? (size_t)(parse_end - text) : (size_t)0);
-    return false;
-  }
   /* Read as Python's json would, or refuse: no duplicate keys, nothing after
    * the value, no U+0000 in strings. */
-  if (!amk_json_check_strict(path, text, len, parse_end, root,
-                             AMK_JSON_TRAILING_WHITESPACE, diag)) {
-    cJSON_Delete(root);
+  cJSON *root = amk_json_parse_strict(path, text, len, diag);
+  if (!root)
     return false;
-  }
   bool ok = cJSON_IsObject(root);
   if (!ok)
     amk_error(diag, no_loc(), "%s: the top level must be a JSON object", path);

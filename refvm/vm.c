@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/host.h"
 #include "amk/instructions.h"
 #include "amk/numerics.h"
 #include "amk/vm.h"
@@ -34,6 +35,7 @@ struct AmkVm {
   uint32_t *unsatisfied, *queue;
   int threads; /* workers firing ready tasks in a step (1: in order, here) */
   float *logits;
+  char description[128]; /* the engine's describe line */
 };
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
@@ -132,11 +134,25 @@ AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads
   vm->m = plan->m;
   if (threads <= 0) {
     /* $AMK_VM_THREADS, else one per online CPU (at most VM_MAX_THREADS). */
-    const char *threads_env = getenv("AMK_VM_THREADS");
-    long wanted = threads_env ? atol(threads_env) : sysconf(_SC_NPROCESSORS_ONLN);
+    int64_t wanted = 0;
+    bool given = false;
+    if (!amk_env_positive_int("AMK_VM_THREADS", "threads", &wanted, &given, diag)) {
+      amk_vm_free(vm);
+      return NULL;
+    }
+    if (!given)
+      wanted = sysconf(_SC_NPROCESSORS_ONLN);
     threads = wanted < 1 ? 1 : wanted > VM_MAX_THREADS ? VM_MAX_THREADS : (int)wanted;
   }
   vm->threads = threads > VM_MAX_THREADS ? VM_MAX_THREADS : threads;
+  if (vm->threads > 1 && plan->n_tasks < PARALLEL_MIN_TASKS)
+    snprintf(vm->description, sizeof vm->description,
+             "CPU reference VM, %d worker threads (this program's %" PRIu32
+             " tasks fire in order: threads start at %d tasks)",
+             vm->threads, plan->n_tasks, PARALLEL_MIN_TASKS);
+  else
+    snprintf(vm->description, sizeof vm->description, "CPU reference VM, %d worker thread%s",
+             vm->threads, vm->threads == 1 ? "" : "s");
   if (!allocate_buffers(vm, weights, diag)) {
     amk_vm_free(vm);
     return NULL;
@@ -351,6 +367,10 @@ static void *engine_create(const AmkPlan *plan, const AmkWeights *weights,
 
 static void engine_destroy(void *self) { amk_vm_free(self); }
 
+static const char *engine_describe(const void *self) {
+  return ((const AmkVm *)self)->description;
+}
+
 static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *kernel_ms,
                                  AmkDiagEngine *diag) {
   return amk_vm_step(self, token, pos, diag) ? AMK_STEP_OK : AMK_STEP_ERROR;
@@ -371,6 +391,7 @@ const AmkEngineOps *amk_vm_engine(void) {
       .step = engine_step,
       .logits = engine_logits,
       .reset = engine_reset,
+      .describe = engine_describe,
   };
   return &ops;
 }

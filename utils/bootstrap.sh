@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The first command on a fresh Debian machine: installs what is missing,
-# builds build/, and runs the main job: decoding with the bundled example
-# model (examples/llama-tiny, a 2-layer Llama checkpoint) on the GPU when
-# there is one, else on the CPU reference VM.
+# builds build/, and runs the main job: decoding with the bundled trained
+# example (examples/tiny-code, a 4-layer Llama trained on code) on the GPU
+# when there is one, else on the CPU reference VM. The prompt is the ids of
+# "def main():\n    " (its golden prompt) and the output is token ids.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 utils/install-deps.sh
 echo "== building build/"
 utils/build.sh "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo
-echo "== amk-run examples/llama-tiny --prompt-ids 1,17,42,99,3 -n 16"
-build/bin/amk-run examples/llama-tiny --device auto --prompt-ids 1,17,42,99,3 -n 16
+echo "== amk-run -m examples/tiny-code --prompt-ids 0,492,601,263,859,259 -n 48"
+build/bin/amk-run -m examples/tiny-code --device auto --prompt-ids 0,492,601,263,859,259 -n 48

@@ -148,7 +148,7 @@ done
 echo "== 4. Llama-3.2-1B shape, bf16, random weights, 256 tokens"
 L1B=$ROOT/examples/configs/llama-3.2-1b
 s=$(STEP_TIMEOUT=400 run_logged l1b-check "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
-  --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1)
+  --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1 --ignore-eos)
 row "$s" "1B bf16: 256 tokens, --check (first $CHECK_1B steps vs the VM)" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|kernel time\|error' "$LOG/l1b-check.log" | tr '\n' ' ' | cut -c1-170)"
 
 echo "== 4b. watchdog: a launch that cannot finish ends as TIMEOUT (exit 3)"

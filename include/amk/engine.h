@@ -24,7 +24,8 @@
 struct AmkTrace;
 
 typedef struct {
-  /* CPU: worker threads (0: $AMK_VM_THREADS, else one per online CPU). */
+  /* CPU: worker threads (0: $AMK_VM_THREADS, else one per online CPU; at
+   * most 16; amk-run -t). */
   int threads;
   /* CUDA: the host watchdog per launch in ms (0: $AMK_CUDA_TIMEOUT_MS, else
    * 10000), threads per block (0: the program's), the NVRTC cubin cache,

@@ -18,4 +18,10 @@
  * when the memory cannot be found out. */
 bool amk_host_memory_bytes(int64_t *out, bool *from_env, AmkDiagEngine *diag);
 
+/* The environment variable `name` as a positive decimal integer (digits
+ * only). *given tells whether it is set; when set to anything else, false
+ * after reporting "NAME must be a positive number of UNIT, not 'TEXT'". */
+bool amk_env_positive_int(const char *name, const char *unit, int64_t *out, bool *given,
+                          AmkDiagEngine *diag);
+
 #endif

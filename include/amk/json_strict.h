@@ -39,4 +39,11 @@ bool amk_json_check_strict(const char *label, const char *text, size_t len,
                            const char *value_end, const struct cJSON *root,
                            AmkJsonTrailing trailing, AmkDiagEngine *diag);
 
+/* Parses a whole JSON file's `text` (`len` bytes) as Python's json.loads
+ * would read it (amk_json_check_strict, white space after the value). The
+ * tree for cJSON_Delete, or NULL after reporting "PATH: not valid JSON (near
+ * byte N)" or what the strict check found. */
+struct cJSON *amk_json_parse_strict(const char *path, const char *text, size_t len,
+                                    AmkDiagEngine *diag);
+
 #endif

@@ -23,9 +23,10 @@ typedef struct AmkVm AmkVm;
 
 /* Allocates activations (sharing memory as the page table says), KV caches
  * and IO buffers, and reads WEIGHT and CONST buffers in place from
- * `weights`. threads: workers firing ready tasks (0: $AMK_VM_THREADS, else
- * one per online CPU, at most 16). plan and weights must outlive the VM.
- * NULL after reporting on error. */
+ * `weights`. threads: workers firing ready tasks in programs of 256 tasks or
+ * more (0: $AMK_VM_THREADS, a positive number, else one per online CPU; at
+ * most 16). plan and weights must outlive the VM. NULL after reporting on
+ * error, a bad $AMK_VM_THREADS included. */
 AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
                      AmkDiagEngine *diag);
 void amk_vm_free(AmkVm *vm);

@@ -432,12 +432,23 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
   /* Two CPU engines over one plan and one set of weights (what --check
    * does with the GPU) agree; the optional hooks the VM lacks say so. */
   w = amk_weights_random(p, 7, d);
-  AmkEngine *e1 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
-  AmkEngine *e2 = amk_engine_create(amk_vm_engine(), p, w, NULL, d);
+  AmkEngineOptions one_thread = amk_engine_options_default(), three = one_thread;
+  one_thread.threads = 1;
+  three.threads = 3;
+  AmkEngine *e1 = amk_engine_create(amk_vm_engine(), p, w, &one_thread, d);
+  AmkEngine *e2 = amk_engine_create(amk_vm_engine(), p, w, &three, d);
   CHECK(c, e1 && e2);
   if (e1 && e2) {
     CHECK_STR(c, amk_engine_name(e1), "cpu");
-    CHECK_STR(c, amk_engine_describe(e1), "cpu");
+    /* The describe line gives the worker threads, and says when the
+     * program is too small for them. */
+    CHECK_STR(c, amk_engine_describe(e1), "CPU reference VM, 1 worker thread");
+    char want[128];
+    snprintf(want, sizeof want,
+             "CPU reference VM, 3 worker threads (this program's %u tasks fire in order: "
+             "threads start at 256 tasks)",
+             (unsigned)p->n_tasks);
+    CHECK_STR(c, amk_engine_describe(e2), want);
     CHECK(c, amk_engine_max_seq(e1) == 128 && amk_engine_vocab(e1) == 256);
     CHECK(c, !amk_engine_measures_kernel_time(e1));
     CHECK(c, amk_engine_measure_read_bw(e1, 0, 3, d) <= 0);

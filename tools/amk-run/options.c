@@ -1,0 +1,423 @@
+/* amk-run's command line: llama.cpp's everyday flags (-m, -n, -c, -s, -t,
+ * -p, -f, --temp, --top-k, --top-p, --ignore-eos) beside amk-run's own. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/pass.h"
+#include "amk/pipeline.h"
+#include "amk/strutil.h"
+#include "run.h"
+
+static void usage(FILE *out) {
+  fputs("USAGE: amk-run [options] [-m] TARGET\n\n"
+        "  TARGET is a HuggingFace model folder (compiled with the default pipeline\n"
+        "  " AMK_DEFAULT_PIPELINE ") or a compiled .amkir or .json program.\n\n"
+        "MODEL:\n"
+        "  -m, --model PATH         the model folder or compiled program (the same as\n"
+        "                           giving PATH alone)\n"
+        "  -c, --ctx-size N         KV cache length when compiling a model folder (also\n"
+        "                           --max-seq; default: max_position_embeddings, at most\n"
+        "                           4096)\n"
+        "  --dtype f32|bf16|f16     program dtype when compiling a model folder (default:\n"
+        "                           the checkpoint's)\n"
+        "  --target NAME            GPU target record when compiling (default h200)\n"
+        "  --passes a,b,c           the pipeline for a model folder (default\n"
+        "                           " AMK_DEFAULT_PIPELINE ")\n"
+        "  --save-program FILE      write the program compiled from a model folder to\n"
+        "                           FILE (.amkir text) before decoding\n"
+        "  --weights DIR            the checkpoint folder for a compiled program\n"
+        "  --random-weights SEED    seeded random weights at the program's shapes\n\n"
+        "PROMPT AND OUTPUT:\n"
+        "  --prompt-ids 1,2,3       the prompt as token ids (default: the model's\n"
+        "                           bos_token_id, else 1)\n"
+        "  -p, --prompt TEXT        the prompt as text (see TEXT below)\n"
+        "  -f, --file FILE          the prompt as the text of FILE ('-': standard input)\n"
+        "  --tokenizer PATH         the tokenizer: a tokenizer.json, or a folder holding\n"
+        "                           one (default: the model folder's)\n"
+        "  -n, --n-predict N        new tokens to generate (default 16; -1: until an\n"
+        "                           end-of-sequence token or the KV cache is full)\n"
+        "  --ignore-eos             go on past end-of-sequence tokens (eos_token_id of\n"
+        "                           generation_config.json, else of config.json)\n"
+        "  --json                   print one JSON object on stdout: prompt, generated,\n"
+        "                           stop (eos or length), seed, device, timing (with\n"
+        "                           --bench: the bench results)\n"
+        "  --dump-logits FILE       write the logits after every fed token as JSON\n"
+        "                           [[...], ...] (row i after feeding token i)\n\n"
+        "SAMPLING:\n"
+        "  --temp T                 sampling temperature (default 0: greedy)\n"
+        "  --top-k K                sample among the K most likely tokens (default: all)\n"
+        "  --top-p P                sample within the top-P probability mass (default 1)\n"
+        "  -s, --seed S             sampling seed (default 0; -1: a random seed, printed\n"
+        "                           on stderr)\n\n"
+        "RUNNING:\n"
+        "  --device cpu|cuda|auto   where to decode (default auto: the GPU when there is\n"
+        "                           one, else the CPU reference VM)\n"
+        "  -t, --threads N          the CPU reference VM's worker threads, used by\n"
+        "                           programs of 256 tasks or more (default:\n"
+        "                           $AMK_VM_THREADS, else one per CPU; at most 16)\n"
+        "  --check                  with the GPU: run the CPU reference VM beside it and\n"
+        "                           fail on the first step whose logits differ (f32: by\n"
+        "                           more than 1e-4 of the logit scale; bf16/f16: a\n"
+        "                           different greedy token)\n"
+        "  --check-steps N          compare only the first N steps (the VM is slow at\n"
+        "                           real shapes; the GPU decodes the rest alone)\n"
+        "  --bench                  time the GPU megakernel: warm-up, then per-token\n"
+        "                           kernel time (CUDA events) over --bench-steps steps at\n"
+        "                           each --bench-pos position, achieved GB/s against the\n"
+        "                           card's read bandwidth measured in the same run\n"
+        "  --bench-pos P,Q          positions to time (default 0)\n"
+        "  --bench-steps N          timed steps per position (default 128)\n"
+        "  --bench-warmup N         untimed steps first (default 10)\n"
+        "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
+        "                           exceeds it is aborted and reported as TIMEOUT (exit 3)\n"
+        "  --trace FILE             GPU: stamp every task of every launch; write the\n"
+        "                           last launch as a Chrome trace (ui.perfetto.dev) to\n"
+        "                           FILE and print where its time went (with --bench:\n"
+        "                           one extra traced launch per position after the\n"
+        "                           untraced timed ones; FILE holds the last position's)\n"
+        "  -v, --verbose            print GPU, engine, model-folder and compile facts\n"
+        "  -h, --help               show this help\n\n"
+        "TEXT:\n"
+        "  Text prompts (-p, -f) need a tokenizer (tokenizer.json); this amk-run reads\n"
+        "  none yet and refuses them: give the prompt as --prompt-ids. Generated tokens\n"
+        "  are printed as ids. An end-of-sequence token ends decoding and is not\n"
+        "  printed. Chat mode (-cnv, --chat-template NAME) is refused for the same\n"
+        "  reason.\n\n"
+        "Token ids go to stdout as they are produced; notes and the timing report\n"
+        "(load, prompt eval and eval time per token, total) to stderr.\n",
+        out);
+}
+
+static bool parse_int64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end)
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v))
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Comma-separated token ids: digits only, no empty element. */
+static bool parse_prompt_ids(const char *s, RunOptions *o) {
+  size_t cap = 8;
+  free(o->prompt_ids);
+  o->prompt_ids = amk_xmalloc(cap * sizeof *o->prompt_ids);
+  o->n_prompt_ids = 0;
+  const char *p = s;
+  while (*p) {
+    /* Digits only: strtol would also take leading spaces and signs. */
+    if (*p < '0' || *p > '9')
+      return false;
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno || end == p || v > INT32_MAX || (*end && *end != ','))
+      return false;
+    if (o->n_prompt_ids == cap) {
+      cap *= 2;
+      o->prompt_ids = amk_xrealloc(o->prompt_ids, cap * sizeof *o->prompt_ids);
+    }
+    o->prompt_ids[o->n_prompt_ids++] = (int32_t)v;
+    if (*end == ',' && end[1] == '\0')
+      return false; /* "1,": a trailing comma names no token */
+    p = *end ? end + 1 : end;
+  }
+  return o->n_prompt_ids > 0;
+}
+
+typedef enum {
+  OPT_SWITCH, /* no value: sets *on */
+  OPT_TEXT,   /* the value as given (parsed later, or by the library): *text */
+  OPT_INT,    /* an integer in [min, max]: *count */
+  OPT_REAL,   /* a finite number in [lo, hi], or (lo, hi] with lo_open: *real */
+  OPT_CUSTOM, /* read by `custom` */
+} OptionKind;
+
+typedef struct Option Option;
+struct Option {
+  const char *names[3]; /* the spellings, e.g. "-n", "--n-predict" */
+  OptionKind kind;
+  bool *on;
+  const char **text;
+  int64_t *count;
+  int64_t min, max;
+  double *real;
+  double lo, hi;
+  bool lo_open;
+  /* What the value must be, for errors: "FLAG takes TAKES, not 'VALUE'". */
+  const char *takes;
+  /* Only compiling a model folder uses it. */
+  bool compile_only;
+  bool (*custom)(RunOptions *o, const char *flag, const char *value);
+};
+
+/* "FLAG takes TAKES, not 'VALUE'": a bad value, in amk-run's words. */
+static bool bad_value(const char *flag, const char *takes, const char *value) {
+  fprintf(stderr, "amk-run: error: %s takes %s, not '%s'\n", flag, takes, value);
+  return false;
+}
+
+static bool read_target(RunOptions *o, const char *flag, const char *value) {
+  if (o->target) {
+    fprintf(stderr, "amk-run: error: more than one target ('%s' and '%s')\n", o->target, value);
+    return false;
+  }
+  o->target = value;
+  return true;
+}
+
+static bool read_device(RunOptions *o, const char *flag, const char *value) {
+  if (strcmp(value, "cpu") && strcmp(value, "cuda") && strcmp(value, "auto")) {
+    fprintf(stderr, "amk-run: error: %s must be cpu, cuda or auto, not '%s'\n", flag, value);
+    return false;
+  }
+  o->device = value;
+  return true;
+}
+
+static bool read_prompt_ids(RunOptions *o, const char *flag, const char *value) {
+  return parse_prompt_ids(value, o) ||
+         bad_value(flag, "comma-separated token ids (non-negative integers)", value);
+}
+
+/* The KV length: checked against import's own range, then given to import
+ * as its --max-seq. */
+static bool read_ctx_size(RunOptions *o, const char *flag, const char *value) {
+  const AmkPassOptionInfo *info = amk_pass_option_lookup("max-seq");
+  int64_t n;
+  if (!parse_int64(value, &n) || n < (int64_t)info->min || n > (int64_t)info->max) {
+    fprintf(stderr, "amk-run: error: %s takes a KV cache length in [%.0f, %.0f], not '%s'\n",
+            flag, info->min, info->max, value);
+    return false;
+  }
+  o->max_seq = value;
+  return true;
+}
+
+/* A sampling seed: any 64-bit integer, kept as its bits; -1 asks for a
+ * random one. */
+static bool read_seed(RunOptions *o, const char *flag, const char *value) {
+  int64_t seed;
+  if (!parse_int64(value, &seed))
+    return bad_value(flag, "an integer (-1: a random seed)", value);
+  o->random_seed = seed == -1;
+  o->sampling.seed = (uint64_t)seed;
+  return true;
+}
+
+static bool read_random_weights(RunOptions *o, const char *flag, const char *value) {
+  int64_t seed;
+  if (!parse_int64(value, &seed))
+    return bad_value(flag, "an integer seed", value);
+  o->random_weights_seed = (uint64_t)seed;
+  o->random_weights = true;
+  return true;
+}
+
+/* Reads opt's value (NULL for a switch) into *o. */
+static bool apply_option(RunOptions *o, const Option *opt, const char *flag, const char *value) {
+  for (size_t k = 0; k < 3 && opt->compile_only && !o->compile_flag && opt->names[k]; k++)
+    if (strcmp(opt->names[k], flag) == 0)
+      o->compile_flag = opt->names[k]; /* as the user spelled it */
+  switch (opt->kind) {
+  case OPT_SWITCH:
+    *opt->on = true;
+    return true;
+  case OPT_TEXT:
+    *opt->text = value;
+    return true;
+  case OPT_INT: {
+    int64_t n;
+    if (!parse_int64(value, &n) || n < opt->min || n > opt->max)
+      return bad_value(flag, opt->takes, value);
+    *opt->count = n;
+    return true;
+  }
+  case OPT_REAL: {
+    double x;
+    if (!parse_double(value, &x) || x < opt->lo || (opt->lo_open && x == opt->lo) || x > opt->hi)
+      return bad_value(flag, opt->takes, value);
+    *opt->real = x;
+    return true;
+  }
+  case OPT_CUSTOM:
+    return opt->custom(o, flag, value);
+  }
+  return false;
+}
+
+/* "did you mean" for an unknown option: the closest spelling of any. */
+static const char *suggest_option(const char *name, const Option *opts, size_t n_opts) {
+  const char **candidates = amk_xmalloc((3 * n_opts + 2) * sizeof *candidates);
+  size_t n = 0;
+  for (size_t i = 0; i < n_opts; i++)
+    for (size_t k = 0; k < 3 && opts[i].names[k]; k++)
+      candidates[n++] = opts[i].names[k];
+  candidates[n++] = "-h";
+  candidates[n++] = "--help";
+  const char *best = amk_suggest(name, strlen(name), candidates, n);
+  free(candidates);
+  return best;
+}
+
+static const Option *find_option(const char *name, const Option *opts, size_t n_opts) {
+  for (size_t i = 0; i < n_opts; i++)
+    for (size_t k = 0; k < 3 && opts[i].names[k]; k++)
+      if (strcmp(opts[i].names[k], name) == 0)
+        return &opts[i];
+  return NULL;
+}
+
+/* The checks that need every option: what goes together and what not. */
+static int check_combination(RunOptions *o) {
+  if (!o->target) {
+    fprintf(stderr, "amk-run: error: no target; give a model folder or a compiled program\n");
+    usage(stderr);
+    return 1;
+  }
+  int prompts = (o->prompt_ids != NULL) + (o->prompt_text != NULL) + (o->prompt_file != NULL);
+  if (prompts > 1) {
+    fprintf(stderr, "amk-run: error: --prompt-ids, -p/--prompt and -f/--file exclude each "
+                    "other; give the prompt once\n");
+    return 1;
+  }
+  /* Chat mode is text in and out: it needs the tokenizer that text prompts
+   * need, and a chat template. */
+  if (o->chat || o->chat_template) {
+    fprintf(stderr, "amk-run: error: chat mode (-cnv, --chat-template) needs a tokenizer "
+                    "(tokenizer.json) and a chat template, which this amk-run does not read "
+                    "yet; give the prompt as token ids with --prompt-ids\n");
+    return 1;
+  }
+  if ((o->check || o->bench || o->trace) && strcmp(o->device, "cpu") == 0) {
+    fprintf(stderr, "amk-run: error: --check, --bench and --trace need the GPU; not with "
+                    "--device cpu\n");
+    return 1;
+  }
+  if (o->weights && o->random_weights) {
+    fprintf(stderr, "amk-run: error: --weights and --random-weights exclude each other\n");
+    return 1;
+  }
+  return 0;
+}
+
+int run_parse_args(int argc, char **argv, RunOptions *o) {
+  o->device = "auto";
+  o->bench_steps = 128;
+  o->bench_warmup = 10;
+  o->pipeline = AMK_DEFAULT_PIPELINE;
+  o->n_new = 16;
+  o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
+  const Option opts[] = {
+      {{"-m", "--model"}, OPT_CUSTOM, .custom = read_target},
+      {{"-c", "--ctx-size", "--max-seq"}, OPT_CUSTOM, .custom = read_ctx_size,
+       .compile_only = true},
+      {{"--dtype"}, OPT_TEXT, .text = &o->dtype, .compile_only = true},
+      {{"--target"}, OPT_TEXT, .text = &o->gpu_target, .compile_only = true},
+      {{"--passes"}, OPT_TEXT, .text = &o->pipeline},
+      {{"--save-program"}, OPT_TEXT, .text = &o->save_program},
+      {{"--weights"}, OPT_TEXT, .text = &o->weights},
+      {{"--random-weights"}, OPT_CUSTOM, .custom = read_random_weights},
+      {{"--prompt-ids"}, OPT_CUSTOM, .custom = read_prompt_ids},
+      {{"-p", "--prompt"}, OPT_TEXT, .text = &o->prompt_text},
+      {{"-f", "--file"}, OPT_TEXT, .text = &o->prompt_file},
+      {{"--tokenizer"}, OPT_TEXT, .text = &o->tokenizer},
+      {{"-cnv", "--chat"}, OPT_SWITCH, .on = &o->chat},
+      {{"--chat-template"}, OPT_TEXT, .text = &o->chat_template},
+      {{"-n", "--n-predict"}, OPT_INT, .count = &o->n_new, .min = -1, .max = 1000000,
+       .takes = "a count of tokens (0 to 1000000; -1: until end of sequence)"},
+      {{"--ignore-eos"}, OPT_SWITCH, .on = &o->ignore_eos},
+      {{"--json"}, OPT_SWITCH, .on = &o->json},
+      {{"--dump-logits"}, OPT_TEXT, .text = &o->dump_logits},
+      {{"--temp"}, OPT_REAL, .real = &o->sampling.temperature, .lo = 0, .hi = INFINITY,
+       .takes = "a number >= 0"},
+      {{"--top-k"}, OPT_INT, .count = &o->sampling.top_k, .min = 0, .max = INT64_MAX,
+       .takes = "an integer >= 0"},
+      {{"--top-p"}, OPT_REAL, .real = &o->sampling.top_p, .lo = 0, .hi = 1, .lo_open = true,
+       .takes = "a number in (0, 1]"},
+      {{"-s", "--seed"}, OPT_CUSTOM, .custom = read_seed},
+      {{"--device"}, OPT_CUSTOM, .custom = read_device},
+      {{"-t", "--threads"}, OPT_INT, .count = &o->threads, .min = 1, .max = 1000000,
+       .takes = "a number of threads >= 1"},
+      {{"--check"}, OPT_SWITCH, .on = &o->check},
+      {{"--check-steps"}, OPT_INT, .count = &o->check_steps, .min = 1, .max = INT64_MAX,
+       .takes = "a count >= 1"},
+      {{"--bench"}, OPT_SWITCH, .on = &o->bench},
+      {{"--bench-pos"}, OPT_TEXT, .text = &o->bench_pos},
+      {{"--bench-steps"}, OPT_INT, .count = &o->bench_steps, .min = 1, .max = 100000,
+       .takes = "a count (1 to 100000)"},
+      {{"--bench-warmup"}, OPT_INT, .count = &o->bench_warmup, .min = 0, .max = 100000,
+       .takes = "a count (0 to 100000)"},
+      {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
+       .lo_open = true, .takes = "a positive number"},
+      {{"--trace"}, OPT_TEXT, .text = &o->trace},
+      {{"-v", "--verbose"}, OPT_SWITCH, .on = &o->verbose},
+  };
+  const size_t n_opts = sizeof opts / sizeof opts[0];
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    if (arg[0] != '-') {
+      if (!read_target(o, "TARGET", arg))
+        return 1;
+      continue;
+    }
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      usage(stdout);
+      return 2;
+    }
+    /* --name=value, or the value in the next argument. */
+    char name[64];
+    const char *value = NULL;
+    const char *eq = arg[1] == '-' ? strchr(arg, '=') : NULL;
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const Option *opt = NULL;
+    if (name_len < sizeof name) {
+      memcpy(name, arg, name_len);
+      name[name_len] = '\0';
+      opt = find_option(name, opts, n_opts);
+    }
+    if (!opt) {
+      const char *hint = name_len < sizeof name ? suggest_option(name, opts, n_opts) : NULL;
+      if (hint)
+        fprintf(stderr, "amk-run: error: unknown option '%s'; did you mean '%s'?\n", arg, hint);
+      else
+        fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", arg);
+      return 1;
+    }
+    if (eq)
+      value = eq + 1;
+    if (opt->kind == OPT_SWITCH && value) {
+      fprintf(stderr, "amk-run: error: '%s' takes no value\n", name);
+      return 1;
+    }
+    if (opt->kind != OPT_SWITCH && !value) {
+      if (i + 1 == argc) {
+        fprintf(stderr, "amk-run: error: '%s' needs a value\n", name);
+        return 1;
+      }
+      value = argv[++i];
+    }
+    if (!apply_option(o, opt, name, value))
+      return 1;
+  }
+  return check_combination(o);
+}
+
+void run_options_free(RunOptions *o) {
+  free(o->prompt_ids);
+  o->prompt_ids = NULL;
+}

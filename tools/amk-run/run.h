@@ -1,0 +1,113 @@
+/* amk-run's pieces: the command line (options.c), text in and out
+ * (text.c), decoding and its report (decode.c), the GPU bench and trace
+ * (bench.c), and main.c, which loads the program and picks the engines. */
+#ifndef AMK_RUN_H
+#define AMK_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "amk/diag.h"
+#include "amk/engine.h"
+#include "amk/generation.h"
+#include "amk/sampling.h"
+
+/* Exit status of a GPU launch that the watchdog stopped (distinct from a
+ * rejected program or a failed check). */
+#define EXIT_TIMEOUT 3
+
+typedef struct {
+  const char *target; /* -m/--model or the one positional argument */
+  const char *device;
+  const char *weights;
+  const char *pipeline; /* --passes, as given: parsed by the library */
+  const char *save_program;
+  const char *dump_logits;
+  const char *dtype;
+  const char *gpu_target;
+  const char *max_seq;      /* -c/--ctx-size/--max-seq: checked here, parsed by import */
+  const char *compile_flag; /* the first option given that only compiling uses */
+  int32_t *prompt_ids;      /* --prompt-ids */
+  size_t n_prompt_ids;
+  const char *prompt_text; /* -p */
+  const char *prompt_file; /* -f */
+  const char *tokenizer;   /* --tokenizer */
+  bool chat;               /* -cnv/--chat */
+  const char *chat_template;
+  int64_t n_new; /* -1: until an end-of-sequence token or the KV cache is full */
+  bool ignore_eos;
+  bool random_seed; /* --seed -1: sampling.seed is drawn at start */
+  int64_t threads;  /* -t: the reference VM's workers (0: its default) */
+  AmkSamplingParams sampling;
+  bool json;
+  bool check;          /* --check: the reference VM beside the GPU */
+  int64_t check_steps; /* compare only the first N steps (0: all) */
+  bool bench;
+  const char *bench_pos;
+  int64_t bench_steps, bench_warmup;
+  double timeout_ms;
+  const char *trace; /* --trace FILE: Chrome trace of the last launch */
+  bool verbose;
+  bool random_weights;
+  uint64_t random_weights_seed;
+} RunOptions;
+
+/* Parses the command line into *o. Returns 0 to run, 1 after a usage error
+ * (reported), 2 after --help. */
+int run_parse_args(int argc, char **argv, RunOptions *o);
+void run_options_free(RunOptions *o);
+
+/* Where generated tokens go as they are chosen: print sees each one with
+ * its index among the generated tokens; finish ends the output. */
+typedef struct {
+  void (*print)(void *ctx, int32_t token, int64_t index);
+  void (*finish)(void *ctx);
+  void *ctx;
+} TokenPrinter;
+
+/* The text side of a run: the model folder's generation facts, the
+ * tokenizer found for it, the prompt as token ids, and the printer of
+ * generated tokens. */
+typedef struct {
+  char *folder; /* where the facts were read; NULL when there is no folder */
+  AmkGenerationConfig gen;
+  char *tokenizer; /* --tokenizer, else the folder's tokenizer.json; NULL: none */
+  int32_t *prompt;
+  size_t n_prompt;
+  TokenPrinter printer; /* print is NULL with --json: nothing streams */
+} RunText;
+
+/* Reads the facts of `folder` (NULL or not a folder: none), finds the
+ * tokenizer and turns the prompt into token ids. False after reporting. */
+bool run_text_prepare(RunText *t, const RunOptions *o, const char *folder, AmkDiagEngine *diag);
+/* Without a tokenizer, says once (on stderr, not with --json) that the
+ * prompt and the output are token ids. */
+void run_text_note(const RunText *t, const RunOptions *o);
+void run_text_free(RunText *t);
+
+/* What main hands to decoding and the bench. */
+typedef struct {
+  const RunOptions *o;
+  const RunText *text;
+  AmkEngine *engine;
+  AmkEngine *reference; /* the CPU VM beside the GPU with --check or --bench */
+  const char *device;   /* "cpu" or "cuda" */
+  double t_start, t_loaded;
+} RunContext;
+
+/* Decodes the prompt and the new tokens, printing them, then reports the
+ * timing (and with --json the whole result). Returns the exit status. */
+int run_decode(const RunContext *rc, AmkDiagEngine *diag);
+
+/* --bench: times the engine per position. Returns the exit status. */
+int run_bench(const RunContext *rc, AmkDiagEngine *diag);
+
+/* --trace: the last launch (at pos) as a Chrome trace in o->trace and its
+ * report on stderr. */
+bool run_write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag);
+
+/* Milliseconds on a monotonic clock. */
+double run_now_ms(void);
+
+#endif
