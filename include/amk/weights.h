@@ -36,6 +36,8 @@ typedef enum {
   AMK_WEIGHTS_RANDOM,    /* the random rule (a host copy filled when asked for) */
   AMK_WEIGHTS_SYNTHETIC, /* the plan's computed contents */
   AMK_WEIGHTS_JOINED,    /* pieces of the mapped checkpoint (joined when asked for) */
+  AMK_WEIGHTS_QUANTIZED, /* a host copy quantized from a float tensor or random rows,
+                            and the scales made with it */
 } AmkWeightsOrigin;
 
 /* A stretch of a buffer that lies in the mapped checkpoint as it is. */
@@ -80,5 +82,18 @@ bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out);
 /* Fills numel elements of dtype (f32, bf16, f16) at dst by the rule. */
 void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst);
+
+/* Writes the bytes of every loaded WEIGHT/CONST buffer as one tensor of
+ * DIR/model.safetensors (DIR is made when absent; one level), with string
+ * `metadata` pairs (amk_safetensors_write), and points the buffers' sources
+ * at what was written, so the module loads from DIR as it is: no float
+ * tensor is quantized again, a tied head quantized apart from the embedding
+ * gets its own tensor. A tensor is keyed by its buffer's source when that
+ * is one key (quantized scales by `KEY.scales`, the reference's names),
+ * else by the buffer's name; buffers of one source and the same bytes share
+ * it. i4 weights are written as their packed u8 bytes [N, ceil(K/2)].
+ * `plan` is m's, `w` its weights. False after reporting. */
+bool amk_weights_emit(AmkModule *m, const AmkPlan *plan, const AmkWeights *w, const char *dir,
+                      const char *const *metadata, AmkDiagEngine *diag);
 
 #endif

@@ -36,6 +36,7 @@ typedef struct {
   const char *dump_logits;
   const char *dtype;
   const char *gpu_target;
+  const char *quant, *quant_group, *quant_keep; /* as given: the quantize pass parses them */
   int32_t *prompt;
   size_t n_prompt;
   int64_t n_new;
@@ -76,6 +77,14 @@ static void usage(FILE *out) {
         "  --max-seq N              KV cache length when compiling a model folder\n"
         "  --dtype f32|bf16|f16     program dtype when compiling a model folder\n"
         "  --target NAME            GPU target record when compiling (default h200)\n"
+        "  --quant int8|int4        weight-only quantized GEMV weights when compiling\n"
+        "                           (the quantize pass after import; the checkpoint's\n"
+        "                           float weights are quantized as they load)\n"
+        "  --quant-group N          weights per fp16 scale along K (default 128)\n"
+        "  --quant-keep LIST        projections left in the program dtype: none, or some\n"
+        "                           of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,\n"
+        "                           down_proj,lm_head (default " AMK_QUANT_DEFAULT_KEEP ", measured:\n"
+        "                           docs/Quantization.md)\n"
         "  --passes a,b,c           the pipeline for a model folder (default\n"
         "                           " AMK_DEFAULT_PIPELINE ")\n"
         "  --save-program FILE      write the program compiled from a model folder to\n"
@@ -210,6 +219,8 @@ static int parse_args(int argc, char **argv, RunOptions *o) {
       {"--bench", &o->bench, NULL},         {"-v", &o->verbose, NULL},
       {"--verbose", &o->verbose, NULL},     {"--max-seq", NULL, &o->max_seq},
       {"--dtype", NULL, &o->dtype},         {"--target", NULL, &o->gpu_target},
+      {"--quant", NULL, &o->quant},         {"--quant-group", NULL, &o->quant_group},
+      {"--quant-keep", NULL, &o->quant_keep},
       {"--passes", NULL, &o->pipeline},     {"--save-program", NULL, &o->save_program},
       {"--weights", NULL, &o->weights},     {"--dump-logits", NULL, &o->dump_logits},
       {"--bench-pos", NULL, &o->bench_pos}, {"--trace", NULL, &o->trace}};
@@ -350,6 +361,13 @@ static bool is_directory(const char *path) {
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+static bool has_pass(const AmkPipeline *p, const char *name) {
+  for (size_t i = 0; i < amk_pipeline_size(p); i++)
+    if (strcmp(amk_pipeline_pass_at(p, i)->name, name) == 0)
+      return true;
+  return false;
+}
+
 /* Compiles a model folder through the pipeline, or reads a program. */
 static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out,
                                size_t *len_out) {
@@ -362,9 +380,10 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     m->model_dir = amk_arena_strdup(&m->arena, o->target);
     m->source_name = m->model_dir;
   } else {
-    if (o->max_seq || o->dtype || o->gpu_target) {
-      fprintf(stderr, "amk-run: error: --max-seq, --dtype and --target apply when compiling a "
-                      "model folder; '%s' is already compiled\n", o->target);
+    if (o->max_seq || o->dtype || o->gpu_target || o->quant || o->quant_group ||
+        o->quant_keep) {
+      fprintf(stderr, "amk-run: error: --max-seq, --dtype, --target and --quant* apply when "
+                      "compiling a model folder; '%s' is already compiled\n", o->target);
       return NULL;
     }
     if (o->save_program) {
@@ -396,9 +415,23 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
    * would give them: each value is parsed once, here. */
   AmkPipeline *pipeline = amk_pipeline_new();
   bool ok = amk_pipeline_parse(pipeline, o->pipeline, diag);
+  if (ok && (o->quant || o->quant_group || o->quant_keep) && !has_pass(pipeline, "quantize")) {
+    /* --quant asks for the quantize pass: right after import. */
+    ok = strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6]);
+    if (ok) {
+      char *text = amk_xmalloc(strlen(o->pipeline) + 16);
+      sprintf(text, "import,quantize%s", o->pipeline + 6);
+      amk_pipeline_free(pipeline);
+      pipeline = amk_pipeline_new();
+      ok = amk_pipeline_parse(pipeline, text, diag);
+      free(text);
+    }
+  }
   const struct {
     const char *key, *value;
-  } options[] = {{"max-seq", o->max_seq}, {"dtype", o->dtype}, {"target", o->gpu_target}};
+  } options[] = {{"max-seq", o->max_seq},   {"dtype", o->dtype},
+                 {"target", o->gpu_target}, {"quant", o->quant},
+                 {"quant-group", o->quant_group}, {"quant-keep", o->quant_keep}};
   for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
     if (options[i].value)
       ok = amk_pipeline_set_option(pipeline, options[i].key, options[i].value, diag);
