@@ -87,7 +87,7 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
   X(import, "import", 0,                                                     \
     "Import a HuggingFace Llama-family model folder as an op-level program")  \
   X(quantize, "quantize", 0,                                                 \
-    "Quantize GEMV weights to int8 or int4 (--quant; before -tile, -fuse)")   \
+    "Quantize GEMV weights to int8 or int4 (--quant; run it before -fuse)")   \
   X(verify, "verify", 1, "Check structural well-formedness of the module")     \
   X(validate, "validate", 1,                                                   \
     "Prove the schedule cannot deadlock or race (the safety proof)")           \
