@@ -326,11 +326,12 @@ static bool same_quant(const AmkPlanQuant *a, const AmkPlanQuant *b) {
          a->group == b->group && a->cols == b->cols;
 }
 
-/* "int8 weights (group 128, K 64)" */
-static void describe_quant(const AmkPlanQuant *q, char *out, size_t size) {
-  snprintf(out, size, "%s %s (group %" PRId64 ", K %" PRId64 ")",
-           q->qdtype == AMK_QDTYPE_INT8 ? "int8" : "int4",
-           q->role == AMK_PLAN_QUANT_WEIGHT ? "weights" : "scales", q->group, q->cols);
+/* "int8 weights (group 128, K 64, scales 'L0.q.scales')" */
+static void describe_quant(const AmkModule *m, const AmkPlanQuant *q, char *out, size_t size) {
+  bool weights = q->role == AMK_PLAN_QUANT_WEIGHT;
+  snprintf(out, size, "%s %s (group %" PRId64 ", K %" PRId64 ", %s '%s')",
+           q->qdtype == AMK_QDTYPE_INT8 ? "int8" : "int4", weights ? "weights" : "scales",
+           q->group, q->cols, weights ? "scales" : "of", m->buffers[q->partner].name);
 }
 
 /* Every quantized tile's weight and scales take their roles; one buffer
@@ -363,9 +364,9 @@ static bool plan_quant(AmkPlan *p, AmkDiagEngine *diag) {
         first[which[r]] = (int32_t)t;
       } else if (!same_quant(have, &roles[r])) {
         const AmkTask *a = &m->tasks[first[which[r]]], *b = &m->tasks[t];
-        char mine[96], theirs[96];
-        describe_quant(&roles[r], mine, sizeof mine);
-        describe_quant(have, theirs, sizeof theirs);
+        char mine[256], theirs[256];
+        describe_quant(m, &roles[r], mine, sizeof mine);
+        describe_quant(m, have, theirs, sizeof theirs);
         amk_error(diag, b->loc,
                   "task %d ('%s') reads buffer '%s' as %s, but task %d ('%s') reads it as %s; "
                   "one buffer holds one quantized form",

@@ -463,7 +463,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
       }
       amk_error(diag, no_loc(),
                 "tensor '%s' in %s has shape [%s], which does not fit buffer '%s' [%s]%s%s%s",
-                key, t->file, have, buf->name, want, stored[0] ? " (from a tensor [rows, " : "",
+                key, t->file, have, buf->name, want, stored[0] ? " (it takes a tensor [rows, " : "",
                 stored, stored[0] ? "])" : "");
       return false;
     }

@@ -416,17 +416,16 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
    * would give them: each value is parsed once, here. */
   AmkPipeline *pipeline = amk_pipeline_new();
   bool ok = amk_pipeline_parse(pipeline, o->pipeline, diag);
-  if (ok && (o->quant || o->quant_group || o->quant_keep) && !has_pass(pipeline, "quantize")) {
-    /* --quant asks for the quantize pass: right after import. */
-    ok = strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6]);
-    if (ok) {
-      char *text = amk_xmalloc(strlen(o->pipeline) + 16);
-      sprintf(text, "import,quantize%s", o->pipeline + 6);
-      amk_pipeline_free(pipeline);
-      pipeline = amk_pipeline_new();
-      ok = amk_pipeline_parse(pipeline, text, diag);
-      free(text);
-    }
+  /* --quant asks for the quantize pass: right after import (a pipeline
+   * without import first is refused below). */
+  if (ok && (o->quant || o->quant_group || o->quant_keep) && !has_pass(pipeline, "quantize") &&
+      strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6])) {
+    char *text = amk_xmalloc(strlen(o->pipeline) + 16);
+    sprintf(text, "import,quantize%s", o->pipeline + 6);
+    amk_pipeline_free(pipeline);
+    pipeline = amk_pipeline_new();
+    ok = amk_pipeline_parse(pipeline, text, diag);
+    free(text);
   }
   const struct {
     const char *key, *value;
