@@ -597,8 +597,25 @@ bool amk_st_dtype_is_float(AmkStDType d) {
 
 void amk_safetensors_read_f32(const AmkStTensor *t, int64_t first, int64_t count,
                               float *dst) {
-  for (int64_t i = 0; i < count; i++)
-    dst[i] = load_element(t, (size_t)(first + i));
+  /* The dtype is chosen once per stretch: the weight loader reads whole
+   * checkpoints through here when it quantizes. */
+  const unsigned char *p = (const unsigned char *)t->data;
+  switch (t->dtype) {
+  case AMK_ST_F32:
+    memcpy(dst, p + (size_t)first * 4, (size_t)count * 4);
+    return;
+  case AMK_ST_BF16:
+  case AMK_ST_F16:
+    for (int64_t i = 0; i < count; i++) {
+      uint16_t h;
+      memcpy(&h, p + (size_t)(first + i) * 2, 2);
+      dst[i] = t->dtype == AMK_ST_BF16 ? amk_bf16_to_f32(h) : amk_f16_to_f32(h);
+    }
+    return;
+  default:
+    for (int64_t i = 0; i < count; i++)
+      dst[i] = load_element(t, (size_t)(first + i));
+  }
 }
 
 bool amk_safetensors_convert(const AmkStTensor *t, AmkDType to, void *dst,
