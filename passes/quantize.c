@@ -116,17 +116,17 @@ static Readers *find_readers(const AmkModule *m) {
   Readers *r = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *r);
   for (uint32_t t = 0; t < m->n_tasks; t++) {
     const AmkTask *task = &m->tasks[t];
-    bool weight_tile = is_tile(task) && task->n_inputs == 2 && !amk_task_param(task, "qdtype");
-    bool fused = task->op == AMK_OP_GEMV_TILE && amk_rw_pattern(task) != AMK_PATTERN_PLAIN;
+    bool fused = is_tile(task) && amk_rw_pattern(task) != AMK_PATTERN_PLAIN;
+    bool plain = is_tile(task) && !fused && task->n_inputs == 2 && !amk_rw_quantized(task);
     for (uint32_t i = 0; i < task->n_inputs; i++) {
       const AmkBuffer *b = amk_module_buffer(m, task->inputs[i]);
       if (!b)
         continue;
       Readers *rd = &r[b - m->buffers];
-      if (i == 1 && fused && is_tile(task) && b->kind == AMK_KIND_WEIGHT) {
+      if (i == 1 && fused && b->kind == AMK_KIND_WEIGHT) {
         if (!rd->fused_reader)
           rd->fused_reader = t + 1;
-      } else if (i == 1 && weight_tile && !fused) {
+      } else if (i == 1 && plain) {
         rd->as_plain_weight = true;
       } else {
         rd->otherwise = true;

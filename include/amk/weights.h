@@ -10,7 +10,9 @@
  * amk_random_fill reproduces anywhere; the CUDA engine fills them on the
  * device. Host copies of random and joined buffers are made only when
  * amk_weights_data is asked for them. Synthetic CONST buffers come from the
- * plan.
+ * plan. Weight-only quantized weights (the plan's quant roles) come from a
+ * float tensor quantized row by row as it is read, with their scales, or
+ * from their own quantized bytes (docs/Quantization.md).
  *
  * Engines read the bytes with amk_weights_data; the CUDA engine uploads
  * them and may drop the loader afterwards, the CPU VM keeps pointing at
@@ -61,8 +63,9 @@ typedef struct {
  * module's model folder). A program with nothing to load opens nothing.
  * NULL after reporting (the tensor or file and the reason). */
 AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine *diag);
-/* Seeded random weights at the program's shapes (f32, bf16, f16 buffers;
- * others stay zero). */
+/* Seeded random weights at the program's shapes (f32, bf16, f16 buffers,
+ * and quantized weights as the quantized random matrix with its scales;
+ * other buffers stay zero). */
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag);
 void amk_weights_free(AmkWeights *w);
 
