@@ -584,6 +584,19 @@ static char *folder_from_output(const char *output, const char *dir) {
  * folder and its tensors. */
 static bool emit_weights(const DriverOptions *o, AmkModule *m, AmkDiagEngine *diag) {
   char *from = amk_module_model_folder(m);
+  char *real_from = from ? amk_path_real(from) : NULL, *real_to = amk_path_real(o->emit_weights);
+  bool same = real_from && real_to && strcmp(real_from, real_to) == 0;
+  free(real_from);
+  free(real_to);
+  if (same) {
+    AmkLoc nowhere = {0, 0};
+    amk_error(diag, nowhere,
+              "--emit-weights '%s' is the folder the weights are read from; writing there "
+              "would replace that checkpoint: give another folder",
+              o->emit_weights);
+    free(from);
+    return false;
+  }
   AmkPlan *plan = amk_plan_build(m, NULL, diag);
   AmkWeights *w = plan ? amk_weights_load(plan, from, diag) : NULL;
   static const char *const metadata[] = {"format", "pt", "producer", "amk-opt --emit-weights",
