@@ -601,10 +601,36 @@ static float load_element(const AmkStTensor *t, size_t i) {
   }
 }
 
+bool amk_st_dtype_is_float(AmkStDType d) {
+  return d == AMK_ST_F64 || d == AMK_ST_F32 || d == AMK_ST_F16 || d == AMK_ST_BF16;
+}
+
+void amk_safetensors_read_f32(const AmkStTensor *t, int64_t first, int64_t count,
+                              float *dst) {
+  /* The dtype is chosen once per stretch: the weight loader reads whole
+   * checkpoints through here when it quantizes. */
+  const unsigned char *p = (const unsigned char *)t->data;
+  switch (t->dtype) {
+  case AMK_ST_F32:
+    memcpy(dst, p + (size_t)first * 4, (size_t)count * 4);
+    return;
+  case AMK_ST_BF16:
+  case AMK_ST_F16:
+    for (int64_t i = 0; i < count; i++) {
+      uint16_t h;
+      memcpy(&h, p + (size_t)(first + i) * 2, 2);
+      dst[i] = t->dtype == AMK_ST_BF16 ? amk_bf16_to_f32(h) : amk_f16_to_f32(h);
+    }
+    return;
+  default:
+    for (int64_t i = 0; i < count; i++)
+      dst[i] = load_element(t, (size_t)(first + i));
+  }
+}
+
 bool amk_safetensors_convert(const AmkStTensor *t, AmkDType to, void *dst,
                              size_t dst_bytes, AmkDiagEngine *diag) {
-  if (t->dtype != AMK_ST_F64 && t->dtype != AMK_ST_F32 &&
-      t->dtype != AMK_ST_F16 && t->dtype != AMK_ST_BF16) {
+  if (!amk_st_dtype_is_float(t->dtype)) {
     amk_error(diag, no_loc(), "%s: tensor '%s': cannot convert %s to a float "
               "format", t->file, t->name, amk_st_dtype_name(t->dtype));
     return false;
@@ -641,4 +667,71 @@ bool amk_safetensors_convert(const AmkStTensor *t, AmkDType to, void *dst,
     }
   }
   return true;
+}
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+bool amk_safetensors_write(const char *path, const AmkStWriteTensor *tensors, size_t n,
+                           const char *const *metadata, AmkDiagEngine *diag) {
+  /* Wider elements first: with the header padded to 8 bytes, every tensor
+   * then starts aligned for its dtype (readers may use it in place). */
+  size_t *order = amk_xmalloc((n ? n : 1) * sizeof *order);
+  size_t k = 0;
+  for (size_t width = 8; width >= 1; width /= 2)
+    for (size_t i = 0; i < n; i++)
+      if (amk_st_dtype_size(tensors[i].dtype) == width)
+        order[k++] = i;
+  AMK_ASSERT(k == n);
+  cJSON *header = cJSON_CreateObject();
+  if (metadata && metadata[0]) {
+    cJSON *meta = cJSON_AddObjectToObject(header, "__metadata__");
+    for (size_t i = 0; metadata[i] && metadata[i + 1]; i += 2)
+      cJSON_AddStringToObject(meta, metadata[i], metadata[i + 1]);
+  }
+  bool ok = true;
+  uint64_t offset = 0;
+  for (size_t j = 0; j < n && ok; j++) {
+    const AmkStWriteTensor *t = &tensors[order[j]];
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < t->rank; d++)
+      numel *= (uint64_t)t->shape[d];
+    if (t->rank > AMK_ST_MAX_RANK || numel * amk_st_dtype_size(t->dtype) != t->nbytes ||
+        cJSON_GetObjectItemCaseSensitive(header, t->name)) {
+      amk_error(diag, no_loc(), "%s: tensor '%s' cannot be written (%s)", path, t->name,
+                cJSON_GetObjectItemCaseSensitive(header, t->name)
+                    ? "a second tensor of that name"
+                    : "its bytes are not its shape's");
+      ok = false;
+      break;
+    }
+    cJSON *entry = cJSON_AddObjectToObject(header, t->name);
+    cJSON_AddStringToObject(entry, "dtype", amk_st_dtype_name(t->dtype));
+    cJSON *shape = cJSON_AddArrayToObject(entry, "shape");
+    for (uint32_t d = 0; d < t->rank; d++)
+      cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+    cJSON *offsets = cJSON_AddArrayToObject(entry, "data_offsets");
+    cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)offset));
+    cJSON_AddItemToArray(offsets, cJSON_CreateNumber((double)(offset + t->nbytes)));
+    offset += t->nbytes;
+  }
+  char *json = ok ? cJSON_PrintUnformatted(header) : NULL;
+  cJSON_Delete(header);
+  if (ok) {
+    size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+    char *head = amk_xmalloc(8 + padded);
+    for (int i = 0; i < 8; i++)
+      head[i] = (char)(((uint64_t)padded >> (8 * i)) & 0xff); /* little-endian */
+    memcpy(head + 8, json, len);
+    memset(head + 8 + len, ' ', padded - len);
+    AmkWritePart *parts = amk_xmalloc((n + 1) * sizeof *parts);
+    parts[0] = (AmkWritePart){head, 8 + padded};
+    for (size_t j = 0; j < n; j++)
+      parts[j + 1] = (AmkWritePart){tensors[order[j]].data, tensors[order[j]].nbytes};
+    ok = amk_write_file_parts_atomic(path, parts, n + 1, diag) == 0;
+    free(parts);
+    free(head);
+  }
+  cJSON_free(json);
+  free(order);
+  return ok;
 }

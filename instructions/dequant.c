@@ -63,21 +63,26 @@ int inst_quant_matrix(const AmkInstCall *call, const AmkTensorView *q,
   return AMK_INST_OK;
 }
 
+/* One group's scale (and zero-point) is read once, then its columns are
+ * decoded in a tight loop: the same values as (q - zero) * scale per
+ * element, without a dtype dispatch per weight. */
 void inst_quant_row(const InstQuantMatrix *m, int64_t row, float *dst) {
   const uint8_t *bytes = (const uint8_t *)m->q->data + row * m->row_bytes;
-  for (int64_t k = 0; k < m->cols; k++) {
-    int q;
+  for (int64_t g = 0; g < m->n_groups; g++) {
+    int64_t k0 = g * m->group, k1 = k0 + m->group < m->cols ? k0 + m->group : m->cols;
+    int64_t at = row * m->n_groups + g;
+    float scale = inst_load(m->scales, at);
+    float zero = m->zeros ? inst_load(m->zeros, at) : 0.0f;
     if (m->qdtype == AMK_QDTYPE_INT8) {
-      q = (int8_t)bytes[k];
+      for (int64_t k = k0; k < k1; k++)
+        dst[k] = ((float)(int8_t)bytes[k] - zero) * scale;
     } else {
-      uint8_t byte = bytes[k / 2];
-      q = ((k & 1) ? byte >> 4 : byte & 0xF) - 8; /* stored as q + 8 */
+      for (int64_t k = k0; k < k1; k++) {
+        uint8_t byte = bytes[k / 2];
+        int q = ((k & 1) ? byte >> 4 : byte & 0xF) - 8; /* stored as q + 8 */
+        dst[k] = ((float)q - zero) * scale;
+      }
     }
-    int64_t g = row * m->n_groups + k / m->group;
-    float value = (float)q;
-    if (m->zeros)
-      value -= inst_load(m->zeros, g);
-    dst[k] = value * inst_load(m->scales, g);
   }
 }
 

@@ -98,9 +98,6 @@ typedef struct {
   int64_t rows, cols, group, n_groups, row_bytes;
 } InstQuantMatrix;
 
-#define AMK_QDTYPE_INT8 6 /* AMK_DTYPE_I8 */
-#define AMK_QDTYPE_INT4 7 /* AMK_DTYPE_I4 */
-
 /* Check the views against K and group and fill *m (zeros may be NULL). */
 int inst_quant_matrix(const AmkInstCall *call, const AmkTensorView *q,
                       const AmkTensorView *scales, const AmkTensorView *zeros,

@@ -6,6 +6,7 @@
 
 #include "amk/diag.h"
 #include "amk/ir.h"
+#include "amk/path.h"
 
 /* ---- module ---------------------------------------------------------------- */
 
@@ -190,4 +191,23 @@ int64_t amk_module_streamed_weight_bytes(const AmkModule *m) {
   free(full);
   free(rows_read);
   return total;
+}
+
+/* ---- the model folder ----------------------------------------------------- */
+
+char *amk_module_model_folder(const AmkModule *m) {
+  const char *dir = m->model_dir, *src = m->source_name;
+  if (!dir)
+    return NULL;
+  if (dir[0] == '/' || !src || strcmp(src, dir) == 0 || src[0] == '<')
+    return amk_xstrdup(dir);
+  const char *slash = strrchr(src, '/');
+  if (!slash)
+    return amk_xstrdup(dir);
+  char *parent = amk_xmalloc((size_t)(slash - src) + 2);
+  memcpy(parent, src, (size_t)(slash - src) + 1);
+  parent[slash - src + 1] = '\0';
+  char *joined = amk_path_join(parent, dir);
+  free(parent);
+  return joined;
 }

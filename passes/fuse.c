@@ -24,7 +24,8 @@
  * Every rewrite is checked against the dataflow before it is made (the
  * intermediate buffer has exactly the expected writers and readers, its
  * counter no other waiters, the wait lists stay within the ABI's cap), so
- * anything fuse does not recognise is left as it was. Thresholds follow the
+ * anything fuse does not recognise is left as it was (weight-only quantized
+ * tiles among them: the patterns read fp weights). Thresholds follow the
  * all-join rule; tiles that share a buffer share one counter with disjoint
  * [n_off, n_off + N_tile), as the reference's write-after-write check needs.
  */
@@ -469,7 +470,7 @@ static bool tile_set(const Fuser *f, uint32_t buffer, uint64_t allowed_patterns,
     const AmkTask *t = &f->m->tasks[w.at[i]];
     int64_t p = amk_rw_pattern(t);
     if (t->op != AMK_OP_GEMV_TILE || t->n_outputs != 1 || p != out->pattern ||
-        !((allowed_patterns >> p) & 1) || t->n_inputs < 2 ||
+        !((allowed_patterns >> p) & 1) || t->n_inputs < 2 || amk_rw_quantized(t) ||
         t->out_counter != first->out_counter)
       return false;
   }
@@ -550,7 +551,8 @@ static void fuse_norms(Fuser *f) {
     for (uint32_t i = 0; i < readers.n && ok; i++) {
       const AmkTask *t = &m->tasks[readers.at[i]];
       ok = t->op == AMK_OP_GEMV_TILE && amk_rw_pattern(t) == AMK_PATTERN_PLAIN &&
-           t->n_inputs == 2 && t->n_outputs == 1 && t->inputs[0] == norm->outputs[0] &&
+           t->n_inputs == 2 && !amk_rw_quantized(t) && t->n_outputs == 1 &&
+           t->inputs[0] == norm->outputs[0] &&
            t->inputs[1] != norm->outputs[0] &&
            merged_waits(t, &drop, 1, norm->waits, norm->n_waits, &sets[i]);
     }
@@ -701,7 +703,7 @@ static void fuse_mlp(Fuser *f) {
       const AmkTask *t = &m->tasks[down.at[i]];
       int64_t p = amk_rw_pattern(t);
       ok = t->op == AMK_OP_GEMV_TILE && t->n_outputs == 1 && t->inputs[0] == s->outputs[0] &&
-           (p == AMK_PATTERN_PLAIN || p == AMK_PATTERN_RESIDUAL) &&
+           !amk_rw_quantized(t) && (p == AMK_PATTERN_PLAIN || p == AMK_PATTERN_RESIDUAL) &&
            (t->n_inputs == 2) == (p == AMK_PATTERN_PLAIN);
       for (uint32_t k = 1; k < t->n_inputs && ok; k++)
         ok = t->inputs[k] != s->outputs[0];

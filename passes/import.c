@@ -241,11 +241,6 @@ static Expected *expected_weights(const AmkModelConfig *cfg, size_t *count) {
   return list;
 }
 
-static bool is_float_dtype(AmkStDType d) {
-  return d == AMK_ST_F32 || d == AMK_ST_BF16 || d == AMK_ST_F16 ||
-         d == AMK_ST_F64;
-}
-
 /* Check the state dict against the config. Sets *ckpt_dtype to the
  * embedding's dtype (the checkpoint's dtype). */
 static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
@@ -285,7 +280,7 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
       amk_error(diag, no_loc(), "%s: tensor '%s' has shape %s but config.json "
                 "implies %s", t->file, t->name, got, want);
       problems++;
-    } else if (!is_float_dtype(t->dtype)) {
+    } else if (!amk_st_dtype_is_float(t->dtype)) {
       amk_error(diag, no_loc(), "%s: tensor '%s' has dtype %s; only F32, BF16, "
                 "F16 and F64 weights can be imported", t->file, t->name,
                 amk_st_dtype_name(t->dtype));
@@ -321,23 +316,6 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
 /* ---- options ------------------------------------------------------------------ */
 
 /* ---- the folder ---------------------------------------------------------------- */
-
-/* A relative `model "DIR"` in an .amkir file is relative to that file's
- * folder; a folder given on the command line is used as is. */
-static char *resolve_model_dir(const AmkModule *m) {
-  const char *dir = m->model_dir, *src = m->source_name;
-  if (dir[0] == '/' || !src || strcmp(src, dir) == 0 || src[0] == '<')
-    return amk_xstrdup(dir);
-  const char *slash = strrchr(src, '/');
-  if (!slash)
-    return amk_xstrdup(dir);
-  char *parent = amk_xmalloc((size_t)(slash - src) + 2);
-  memcpy(parent, src, (size_t)(slash - src) + 1);
-  parent[slash - src + 1] = '\0';
-  char *joined = amk_path_join(parent, dir);
-  free(parent);
-  return joined;
-}
 
 /* The folder's last path component, for meta.model. */
 static void model_name(const char *dir, char *out, size_t size) {
@@ -572,7 +550,7 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   int64_t max_seq = 0; /* range-checked by the option table */
   bool max_seq_given = amk_pass_option_int(ctx, "max-seq", &max_seq);
 
-  char *dir = resolve_model_dir(m);
+  char *dir = amk_module_model_folder(m);
   bool ok = false;
   AmkSafetensors *st = NULL;
   if (!amk_is_directory(dir)) {

@@ -30,6 +30,8 @@ int64_t amk_rw_low_flags(const AmkTask *t) {
   return flags & ((1 << AMK_PATTERN_SHIFT) - 1);
 }
 
+bool amk_rw_quantized(const AmkTask *t) { return amk_task_param(t, "qdtype") != NULL; }
+
 void amk_rw_copy_params(AmkModule *m, AmkTask *dst, const AmkTask *src) {
   dst->n_params = src->n_params;
   dst->params = src->n_params ? amk_arena_memdup(&m->arena, src->params,

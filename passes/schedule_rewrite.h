@@ -73,6 +73,10 @@ bool amk_rw_hops(const AmkModule *m, int64_t *critical_path,
 int64_t amk_rw_pattern(const AmkTask *t);
 int64_t amk_rw_low_flags(const AmkTask *t);
 
+/* Whether a GEMV/GEMM tile reads weight-only quantized weights (a qdtype
+ * param): fuse leaves those tiles as they are (docs/Quantization.md). */
+bool amk_rw_quantized(const AmkTask *t);
+
 /* Copy of a task's params into the arena (so a task can edit its own). */
 void amk_rw_copy_params(AmkModule *m, AmkTask *dst, const AmkTask *src);
 

@@ -125,9 +125,9 @@ static void format_shape(const Shape *s, char *buf, size_t size) {
 
 /* ---- fused GEMV patterns (flags bits 16-31; docs/Fusion.md) --------------- */
 
-/* Inputs of each pattern, [min, max]; plain tiles take 2 or 3 (quantization
- * scales: the op's arity), combine_residual its 1..6 partials besides W
- * and r. */
+/* Inputs of each pattern, [min, max]; plain tiles take 2 or 3 (a bias, or a
+ * quantized tile's scales: the op's arity), combine_residual its 1..6
+ * partials besides W and r. */
 static const struct {
   uint32_t min, max;
 } pattern_inputs[] = {
@@ -409,15 +409,104 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
     require_numel(v, t, "output", n_heads * head_dim, "n_heads*head_dim", out);
 }
 
+/* ---- weight-only quantized GEMV tiles (qdtype 6 / 7) ---------------------- */
+
+static AmkDType dtype_of(const AmkValidator *v, const Shape *s) {
+  return v->m->buffers[amk_id_index_get(&v->bufs, s->id)].dtype;
+}
+
+static bool is_float_dtype(AmkDType d) {
+  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_F16 || d == AMK_DTYPE_BF16;
+}
+
+/* The quantized weight [N, K] as the kernels read it: int8 as i8 [N, K];
+ * int4 as i4 [N, K] (even K: rows start on a byte) or as the packed bytes
+ * u8 / i8 [N, ceil(K/2)]. Its row count N, or -1 after reporting. */
+static int64_t quant_weight_rows(AmkValidator *v, const AmkTask *t, int64_t qdtype,
+                                 int64_t k, const Shape *w) {
+  AmkDType d = dtype_of(v, w);
+  int64_t width = last_dim(w);
+  bool fits;
+  if (qdtype == AMK_QDTYPE_INT8)
+    fits = d == AMK_DTYPE_I8 && width == k;
+  else
+    fits = (d == AMK_DTYPE_I4 && width == k && k % 2 == 0) ||
+           ((d == AMK_DTYPE_U8 || d == AMK_DTYPE_I8) && width == (k + 1) / 2);
+  if (fits)
+    return w->numel / width;
+  char have[96];
+  format_shape(w, have, sizeof have);
+  if (qdtype == AMK_QDTYPE_INT8)
+    bound_error(v, t,
+                "qdtype=6 (int8) reads weight buffer #%" PRId32 " ('%s') as i8 [N, K=%" PRId64
+                "], but it is %s %s",
+                w->id, w->name, k, amk_dtype_text_name(d), have);
+  else
+    bound_error(v, t,
+                "qdtype=7 (int4) reads weight buffer #%" PRId32 " ('%s') as i4 [N, K=%" PRId64
+                "] (K even) or packed u8 [N, ceil(K/2)=%" PRId64 "], but it is %s %s",
+                w->id, w->name, k, (k + 1) / 2, amk_dtype_text_name(d), have);
+  return -1;
+}
+
+/* A GEMV/GEMM tile with weight-only quantized weights: inputs [x, qW,
+ * scales], params qdtype (6 int8, 7 int4) and group (default K); the
+ * scales are a float [N, ceil(K/group)]. */
+static void check_quantized_tile(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                                 int64_t qdtype, bool have_k, int64_t k) {
+  if (qdtype != AMK_QDTYPE_INT8 && qdtype != AMK_QDTYPE_INT4) {
+    bound_error(v, t, "qdtype=%" PRId64 " names no weight-only format (6: int8, 7: int4)",
+                qdtype);
+    return;
+  }
+  if (t->n_inputs != 3) {
+    bound_error(v, t, "a quantized tile reads [x, qW, scales], not %u inputs", t->n_inputs);
+    return;
+  }
+  int64_t group = k;
+  if (pt->v[AMK_PARAM_group] && !param_at_least(v, t, pt, AMK_PARAM_group, 1, &group))
+    return;
+  const Shape *w = shape_of(v, t->inputs[1]), *scales = shape_of(v, t->inputs[2]);
+  if (!have_k || !w->ok)
+    return;
+  int64_t rows = quant_weight_rows(v, t, qdtype, k, w);
+  if (rows < 0 || !scales->ok)
+    return;
+  AmkDType sd = dtype_of(v, scales);
+  if (!is_float_dtype(sd)) {
+    bound_error(v, t, "scales buffer #%" PRId32 " ('%s') is %s; scales are f16 (or f32, bf16)",
+                scales->id, scales->name, amk_dtype_text_name(sd));
+    return;
+  }
+  int64_t groups = (k + group - 1) / group; /* both int32: no overflow */
+  if (last_dim(scales) != groups || scales->numel != rows * groups) {
+    char have[96];
+    format_shape(scales, have, sizeof have);
+    bound_error(v, t,
+                "scales buffer #%" PRId32 " ('%s') has shape %s, expected [N=%" PRId64
+                ", ceil(K/group)=%" PRId64 "] (K=%" PRId64 ", group=%" PRId64 ")",
+                scales->id, scales->name, have, rows, groups, k, group);
+  }
+}
+
 static void check_tile(AmkValidator *v, const AmkTask *t,
                        const AmkParamTable *pt) {
-  int64_t k, n_tile, n_off, flags = 0;
+  int64_t k, n_tile, n_off, qdtype = 0, flags = 0;
   bool have_k = param_at_least(v, t, pt, AMK_PARAM_K, 1, &k);
   bool have_tile = param_at_least(v, t, pt, AMK_PARAM_N_tile, 1, &n_tile);
   bool have_off = param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &n_off);
+  bool quantized = pt->v[AMK_PARAM_qdtype] &&
+                   amk_validator_int(pt->v[AMK_PARAM_qdtype], &qdtype);
   bool have_flags = t->op == AMK_OP_GEMV_TILE && pt->v[AMK_PARAM_flags] &&
                     amk_validator_int(pt->v[AMK_PARAM_flags], &flags) &&
                     flags >= INT32_MIN && flags <= INT32_MAX;
+  if (quantized && have_flags && flags >> AMK_PATTERN_SHIFT != AMK_PATTERN_PLAIN) {
+    const char *pattern = amk_gemv_pattern_name(flags >> AMK_PATTERN_SHIFT);
+    bound_error(v, t, "quantized weights (qdtype=%" PRId64 ") take the plain pattern only, "
+                "not %s (the fused patterns read fp weights)",
+                qdtype, pattern ? pattern : "an unknown one");
+    return;
+  }
   /* combine_residual's input 0 is a split-KV partial, not the vector of K
    * (check_pattern checks it). */
   bool x_is_partial = have_flags && flags >= 0 &&
@@ -427,9 +516,11 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   const Shape *out = t->n_outputs ? shape_of(v, t->outputs[0]) : &no_shape;
   if (have_k && !x_is_partial) {
     require_width(v, t, "input", "K", k, x);
-    if (t->n_inputs == 2) /* quantized weights are packed: no K check */
+    if (!quantized && t->n_inputs == 2)
       require_width(v, t, "weight", "K", k, w);
   }
+  if (quantized)
+    check_quantized_tile(v, t, pt, qdtype, have_k, k);
   if (have_tile && have_off) {
     int64_t end = n_off + n_tile; /* both int32: no overflow */
     if (out->ok && end > last_dim(out))

@@ -341,6 +341,92 @@ static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
   return ok;
 }
 
+/* ---- weight-only quantization --------------------------------------------------- */
+
+static bool is_quantized_tile(const AmkPlanTask *pt) {
+  return (pt->op == AMK_OP_GEMV_TILE || pt->op == AMK_OP_GEMM_TILE) && pt->n_inputs >= 3 &&
+         amk_inst_param_has(&pt->params, AMK_PARAM_qdtype) &&
+         (pt->params.qdtype.i == AMK_QDTYPE_INT8 || pt->params.qdtype.i == AMK_QDTYPE_INT4);
+}
+
+static bool same_quant(const AmkPlanQuant *a, const AmkPlanQuant *b) {
+  return a->role == b->role && a->partner == b->partner && a->qdtype == b->qdtype &&
+         a->group == b->group && a->cols == b->cols;
+}
+
+/* "int8 weights (group 128, K 64, scales 'L0.q.scales')" */
+static void describe_quant(const AmkModule *m, const AmkPlanQuant *q, char *out, size_t size) {
+  bool weights = q->role == AMK_PLAN_QUANT_WEIGHT;
+  snprintf(out, size, "%s %s (group %" PRId64 ", K %" PRId64 ", %s '%s')",
+           q->qdtype == AMK_QDTYPE_INT8 ? "int8" : "int4", weights ? "weights" : "scales",
+           q->group, q->cols, weights ? "scales" : "of", m->buffers[q->partner].name);
+}
+
+/* Every quantized tile's weight and scales take their roles; one buffer
+ * read two ways (two formats or groups, other scales, or by another task
+ * or input) is an error: the loader fills a buffer one way. */
+static bool plan_quant(AmkPlan *p, AmkDiagEngine *diag) {
+  const AmkModule *m = p->m;
+  int32_t *first = amk_xmalloc((m->n_buffers ? m->n_buffers : 1) * sizeof *first);
+  for (uint32_t b = 0; b < m->n_buffers; b++)
+    first[b] = -1;
+  bool ok = true;
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    const AmkPlanTask *pt = &p->tasks[t];
+    if (!is_quantized_tile(pt))
+      continue;
+    uint32_t w = pt->inputs[1], s = pt->inputs[2];
+    AmkPlanQuant want = {.qdtype = pt->params.qdtype.i,
+                         .group = amk_inst_param_has(&pt->params, AMK_PARAM_group)
+                                      ? pt->params.group.i
+                                      : pt->params.K.i,
+                         .cols = pt->params.K.i};
+    const AmkPlanQuant roles[2] = {
+        {AMK_PLAN_QUANT_WEIGHT, (int32_t)s, want.qdtype, want.group, want.cols},
+        {AMK_PLAN_QUANT_SCALES, (int32_t)w, want.qdtype, want.group, want.cols}};
+    const uint32_t which[2] = {w, s};
+    for (int r = 0; r < 2 && ok; r++) {
+      AmkPlanQuant *have = &p->buffers[which[r]].quant;
+      if (have->role == AMK_PLAN_QUANT_NONE) {
+        *have = roles[r];
+        first[which[r]] = (int32_t)t;
+      } else if (!same_quant(have, &roles[r])) {
+        const AmkTask *a = &m->tasks[first[which[r]]], *b = &m->tasks[t];
+        char mine[256], theirs[256];
+        describe_quant(m, &roles[r], mine, sizeof mine);
+        describe_quant(m, have, theirs, sizeof theirs);
+        amk_error(diag, b->loc,
+                  "task %d ('%s') reads buffer '%s' as %s, but task %d ('%s') reads it as %s; "
+                  "one buffer holds one quantized form",
+                  b->id, b->label, m->buffers[which[r]].name, mine, a->id, a->label, theirs);
+        ok = false;
+      }
+    }
+  }
+  /* Nothing else may read them. */
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    const AmkPlanTask *pt = &p->tasks[t];
+    bool quantized = is_quantized_tile(pt);
+    for (uint32_t i = 0; i < pt->n_inputs && ok; i++) {
+      const AmkPlanQuant *q = &p->buffers[pt->inputs[i]].quant;
+      bool expected = quantized && ((i == 1 && q->role == AMK_PLAN_QUANT_WEIGHT) ||
+                                    (i == 2 && q->role == AMK_PLAN_QUANT_SCALES));
+      if (q->role != AMK_PLAN_QUANT_NONE && !expected) {
+        const AmkTask *a = &m->tasks[first[pt->inputs[i]]], *b = &m->tasks[t];
+        amk_error(diag, b->loc,
+                  "task %d ('%s') reads buffer '%s' as its input %u, but it holds the "
+                  "quantized %s of task %d ('%s'); one buffer holds one form",
+                  b->id, b->label, m->buffers[pt->inputs[i]].name, i,
+                  q->role == AMK_PLAN_QUANT_WEIGHT ? "weights" : "scales",
+                  a->id, a->label);
+        ok = false;
+      }
+    }
+  }
+  free(first);
+  return ok;
+}
+
 /* ---- IO ------------------------------------------------------------------------ */
 
 /* The IO buffers the host drives, found by the names the lowerings use. */
@@ -675,7 +761,7 @@ AmkPlan *amk_plan_build(const AmkModule *m, const AmkPlanOptions *opt, AmkDiagEn
   p->n_counters = m->n_counters;
   s->synthetic = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *s->synthetic);
   bool ok = plan_buffers(p, diag) && plan_tasks(s, diag) && plan_partitions(p, diag) &&
-            plan_io(p, diag);
+            plan_quant(p, diag) && plan_io(p, diag);
   for (uint32_t b = 0; ok && b < m->n_buffers; b++)
     if (is_synthetic(&m->buffers[b]))
       ok = synthesize_const(s, b, diag);

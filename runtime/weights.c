@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "amk/numerics.h"
+#include "amk/quantize.h"
 #include "amk/safetensors.h"
 #include "amk/sampling.h"
 #include "amk/weights.h"
@@ -82,14 +83,63 @@ static void *own_copy(AmkWeights *w, uint32_t b, AmkWeightsOrigin origin) {
   return wb->owned;
 }
 
+/* ---- work split over threads ------------------------------------------------------ */
+
+/* fn(ctx, begin, end) over stretches that together cover [0, n). */
+typedef void (*RangeFn)(void *ctx, int64_t begin, int64_t end);
+
+typedef struct {
+  RangeFn fn;
+  void *ctx;
+  int64_t begin, end;
+} RangeJob;
+
+static void *range_job(void *arg) {
+  RangeJob *j = arg;
+  j->fn(j->ctx, j->begin, j->end);
+  return NULL;
+}
+
+/* Large buffers are filled by several threads (the 8B shape has 8 G
+ * elements); callers make results that do not depend on the split. */
+enum { THREADS_MAX = 32 };
+
+static void parallel_ranges(int64_t n, int64_t min_per_thread, RangeFn fn, void *ctx) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int64_t threads = n / (min_per_thread > 0 ? min_per_thread : 1);
+  if (threads > cpus)
+    threads = cpus;
+  if (threads > THREADS_MAX)
+    threads = THREADS_MAX;
+  if (threads <= 1) {
+    fn(ctx, 0, n);
+    return;
+  }
+  RangeJob jobs[THREADS_MAX];
+  pthread_t tids[THREADS_MAX];
+  bool started[THREADS_MAX];
+  int64_t per = (n + threads - 1) / threads;
+  for (int64_t k = 0; k < threads; k++) {
+    int64_t begin = k * per, end = begin + per < n ? begin + per : n;
+    jobs[k] = (RangeJob){fn, ctx, begin, end};
+    started[k] = pthread_create(&tids[k], NULL, range_job, &jobs[k]) == 0;
+    if (!started[k])
+      range_job(&jobs[k]); /* no thread to be had: do it here */
+  }
+  for (int64_t k = 0; k < threads; k++)
+    if (started[k])
+      pthread_join(tids[k], NULL);
+}
+
 /* ---- random ------------------------------------------------------------------- */
 
-/* Elements [begin, end) of the rule's stream: splitmix64 is a counter
- * (output i mixes state + (i + 1) * gamma), so any stretch starts on its own. */
+/* Elements [begin, end) of the rule's stream into dst (which holds element
+ * `begin` first): splitmix64 is a counter (output i mixes
+ * state + (i + 1) * gamma), so any stretch starts on its own. */
 static void random_fill_range(const AmkRandomRule *rule, AmkDType dtype, int64_t begin,
                               int64_t end, void *dst) {
   uint64_t state = rule->state + (uint64_t)begin * SPLITMIX64_GAMMA;
-  for (int64_t i = begin; i < end; i++) {
+  for (int64_t i = 0; i < end - begin; i++) {
     double u = (double)(amk_splitmix64(&state) >> 11) * (1.0 / 9007199254740992.0);
     float v = (float)(rule->center + rule->scale * (2.0 * u - 1.0));
     switch (dtype) {
@@ -111,45 +161,127 @@ static void random_fill_range(const AmkRandomRule *rule, AmkDType dtype, int64_t
 typedef struct {
   const AmkRandomRule *rule;
   AmkDType dtype;
-  int64_t begin, end;
-  void *dst;
+  char *dst;
+  int64_t elem;
 } FillJob;
 
-static void *fill_job(void *arg) {
+static void fill_range(void *arg, int64_t begin, int64_t end) {
   FillJob *j = arg;
-  random_fill_range(j->rule, j->dtype, j->begin, j->end, j->dst);
-  return NULL;
+  random_fill_range(j->rule, j->dtype, begin, end, j->dst + begin * j->elem);
 }
 
-/* Large buffers are filled by several threads (the 8B shape has 8 G
- * elements); the bytes do not depend on how the work is split. */
-enum { FILL_THREADS_MAX = 32, FILL_MIN_PER_THREAD = 1 << 20 };
-
 void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  int64_t threads = numel / FILL_MIN_PER_THREAD;
-  if (threads > cpus)
-    threads = cpus;
-  if (threads > FILL_THREADS_MAX)
-    threads = FILL_THREADS_MAX;
-  if (threads <= 1) {
-    random_fill_range(rule, dtype, 0, numel, dst);
-    return;
+  FillJob job = {rule, dtype, dst, amk_dtype_nbytes(dtype, 1)};
+  parallel_ranges(numel, 1 << 20, fill_range, &job);
+}
+
+/* ---- quantizing ---------------------------------------------------------------- */
+
+/* Rows of one matrix quantized into a WEIGHT buffer and its scales; the
+ * fp32 rows come from a checkpoint tensor or a random rule. */
+typedef struct {
+  const AmkStTensor *tensor; /* or NULL: */
+  const AmkRandomRule *rule;
+  int64_t cols, group, groups, row_bytes;
+  int bits;
+  AmkDType scales_dtype;
+  uint8_t *q;    /* row 0 of the rows quantized */
+  char *scales;  /* its scales */
+  pthread_mutex_t lock;
+  int64_t bad_row; /* the first row that has no quantized form, or -1 */
+} QuantJob;
+
+static void quantize_range(void *arg, int64_t begin, int64_t end) {
+  QuantJob *j = arg;
+  float *row = amk_xmalloc((size_t)j->cols * sizeof *row);
+  uint16_t *scales = amk_xmalloc((size_t)j->groups * sizeof *scales);
+  int64_t scale_bytes = amk_dtype_nbytes(j->scales_dtype, 1);
+  for (int64_t r = begin; r < end; r++) {
+    if (j->tensor)
+      amk_safetensors_read_f32(j->tensor, r * j->cols, j->cols, row);
+    else
+      random_fill_range(j->rule, AMK_DTYPE_F32, r * j->cols, (r + 1) * j->cols, row);
+    if (!amk_quantize_row(row, j->cols, j->bits, j->group, j->q + r * j->row_bytes, scales)) {
+      pthread_mutex_lock(&j->lock);
+      if (j->bad_row < 0 || r < j->bad_row)
+        j->bad_row = r;
+      pthread_mutex_unlock(&j->lock);
+      break;
+    }
+    /* The quantizer's scales are fp16; f32 holds them exactly. */
+    char *dst = j->scales + r * j->groups * scale_bytes;
+    for (int64_t g = 0; g < j->groups; g++) {
+      float f = amk_f16_to_f32(scales[g]);
+      if (j->scales_dtype == AMK_DTYPE_F16)
+        memcpy(dst + g * 2, &scales[g], 2);
+      else if (j->scales_dtype == AMK_DTYPE_BF16)
+        ((uint16_t *)dst)[g] = amk_f32_to_bf16(f);
+      else
+        memcpy(dst + g * 4, &f, 4);
+    }
   }
-  FillJob jobs[FILL_THREADS_MAX];
-  pthread_t tids[FILL_THREADS_MAX];
-  bool started[FILL_THREADS_MAX];
-  int64_t per = (numel + threads - 1) / threads;
-  for (int64_t k = 0; k < threads; k++) {
-    int64_t begin = k * per, end = begin + per < numel ? begin + per : numel;
-    jobs[k] = (FillJob){rule, dtype, begin, end, dst};
-    started[k] = pthread_create(&tids[k], NULL, fill_job, &jobs[k]) == 0;
-    if (!started[k])
-      fill_job(&jobs[k]); /* no thread to be had: do it here */
-  }
-  for (int64_t k = 0; k < threads; k++)
-    if (started[k])
-      pthread_join(tids[k], NULL);
+  free(scales);
+  free(row);
+}
+
+/* Quantizes `rows` fp32 rows (from `tensor`, or from `rule` when NULL) into
+ * rows [row0, row0 + rows) of WEIGHT buffer b and of its scales, making
+ * both host copies on first use. Returns the first row (of the stretch)
+ * with no quantized form, or -1. */
+static int64_t quantize_rows(AmkWeights *w, uint32_t b, const AmkStTensor *tensor,
+                             const AmkRandomRule *rule, int64_t row0, int64_t rows) {
+  const AmkPlanBuffer *pb = &w->plan->buffers[b];
+  const AmkPlanQuant *quant = &pb->quant;
+  uint32_t s = (uint32_t)quant->partner;
+  if (!w->buffers[b].owned)
+    own_copy(w, b, AMK_WEIGHTS_QUANTIZED);
+  if (!w->buffers[s].owned)
+    own_copy(w, s, AMK_WEIGHTS_QUANTIZED);
+  int bits = quant->qdtype == AMK_QDTYPE_INT8 ? 8 : 4;
+  QuantJob job = {.tensor = tensor,
+                  .rule = rule,
+                  .cols = quant->cols,
+                  .group = quant->group,
+                  .groups = amk_quant_groups(quant->cols, quant->group),
+                  .row_bytes = amk_quant_row_bytes(bits, quant->cols),
+                  .bits = bits,
+                  .scales_dtype = w->plan->buffers[s].dtype,
+                  .bad_row = -1};
+  job.q = (uint8_t *)w->buffers[b].owned + row0 * job.row_bytes;
+  job.scales = (char *)w->buffers[s].owned +
+               row0 * job.groups * amk_dtype_nbytes(job.scales_dtype, 1);
+  pthread_mutex_init(&job.lock, NULL);
+  parallel_ranges(rows, (1 << 20) / (job.cols > 0 ? job.cols : 1) + 1, quantize_range, &job);
+  pthread_mutex_destroy(&job.lock);
+  return job.bad_row;
+}
+
+/* The row layout quantize_rows writes: one weight row and its scale row per
+ * matrix row, in buffers the shapes of which say so (the validator checks
+ * it; a program built without it is refused here rather than overrun). */
+static bool quant_layout_fits(const AmkWeights *w, uint32_t b, AmkDiagEngine *diag) {
+  const AmkPlanBuffer *pb = &w->plan->buffers[b];
+  const AmkPlanBuffer *sb = &w->plan->buffers[pb->quant.partner];
+  int bits = pb->quant.qdtype == AMK_QDTYPE_INT8 ? 8 : 4;
+  int64_t rows = pb->rank ? pb->shape[0] : 0;
+  int64_t groups = amk_quant_groups(pb->quant.cols, pb->quant.group);
+  if (pb->rank >= 1 && rows > 0 && pb->nbytes == rows * amk_quant_row_bytes(bits, pb->quant.cols) &&
+      sb->numel == rows * groups)
+    return true;
+  const AmkModule *m = w->plan->m;
+  amk_error(diag, no_loc(),
+            "buffers '%s' and '%s' do not hold %" PRId64 " rows of K = %" PRId64
+            " quantized weights and ceil(K/group) = %" PRId64 " scales",
+            m->buffers[b].name, m->buffers[pb->quant.partner].name, rows, pb->quant.cols,
+            groups);
+  return false;
+}
+
+static void report_unquantizable(const char *what, int64_t row, AmkDiagEngine *diag) {
+  amk_error(diag, no_loc(),
+            "%s: row %" PRId64 " has a non-finite weight, or one too large for an fp16 scale; "
+            "it has no quantized form",
+            what, row);
 }
 
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag) {
@@ -157,18 +289,37 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
   AmkWeights *w = weights_new(plan, &needs_loading);
   /* One stream over the buffers in list order: a buffer starts where the
    * previous one's elements left the state. Only the rules are made here;
-   * the bytes come when an engine asks for them (the GPU fills its own). */
+   * the bytes come when an engine asks for them (the GPU fills its own).
+   * Quantized weights are the quantized random matrix, made now (no engine
+   * quantizes); their scales take no stretch of the stream. */
   uint64_t state = seed;
   for (uint32_t b = 0; b < plan->n_buffers; b++) {
     const AmkPlanBuffer *pb = &plan->buffers[b];
-    if (!is_loaded(pb))
+    if (!is_loaded(pb) || pb->quant.role == AMK_PLAN_QUANT_SCALES)
       continue;
-    int64_t cols = pb->rank >= 2 ? pb->shape[pb->rank - 1] : pb->numel;
+    int64_t cols = pb->quant.role == AMK_PLAN_QUANT_WEIGHT ? pb->quant.cols
+                   : pb->rank >= 2                         ? pb->shape[pb->rank - 1]
+                                                           : pb->numel;
     AmkRandomRule rule = {
         .state = state,
         .center = pb->rank >= 2 ? 0.0 : 1.0,
         .scale = pb->rank >= 2 ? 1.0 / sqrt((double)(cols > 0 ? cols : 1)) : 0.1,
     };
+    if (pb->quant.role == AMK_PLAN_QUANT_WEIGHT) {
+      if (!quant_layout_fits(w, b, diag)) {
+        amk_weights_free(w);
+        return NULL;
+      }
+      int64_t rows = pb->shape[0];
+      int64_t bad = quantize_rows(w, b, NULL, &rule, 0, rows);
+      if (bad >= 0) { /* random weights are finite and small: never */
+        report_unquantizable(plan->m->buffers[b].name, bad, diag);
+        amk_weights_free(w);
+        return NULL;
+      }
+      state += (uint64_t)(rows * cols) * SPLITMIX64_GAMMA;
+      continue;
+    }
     w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM, .nbytes = (size_t)pb->nbytes,
                                    .rule = rule};
     state += (uint64_t)pb->numel * SPLITMIX64_GAMMA;
@@ -185,19 +336,58 @@ bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out
 
 /* ---- checkpoints --------------------------------------------------------------- */
 
-/* A tensor handed over in place: one source key, the buffer's dtype and
- * size, aligned for the dtype (the kernels read it as typed memory). */
-static bool can_map(const AmkStTensor *t, const AmkPlanBuffer *pb, bool whole_source) {
+static bool is_float(AmkDType d) {
+  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_BF16 || d == AMK_DTYPE_F16;
+}
+
+/* How a checkpoint tensor fills its rows of a buffer. */
+typedef enum {
+  FILL_BYTES,    /* already the buffer's encoding: mapped or copied as is */
+  FILL_CONVERT,  /* a float tensor into a float buffer */
+  FILL_QUANTIZE, /* a float tensor into quantized weights and their scales */
+} FillKind;
+
+/* The fill for tensor t into buffer pb, and the last dim t must have; false
+ * when t cannot fill it. int4 weights [N, K] also come as their packed bytes
+ * (u8 or i8 [N, ceil(K/2)], as --emit-weights writes them). */
+static bool fill_kind(const AmkStTensor *t, const AmkPlanBuffer *pb, FillKind *kind,
+                      int64_t *width) {
   int ir = amk_st_dtype_to_ir(t->dtype);
+  int64_t last = pb->rank ? pb->shape[pb->rank - 1] : 0;
+  *width = last;
+  if (ir >= 0 && (AmkDType)ir == pb->dtype) {
+    *kind = FILL_BYTES;
+  } else if (pb->dtype == AMK_DTYPE_I4 && pb->rank >= 2 && last % 2 == 0 &&
+             (t->dtype == AMK_ST_U8 || t->dtype == AMK_ST_I8)) {
+    *kind = FILL_BYTES;
+    *width = last / 2;
+  } else if (amk_st_dtype_is_float(t->dtype) && pb->quant.role == AMK_PLAN_QUANT_WEIGHT) {
+    *kind = FILL_QUANTIZE;
+    *width = pb->quant.cols;
+  } else if (amk_st_dtype_is_float(t->dtype) && is_float(pb->dtype)) {
+    *kind = FILL_CONVERT;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/* A tensor handed over in place: the buffer's encoding and size, aligned
+ * for the dtype (the kernels read it as typed memory). */
+static bool can_map(const AmkStTensor *t, const AmkPlanBuffer *pb, size_t bytes) {
   size_t elem = (size_t)amk_dtype_nbytes(pb->dtype, 1);
-  return ir >= 0 && (AmkDType)ir == pb->dtype &&
-         (!whole_source || t->nbytes == (size_t)pb->nbytes) && elem > 0 &&
-         (uintptr_t)t->data % elem == 0;
+  return t->nbytes == bytes && elem > 0 && (uintptr_t)t->data % elem == 0;
 }
 
 static void add_piece(WeightBuffer *wb, const void *data, size_t offset, size_t nbytes) {
   wb->pieces = amk_xrealloc(wb->pieces, (wb->n_pieces + 1) * sizeof *wb->pieces);
   wb->pieces[wb->n_pieces++] = (AmkWeightPiece){.data = data, .offset = offset, .nbytes = nbytes};
+}
+
+static void format_dims(char *out, size_t size, const int64_t *dims, uint32_t rank) {
+  out[0] = '\0';
+  for (uint32_t d = 0; d < rank; d++)
+    snprintf(out + strlen(out), size - strlen(out), "%s%" PRId64, d ? ", " : "", dims[d]);
 }
 
 /* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key, or
@@ -210,18 +400,20 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
               amk_kind_text_name(buf->kind), buf->name);
     return false;
   }
-  if (buf->dtype != AMK_DTYPE_F32 && buf->dtype != AMK_DTYPE_BF16 &&
-      buf->dtype != AMK_DTYPE_F16) {
-    amk_error(diag, no_loc(), "buffer '%s' is %s; the VM loads f32, bf16 and f16 weights",
-              buf->name, amk_dtype_text_name(buf->dtype));
+  const int64_t *dims = pb->shape;
+  if (buf->rank < 1 || dims[0] <= 0 || pb->nbytes % dims[0] != 0) {
+    amk_error(diag, no_loc(), "buffer '%s' (%s) does not split into rows of whole bytes to "
+              "load", buf->name, amk_dtype_text_name(buf->dtype));
     return false;
   }
-  size_t elem = (size_t)amk_dtype_nbytes(buf->dtype, 1);
+  if (pb->quant.role == AMK_PLAN_QUANT_WEIGHT && !quant_layout_fits(w, b, diag))
+    return false;
+  size_t row_bytes = (size_t)(pb->nbytes / dims[0]);
   size_t offset = 0;
   int64_t rows = 0;
-  const int64_t *dims = pb->shape;
   const char *part = buf->source;
   char *dst = NULL;
+  bool quantized = false, as_is = false; /* how the parts of quantized weights came */
   while (*part) {
     const char *end = strchr(part, '+');
     size_t len = end ? (size_t)(end - part) : strlen(part);
@@ -239,44 +431,82 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
                 buf->name);
       return false;
     }
-    /* Each part has the buffer's shape but for the rows (dimension 0),
-     * which add up across the parts. */
-    bool fits = t->rank == buf->rank && buf->rank >= 1;
-    for (uint32_t d = 1; fits && d < buf->rank; d++)
-      fits = t->shape[d] == dims[d];
-    if (!fits) {
-      char have[160] = "", want[160] = "";
-      for (uint32_t d = 0; d < t->rank && d < AMK_ST_MAX_RANK; d++)
-        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%" PRId64, d ? ", " : "",
-                 t->shape[d]);
-      for (uint32_t d = 0; d < buf->rank; d++)
-        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%" PRId64, d ? ", " : "",
-                 dims[d]);
+    FillKind kind;
+    int64_t width;
+    if (!fill_kind(t, pb, &kind, &width)) {
       amk_error(diag, no_loc(),
-                "tensor '%s' in %s has shape [%s], which does not fit buffer '%s' [%s]", key,
-                t->file, have, buf->name, want);
+                "tensor '%s' in %s is %s, which cannot fill %s buffer '%s'%s", key, t->file,
+                amk_st_dtype_name(t->dtype), amk_dtype_text_name(buf->dtype), buf->name,
+                is_float(buf->dtype) ? " (float tensors convert to float buffers)"
+                : pb->quant.role == AMK_PLAN_QUANT_WEIGHT
+                    ? " (quantized weights come from a float tensor, quantized as it loads, "
+                      "or from their own quantized bytes)"
+                    : " (an integer buffer loads a tensor of its own encoding)");
       return false;
     }
-    rows += t->shape[0];
-    size_t bytes = (size_t)t->numel * elem;
-    if (rows > dims[0] || offset + bytes > (size_t)pb->nbytes) {
+    /* Each part has the buffer's shape but for the rows (dimension 0),
+     * which add up across the parts. */
+    bool fits = t->rank == buf->rank;
+    for (uint32_t d = 1; fits && d < buf->rank; d++)
+      fits = t->shape[d] == (d + 1 == buf->rank ? width : dims[d]);
+    if (!fits) {
+      char have[160], want[160], stored[200] = "";
+      format_dims(have, sizeof have, t->shape, t->rank < AMK_ST_MAX_RANK ? t->rank : AMK_ST_MAX_RANK);
+      format_dims(want, sizeof want, dims, buf->rank);
+      if (buf->rank >= 2 && width != dims[buf->rank - 1]) {
+        /* quantized from K floats, or packed int4 bytes */
+        int64_t tail[AMK_MAX_RANK];
+        memcpy(tail, dims, sizeof tail);
+        tail[0] = -1;
+        tail[buf->rank - 1] = width;
+        format_dims(stored, sizeof stored, tail + 1, buf->rank - 1);
+      }
+      amk_error(diag, no_loc(),
+                "tensor '%s' in %s has shape [%s], which does not fit buffer '%s' [%s]%s%s%s",
+                key, t->file, have, buf->name, want, stored[0] ? " (it takes a tensor [rows, " : "",
+                stored, stored[0] ? "])" : "");
+      return false;
+    }
+    int64_t part_rows = t->shape[0];
+    rows += part_rows;
+    size_t bytes = (size_t)part_rows * row_bytes;
+    if (rows > dims[0]) {
       amk_error(diag, no_loc(),
                 "the tensors of source '%s' have more rows than buffer '%s' (%" PRId64 ")",
                 buf->source, buf->name, dims[0]);
       return false;
     }
-    if (offset == 0 && !end && can_map(t, pb, true)) {
+    if (pb->quant.role == AMK_PLAN_QUANT_WEIGHT && (kind == FILL_QUANTIZE ? as_is : quantized)) {
+      amk_error(diag, no_loc(),
+                "the tensors of source '%s' mix float and quantized ones; buffer '%s' takes "
+                "one or the other",
+                buf->source, buf->name);
+      return false;
+    }
+    if (kind == FILL_QUANTIZE) {
+      quantized = true;
+      int64_t bad = quantize_rows(w, b, t, NULL, rows - part_rows, part_rows);
+      if (bad >= 0) {
+        char what[600];
+        snprintf(what, sizeof what, "%s: tensor '%s'", t->file, key);
+        report_unquantizable(what, bad, diag);
+        return false;
+      }
+    } else if (offset == 0 && !end && kind == FILL_BYTES && can_map(t, pb, (size_t)pb->nbytes)) {
+      as_is = true;
       w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_MAPPED, .data = t->data,
                                      .nbytes = t->nbytes};
       add_piece(&w->buffers[b], t->data, 0, t->nbytes);
-    } else if (!dst && can_map(t, pb, false)) {
-      /* Parts of the buffer's dtype stay in the file as pieces, joined
+    } else if (!dst && kind == FILL_BYTES && can_map(t, pb, bytes)) {
+      /* Parts of the buffer's encoding stay in the file as pieces, joined
        * only when a host copy is asked for. */
+      as_is = true;
       WeightBuffer *wb = &w->buffers[b];
       wb->origin = AMK_WEIGHTS_JOINED;
       wb->nbytes = (size_t)pb->nbytes;
       add_piece(wb, t->data, offset, bytes);
     } else {
+      as_is = true;
       if (!dst) {
         /* A part needs converting: the whole buffer becomes a copy. */
         WeightBuffer keep = w->buffers[b];
@@ -285,8 +515,16 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
           memcpy(dst + keep.pieces[i].offset, keep.pieces[i].data, keep.pieces[i].nbytes);
         free(keep.pieces);
       }
-      if (!amk_safetensors_convert(t, buf->dtype, dst + offset, bytes, diag))
+      if (kind == FILL_BYTES) {
+        if (t->nbytes != bytes) {
+          amk_error(diag, no_loc(), "%s: tensor '%s' has %zu bytes, buffer '%s' takes %zu",
+                    t->file, key, t->nbytes, buf->name, bytes);
+          return false;
+        }
+        memcpy(dst + offset, t->data, bytes);
+      } else if (!amk_safetensors_convert(t, buf->dtype, dst + offset, bytes, diag)) {
         return false;
+      }
     }
     offset += bytes;
     part = end ? end + 1 : part + len;
@@ -320,8 +558,14 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
   }
   bool ok = true;
   bool mapped = false;
-  for (uint32_t b = 0; b < plan->n_buffers && ok; b++)
-    if (is_loaded(&plan->buffers[b])) {
+  /* Quantized weights first: one quantized as it loads fills its scales,
+   * which then need no tensor of their own. */
+  for (int round = 0; round < 2; round++)
+    for (uint32_t b = 0; b < plan->n_buffers && ok; b++) {
+      const AmkPlanBuffer *pb = &plan->buffers[b];
+      if (!is_loaded(pb) || (pb->quant.role == AMK_PLAN_QUANT_WEIGHT) != (round == 0) ||
+          w->buffers[b].origin != AMK_WEIGHTS_NONE)
+        continue;
       ok = bind_weight(w, b, w->checkpoint, diag);
       mapped |= w->buffers[b].origin == AMK_WEIGHTS_MAPPED ||
                 w->buffers[b].origin == AMK_WEIGHTS_JOINED;

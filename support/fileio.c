@@ -154,13 +154,20 @@ static bool write_all(int fd, const char *data, size_t len) {
   return true;
 }
 
+static bool write_parts(int fd, const AmkWritePart *parts, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!write_all(fd, parts[i].data, parts[i].len))
+      return false;
+  return true;
+}
+
 /* Writes into an existing non-regular file (device, FIFO): it cannot be
  * replaced, and a temp file renamed over it would destroy it. */
-static bool write_in_place(const char *target, const char *data, size_t len) {
+static bool write_in_place(const char *target, const AmkWritePart *parts, size_t n) {
   int fd = open(target, O_WRONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
     return false;
-  bool ok = write_all(fd, data, len);
+  bool ok = write_parts(fd, parts, n);
   int write_errno = errno;
   bool closed = close(fd) == 0;
   if (!ok)
@@ -170,7 +177,7 @@ static bool write_in_place(const char *target, const char *data, size_t len) {
 
 /* Temp file beside `target`, then rename: readers never see a partial file
  * and a failure leaves the old one as it was. */
-static bool write_replacing(const char *target, const char *data, size_t len) {
+static bool write_replacing(const char *target, const AmkWritePart *parts, size_t n_parts) {
   size_t n = strlen(target);
   char *tmp = amk_xmalloc(n + 16);
   snprintf(tmp, n + 16, "%s.tmpXXXXXX", target);
@@ -179,7 +186,7 @@ static bool write_replacing(const char *target, const char *data, size_t len) {
     free(tmp);
     return false;
   }
-  bool ok = write_all(fd, data, len);
+  bool ok = write_parts(fd, parts, n_parts);
   int write_errno = errno;
   bool closed = close(fd) == 0;
   if (!ok)
@@ -201,8 +208,17 @@ static bool write_replacing(const char *target, const char *data, size_t len) {
 
 int amk_write_file_atomic(const char *path, const char *data, size_t len,
                           AmkDiagEngine *diag) {
+  AmkWritePart part = {data, len};
+  return amk_write_file_parts_atomic(path, &part, 1, diag);
+}
+
+int amk_write_file_parts_atomic(const char *path, const AmkWritePart *parts, size_t n,
+                                AmkDiagEngine *diag) {
   if (strcmp(path, "-") == 0) {
-    if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0) {
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++)
+      ok = fwrite(parts[i].data, 1, parts[i].len, stdout) == parts[i].len;
+    if (!ok || fflush(stdout) != 0) {
       amk_error(diag, no_loc(), "cannot write to standard output");
       return -1;
     }
@@ -218,17 +234,17 @@ int amk_write_file_atomic(const char *path, const char *data, size_t len,
       errno = EISDIR;
       ok = false;
     } else if (!S_ISREG(st.st_mode)) {
-      ok = write_in_place(path, data, len);
+      ok = write_in_place(path, parts, n);
     } else {
       /* A regular file behind a link is replaced where it lies; the link
        * stays. */
       target = follow_links(path);
-      ok = target && write_replacing(target, data, len);
+      ok = target && write_replacing(target, parts, n);
     }
   } else if (errno == ENOENT) {
     /* Absent, or a link to a file not yet there: create that file. */
     target = follow_links(path);
-    ok = target && write_replacing(target, data, len);
+    ok = target && write_replacing(target, parts, n);
   } else {
     ok = false;
   }

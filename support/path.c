@@ -1,7 +1,11 @@
 /* File-system path helpers (include/amk/path.h). */
+/* realpath is XSI. */
+#define _XOPEN_SOURCE 700
+
 #include "amk/path.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -59,3 +63,5 @@ const char *amk_file_type_name(mode_t mode) {
     return "a symbolic link";
   return "an unknown kind of file";
 }
+
+char *amk_path_real(const char *path) { return realpath(path, NULL); }

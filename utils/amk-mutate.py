@@ -474,6 +474,59 @@ def cover_drop_append(p):
     drop_task(p, by_label(p, "L0.k_append"))
 
 
+# ---- weight-only quantized tiles (a program through -quantize) ------------------
+
+def quant_tiles(p, prefix):
+    ts = [t for t in p["tasks"] if t["label"].startswith(prefix)
+          and t["params"].get("qdtype") in (6, 7)]
+    if not ts:
+        sys.exit(f"amk-mutate: no quantized tile labelled {prefix}*")
+    return ts
+
+
+def quant_scales_shape(p):
+    """The scales of L0.q_proj have one group too many."""
+    s = buffer_by_id(p, quant_tiles(p, "L0.q_proj")[0]["inputs"][2])
+    s["shape"] = [s["shape"][0], s["shape"][1] + 1]
+
+
+def quant_group(p):
+    """L0.down_proj's tiles say group 64, but its scales were made for 128."""
+    for t in quant_tiles(p, "L0.down_proj"):
+        t["params"]["group"] = 64
+
+
+def quant_qdtype_mismatch(p):
+    """A tile of int8 weights claims int4 (qdtype 7)."""
+    quant_tiles(p, "L0.q_proj")[0]["params"]["qdtype"] = 7
+
+
+def quant_qdtype_unknown(p):
+    """qdtype 5 (I32) is no weight-only format."""
+    quant_tiles(p, "L0.q_proj")[0]["params"]["qdtype"] = 5
+
+
+def quant_no_scales(p):
+    """A quantized tile without its scales input."""
+    t = quant_tiles(p, "L0.q_proj")[0]
+    t["inputs"] = t["inputs"][:2]
+
+
+def quant_scales_dtype(p):
+    """The scales of L0.q_proj are i8."""
+    buffer_by_id(p, quant_tiles(p, "L0.q_proj")[0]["inputs"][2])["dtype"] = "I8"
+
+
+def quant_fused(p):
+    """A quantized tile claims the fused norm pattern (fp weights only)."""
+    quant_tiles(p, "L0.q_proj")[0]["params"]["flags"] = 1 << 16
+
+
+def quant_packed_width(p):
+    """int4 weights as u8 bytes [N, K]: a row takes ceil(K/2) bytes."""
+    buffer_by_id(p, quant_tiles(p, "L0.q_proj")[0]["inputs"][1])["dtype"] = "U8"
+
+
 MUTATIONS = {
     "waw-overlap": waw_overlap,
     "waw-unordered": waw_unordered,
@@ -533,6 +586,14 @@ MUTATIONS = {
     "cover-drop-writer": cover_drop_writer,
     "cover-shrink-tile": cover_shrink_tile,
     "cover-drop-append": cover_drop_append,
+    "quant-scales-shape": quant_scales_shape,
+    "quant-group": quant_group,
+    "quant-qdtype-mismatch": quant_qdtype_mismatch,
+    "quant-qdtype-unknown": quant_qdtype_unknown,
+    "quant-no-scales": quant_no_scales,
+    "quant-scales-dtype": quant_scales_dtype,
+    "quant-fused": quant_fused,
+    "quant-packed-width": quant_packed_width,
 }
 
 

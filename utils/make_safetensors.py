@@ -92,6 +92,11 @@ def model_tensors(a):
             if n == name:
                 dtype = d
         values = [value_at(seed, i) for i in range(numel(shape))]
+        for spec in a.value:
+            n, rest = spec.split(":")
+            index, v = rest.split("=")
+            if n == name:
+                values[int(index)] = float(v)
         out.append((name, dtype, shape, encode(values, dtype)))
     return out
 
@@ -247,6 +252,8 @@ def main(argv):
     m.add_argument("--add", action="append", default=[], help="extra TENSOR:AxB")
     m.add_argument("--reshape", action="append", default=[], help="TENSOR:AxB")
     m.add_argument("--tensor-dtype", action="append", default=[], help="TENSOR:DTYPE")
+    m.add_argument("--value", action="append", default=[],
+                   help="TENSOR:INDEX=FLOAT (nan, inf, 1e6...) for one element")
     m.add_argument("--index-lie", action="append", default=[], help="TENSOR:FILE in the index")
     m.add_argument("--edit-config", action="append", default=[], help="OLD=>NEW in config.json's text")
     m.add_argument("--edit-index", action="append", default=[], help="OLD=>NEW in the index's text")

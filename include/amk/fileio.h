@@ -39,4 +39,13 @@ char *amk_read_regular_file(const char *path, size_t *len, AmkDiagEngine *diag);
 int amk_write_file_atomic(const char *path, const char *data, size_t len,
                           AmkDiagEngine *diag);
 
+/* The same for output made of several stretches, written in order (a file
+ * too large to assemble in memory first, such as a checkpoint). */
+typedef struct {
+  const void *data;
+  size_t len;
+} AmkWritePart;
+int amk_write_file_parts_atomic(const char *path, const AmkWritePart *parts, size_t n,
+                                AmkDiagEngine *diag);
+
 #endif

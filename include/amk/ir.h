@@ -108,6 +108,11 @@ typedef struct {
   uint32_t required_params; /* AMK_PARAM_BIT mask | AMK_REQ_RECIPE */
 } AmkOpInfo;
 
+/* A GEMV's `qdtype` param names its weight-only format by dtype code:
+ * int8 weights are I8, int4 weights I4 (docs/Quantization.md). */
+#define AMK_QDTYPE_INT8 AMK_DTYPE_I8
+#define AMK_QDTYPE_INT4 AMK_DTYPE_I4
+
 const AmkOpInfo *amk_op_info(AmkOp op);
 int amk_op_from_json_name(const char *s);
 int amk_op_from_text_name(const char *s);
@@ -378,6 +383,12 @@ int64_t amk_module_weight_bytes(const AmkModule *m);
  * the numerator of achieved bandwidth (a tied embedding table is then
  * counted once, by the lm_head that streams it). */
 int64_t amk_module_streamed_weight_bytes(const AmkModule *m);
+
+/* The model folder the module names (`model "DIR"`), to read it: a
+ * relative one is relative to the folder of the file the module was read
+ * from, a folder given on the command line is used as is. malloc'd; NULL
+ * when it names none. */
+char *amk_module_model_folder(const AmkModule *m);
 
 /* ---- the text form's lexical rules (ir/syntax.c) --------------------- */
 

@@ -86,6 +86,8 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
 #define AMK_PASSES(X)                                                          \
   X(import, "import", 0,                                                     \
     "Import a HuggingFace Llama-family model folder as an op-level program")  \
+  X(quantize, "quantize", 0,                                                 \
+    "Quantize GEMV weights to int8 or int4 (--quant; run it before -fuse)")   \
   X(verify, "verify", 1, "Check structural well-formedness of the module")     \
   X(validate, "validate", 1,                                                   \
     "Prove the schedule cannot deadlock or race (the safety proof)")           \
@@ -102,6 +104,14 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
   X(color, "color", 0,                                                         \
     "Bind activations to scratch pages (linear, graph_color or none)")
 
+/* The projections quantize leaves in the program's dtype when --quant-keep
+ * is not given. Measured (utils/quant-quality.py, docs/Quantization.md):
+ * keeping lm_head in bf16 keeps no more greedy choices for int8 and about
+ * 1 in 70 more for int4, while it streams as many bytes as the rest of an
+ * int4 Llama-3.2-1B; so none. (The embedding table is a gather, not a
+ * GEMV: never quantized.) */
+#define AMK_QUANT_DEFAULT_KEEP "none"
+
 /* Options that passes read: X(key, pass flag name, type, min, max, words,
  * help), see AmkPassOptionInfo. Drivers accept exactly these as
  * `--key=value`. A pass given as `-pass=VALUE` (e.g.
@@ -115,6 +125,15 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "program dtype: f32, bf16 or f16 (default: the checkpoint's)")            \
   X("max-seq", "import", AMK_OPTION_INT, 1, 16777216, NULL,                    \
     "KV cache length (default: max_position_embeddings, capped at 4096)")     \
+  X("quant", "quantize", AMK_OPTION_ENUM, 0, 0, "int8|int4",                  \
+    "GEMV weight format: int8 or int4 (weight-only, round to nearest)")       \
+  X("quant-group", "quantize", AMK_OPTION_INT, 1, 2147483647, NULL,           \
+    "weights per fp16 scale along K (default 128; the last group may be "     \
+    "shorter)")                                                                \
+  X("quant-keep", "quantize", AMK_OPTION_STRING, 0, 0, NULL,                  \
+    "projections left unquantized: none, or some of q_proj, k_proj, v_proj, " \
+    "o_proj, gate_proj, up_proj, down_proj, lm_head (default "                \
+    AMK_QUANT_DEFAULT_KEEP ", measured; the embedding is never quantized)")   \
   X("gemv-n-tile", "tile", AMK_OPTION_INT, 1, 2147483647, NULL,                \
     "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
   X("kv-partitions", "tile", AMK_OPTION_INT, 1, 8, NULL,                       \

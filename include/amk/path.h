@@ -9,6 +9,10 @@
  * one, and just "name" when dir is empty. */
 char *amk_path_join(const char *dir, const char *name);
 
+/* The absolute path of an existing file or folder, links and '..'
+ * resolved (malloc'd), or NULL (errno says why). */
+char *amk_path_real(const char *path);
+
 /* Whether `path` names an existing directory / regular file (links are
  * followed) / anything at all. */
 bool amk_is_directory(const char *path);

@@ -69,6 +69,20 @@ typedef struct {
   AmkPlanRange weight_read;
 } AmkPlanTask;
 
+/* A buffer's part in weight-only quantization (docs/Quantization.md). */
+typedef enum {
+  AMK_PLAN_QUANT_NONE = 0,
+  AMK_PLAN_QUANT_WEIGHT, /* the packed weights (qW, input 1) of quantized tiles */
+  AMK_PLAN_QUANT_SCALES, /* their fp scales (input 2) */
+} AmkPlanQuantRole;
+
+typedef struct {
+  AmkPlanQuantRole role;
+  int32_t partner; /* the scales of a WEIGHT, the weights of SCALES */
+  int32_t qdtype;  /* AMK_QDTYPE_INT8 or AMK_QDTYPE_INT4 */
+  int64_t group, cols; /* the tiles' group and K */
+} AmkPlanQuant;
+
 typedef struct {
   AmkBufferKind kind;
   AmkDType dtype;
@@ -79,6 +93,11 @@ typedef struct {
   /* A synthetic CONST (source "amk.…"): its contents in its dtype, computed
    * at build time (nbytes bytes). NULL for every other buffer. */
   const void *synthetic;
+  /* What the quantized GEMV/GEMM tiles reading it make of it; every tile
+   * agrees (the plan refuses a program whose tiles read one weight with
+   * different formats, groups or scales, or read it otherwise too), so the
+   * loader can quantize a checkpoint tensor into it. */
+  AmkPlanQuant quant;
 } AmkPlanBuffer;
 
 typedef struct AmkPlan {

@@ -92,11 +92,38 @@ size_t amk_safetensors_file_count(const AmkSafetensors *st);
 /* True when a folder holds weights that amk_safetensors_open would read. */
 bool amk_safetensors_present(const char *dir);
 
+/* F64, F32, F16 or BF16. */
+bool amk_st_dtype_is_float(AmkStDType d);
+
+/* Elements [first, first + count) of a floating-point tensor as fp32 (the
+ * caller keeps to its float dtypes and its elements). */
+void amk_safetensors_read_f32(const AmkStTensor *t, int64_t first, int64_t count,
+                              float *dst);
+
 /* Convert a floating-point tensor (F64, F32, F16, BF16) to `to` (F32, BF16 or
  * F16) into `dst`, which must hold numel elements of `to` (`dst_bytes`).
  * Narrowing rounds to nearest even. Reports and returns false for an integer
  * source, an unsupported target or a short destination. */
 bool amk_safetensors_convert(const AmkStTensor *t, AmkDType to, void *dst,
                              size_t dst_bytes, AmkDiagEngine *diag);
+
+/* A tensor to write: its bytes are numel x the dtype's size. */
+typedef struct {
+  const char *name;
+  AmkStDType dtype;
+  uint32_t rank;
+  int64_t shape[AMK_ST_MAX_RANK];
+  const void *data;
+  size_t nbytes;
+} AmkStWriteTensor;
+
+/* Writes a safetensors file, atomically (a failure leaves no partial file):
+ * the JSON header with `metadata` (key, value, key, value, ..., NULL; or
+ * NULL) as __metadata__, padded to 8 bytes, then every tensor's bytes with
+ * no hole, those of wider elements first so each starts aligned for its
+ * dtype. Reports and returns false on a tensor whose bytes do not match its
+ * shape, a repeated name, or a write error. */
+bool amk_safetensors_write(const char *path, const AmkStWriteTensor *tensors, size_t n,
+                           const char *const *metadata, AmkDiagEngine *diag);
 
 #endif

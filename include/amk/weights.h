@@ -10,7 +10,9 @@
  * amk_random_fill reproduces anywhere; the CUDA engine fills them on the
  * device. Host copies of random and joined buffers are made only when
  * amk_weights_data is asked for them. Synthetic CONST buffers come from the
- * plan.
+ * plan. Weight-only quantized weights (the plan's quant roles) come from a
+ * float tensor quantized row by row as it is read, with their scales, or
+ * from their own quantized bytes (docs/Quantization.md).
  *
  * Engines read the bytes with amk_weights_data; the CUDA engine uploads
  * them and may drop the loader afterwards, the CPU VM keeps pointing at
@@ -36,6 +38,8 @@ typedef enum {
   AMK_WEIGHTS_RANDOM,    /* the random rule (a host copy filled when asked for) */
   AMK_WEIGHTS_SYNTHETIC, /* the plan's computed contents */
   AMK_WEIGHTS_JOINED,    /* pieces of the mapped checkpoint (joined when asked for) */
+  AMK_WEIGHTS_QUANTIZED, /* a host copy quantized from a float tensor or random rows,
+                            and the scales made with it */
 } AmkWeightsOrigin;
 
 /* A stretch of a buffer that lies in the mapped checkpoint as it is. */
@@ -59,8 +63,9 @@ typedef struct {
  * module's model folder). A program with nothing to load opens nothing.
  * NULL after reporting (the tensor or file and the reason). */
 AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine *diag);
-/* Seeded random weights at the program's shapes (f32, bf16, f16 buffers;
- * others stay zero). */
+/* Seeded random weights at the program's shapes (f32, bf16, f16 buffers,
+ * and quantized weights as the quantized random matrix with its scales;
+ * other buffers stay zero). */
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag);
 void amk_weights_free(AmkWeights *w);
 
@@ -80,5 +85,18 @@ bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out);
 /* Fills numel elements of dtype (f32, bf16, f16) at dst by the rule. */
 void amk_random_fill(const AmkRandomRule *rule, AmkDType dtype, int64_t numel, void *dst);
+
+/* Writes the bytes of every loaded WEIGHT/CONST buffer as one tensor of
+ * DIR/model.safetensors (DIR is made when absent; one level), with string
+ * `metadata` pairs (amk_safetensors_write), and points the buffers' sources
+ * at what was written, so the module loads from DIR as it is: no float
+ * tensor is quantized again, a tied head quantized apart from the embedding
+ * gets its own tensor. A tensor is keyed by its buffer's source when that
+ * is one key (quantized scales by `KEY.scales`, the reference's names),
+ * else by the buffer's name; buffers of one source and the same bytes share
+ * it. i4 weights are written as their packed u8 bytes [N, ceil(K/2)].
+ * `plan` is m's, `w` its weights. False after reporting. */
+bool amk_weights_emit(AmkModule *m, const AmkPlan *plan, const AmkWeights *w, const char *dir,
+                      const char *const *metadata, AmkDiagEngine *diag);
 
 #endif

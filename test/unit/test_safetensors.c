@@ -1,5 +1,6 @@
 /* The safetensors reader: a valid file, a sharded index, conversions, and
- * one test per kind of corruption (each must fail with its own message). */
+ * one test per kind of corruption (each must fail with its own message);
+ * and the writer. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,6 +358,61 @@ static void test_corruptions(UnitCounts *c, const Scratch *s) {
   expect_error(c, s->dir, "no model.safetensors or model.safetensors.index.json");
 }
 
+/* amk_safetensors_write: what it writes opens with the same tensors and
+ * bytes, each aligned for its dtype (wider elements first, header padded
+ * to 8); metadata is kept; a wrong size or a repeated name is refused and
+ * leaves no file; amk_safetensors_read_f32 reads stretches of it. */
+static void test_write(UnitCounts *c, const Scratch *s) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/written.safetensors", s->dir);
+  const uint8_t odd[3] = {7, 8, 9};
+  const uint16_t halves[3] = {amk_f32_to_f16(1.5f), amk_f32_to_f16(-2.0f),
+                              amk_f32_to_f16(0.25f)};
+  AmkStWriteTensor t[3] = {
+      {.name = "u8", .dtype = AMK_ST_U8, .rank = 1, .shape = {3}, .data = odd, .nbytes = 3},
+      {.name = "h", .dtype = AMK_ST_F16, .rank = 2, .shape = {1, 3}, .data = halves,
+       .nbytes = 6},
+      {.name = "f", .dtype = AMK_ST_F32, .rank = 2, .shape = {2, 3}, .data = six, .nbytes = 24},
+  };
+  static const char *const meta[] = {"format", "pt", NULL};
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  CHECK(c, amk_safetensors_write(path, t, 3, meta, d));
+  AmkSafetensors *st = amk_safetensors_open(path, d);
+  CHECK(c, st && amk_safetensors_count(st) == 3);
+  for (int i = 0; st && i < 3; i++) {
+    const AmkStTensor *got = amk_safetensors_find(st, t[i].name);
+    CHECK(c, got && got->dtype == t[i].dtype && got->rank == t[i].rank &&
+                 got->nbytes == t[i].nbytes && memcmp(got->data, t[i].data, t[i].nbytes) == 0 &&
+                 (uintptr_t)got->data % amk_st_dtype_size(t[i].dtype) == 0);
+  }
+  float row[2];
+  const AmkStTensor *h = st ? amk_safetensors_find(st, "h") : NULL;
+  if (h) {
+    amk_safetensors_read_f32(h, 1, 2, row);
+    CHECK(c, row[0] == -2.0f && row[1] == 0.25f);
+  }
+  amk_safetensors_close(st);
+  FILE *f = fopen(path, "rb");
+  char head[64] = "";
+  CHECK(c, f && fread(head, 1, sizeof head - 1, f) > 0);
+  if (f)
+    fclose(f);
+  CHECK(c, strstr(head + 8, "\"__metadata__\":{\"format\":\"pt\"}") != NULL);
+  remove(path);
+  amk_diag_set_capture(d, 1);
+  AmkStWriteTensor bad[2] = {t[2], t[2]};
+  CHECK(c, !amk_safetensors_write(path, bad, 2, NULL, d));
+  CHECK(c, access(path, F_OK) != 0);
+  bad[1].name = "g";
+  bad[1].nbytes = 20;
+  CHECK(c, !amk_safetensors_write(path, bad, 2, NULL, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 0)->message, "a second tensor of that name") &&
+               strstr(amk_diag_captured(d, 1)->message, "its bytes are not its shape's"));
+  CHECK(c, access(path, F_OK) != 0);
+  amk_diag_free(d);
+}
+
 int main(void) {
   UnitCounts c = {0, 0};
   Scratch s;
@@ -377,6 +433,7 @@ int main(void) {
   test_no_tensors(&c, &s);
   test_corruptions(&c, &s);
   test_memory(&c);
+  test_write(&c, &s);
   rmdir(s.dir);
   return unit_finish("test_safetensors", &c);
 }

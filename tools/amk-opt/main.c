@@ -15,8 +15,11 @@
 #include "amk/backend.h"
 #include "amk/io.h"
 #include "amk/pass.h"
+#include "amk/path.h"
 #include "amk/pipeline.h"
+#include "amk/plan.h"
 #include "amk/strutil.h"
+#include "amk/weights.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
 typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN } EmitKind;
@@ -29,6 +32,7 @@ typedef struct {
   EmitKind emit;
   bool emit_given;
   const char *arch; /* --arch for --emit=cubin */
+  const char *emit_weights; /* --emit-weights DIR */
   AmkPipeline *pipeline; /* the passes and their options, parsed once */
   const char *print_before, *print_after;
   bool print_before_all, print_after_all;
@@ -51,6 +55,10 @@ static void print_help(FILE *out) {
         "                         generated megakernel source; cubin: that source\n"
         "                         compiled by NVRTC (needs -o; no GPU needed)\n"
         "  --arch=<sm_XY>         GPU architecture for --emit=cubin (default sm_90)\n"
+        "  --emit-weights=<dir>   After the passes, write the program's weights as\n"
+        "                         <dir>/model.safetensors (quantized weights as they\n"
+        "                         will run: no re-quantizing at load) and make the\n"
+        "                         program load them from <dir>\n"
         "  -passes=<p1,p2,...>    Run these passes in order (same as -p1 -p2 ...)\n"
         "  -default-pipeline      Run the default pipeline, as amk-run compiles a model\n"
         "                         folder (" AMK_DEFAULT_PIPELINE ")\n"
@@ -96,7 +104,7 @@ static void print_passes(FILE *out) {
 /* ---- command line --------------------------------------------------------- */
 
 static const char *const driver_flags[] = {
-    "o", "x", "emit", "arch", "passes", "default-pipeline", "disable-verify", "verify-each", "disable-output",
+    "o", "x", "emit", "arch", "emit-weights", "passes", "default-pipeline", "disable-verify", "verify-each", "disable-output",
     "print-before", "print-after", "print-before-all", "print-after-all",
     "print-changed", "time-passes", "stats", "split-input-file",
     "verify-diagnostics", "print-passes", "version", "help", NULL};
@@ -133,6 +141,7 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
   const PlainFlag plain[] = {
       {"o", NULL, &o->output},
       {"arch", NULL, &o->arch},
+      {"emit-weights", NULL, &o->emit_weights},
       {"disable-verify", &o->disable_verify, NULL},
       {"verify-each", &o->verify_each, NULL},
       {"disable-output", &o->disable_output, NULL},
@@ -271,6 +280,11 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
     o->input = "-";
   if (o->emit == EMIT_CUBIN && (!o->output || strcmp(o->output, "-") == 0)) {
     fprintf(stderr, "amk-opt: error: --emit=cubin writes a binary; give -o FILE\n");
+    return 1;
+  }
+  if (o->emit_weights && (o->split_input_file || o->verify_diagnostics)) {
+    fprintf(stderr, "amk-opt: error: --emit-weights writes the weights of one program; not "
+                    "with -split-input-file or -verify-diagnostics\n");
     return 1;
   }
   if (o->arch && o->emit != EMIT_CUBIN) {
@@ -541,6 +555,64 @@ static void print_changed(void *user, const AmkPassInfo *pass, const char *befor
   }
 }
 
+/* The folder a program written to `output` names to find `dir`: "." when
+ * the program lies in it, else its absolute path (or `dir` as given when
+ * the program goes to standard output or a path cannot be resolved). */
+static char *folder_from_output(const char *output, const char *dir) {
+  char *abs_dir = amk_path_real(dir);
+  if (!abs_dir || !output || strcmp(output, "-") == 0) {
+    free(abs_dir);
+    return amk_xstrdup(dir);
+  }
+  const char *slash = strrchr(output, '/');
+  char *parent = slash ? amk_xstrdup(output) : amk_xstrdup(".");
+  if (slash)
+    parent[slash - output + (slash == output)] = '\0';
+  char *abs_parent = amk_path_real(parent);
+  free(parent);
+  bool same = abs_parent && strcmp(abs_parent, abs_dir) == 0;
+  free(abs_parent);
+  if (same) {
+    free(abs_dir);
+    return amk_xstrdup(".");
+  }
+  return abs_dir;
+}
+
+/* --emit-weights: the program's weights, loaded from its model folder as
+ * it would run, written to o->emit_weights; the module then names that
+ * folder and its tensors. */
+static bool emit_weights(const DriverOptions *o, AmkModule *m, AmkDiagEngine *diag) {
+  char *from = amk_module_model_folder(m);
+  char *real_from = from ? amk_path_real(from) : NULL, *real_to = amk_path_real(o->emit_weights);
+  bool same = real_from && real_to && strcmp(real_from, real_to) == 0;
+  free(real_from);
+  free(real_to);
+  if (same) {
+    AmkLoc nowhere = {0, 0};
+    amk_error(diag, nowhere,
+              "--emit-weights '%s' is the folder the weights are read from; writing there "
+              "would replace that checkpoint: give another folder",
+              o->emit_weights);
+    free(from);
+    return false;
+  }
+  AmkPlan *plan = amk_plan_build(m, NULL, diag);
+  AmkWeights *w = plan ? amk_weights_load(plan, from, diag) : NULL;
+  static const char *const metadata[] = {"format", "pt", "producer", "amk-opt --emit-weights",
+                                         NULL};
+  bool ok = w && amk_weights_emit(m, plan, w, o->emit_weights, metadata, diag);
+  if (ok) {
+    char *folder = folder_from_output(o->output, o->emit_weights);
+    m->model_dir = amk_arena_strdup(&m->arena, folder);
+    free(folder);
+  }
+  amk_weights_free(w);
+  amk_plan_free(plan);
+  free(from);
+  return ok;
+}
+
 /* Runs one input (a whole file, or one -split-input-file chunk). Appends the
  * output to `out`; returns false on any error. */
 static bool process(const DriverOptions *o, const char *text, size_t len,
@@ -592,6 +664,11 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
     if (r.status == AMK_PIPELINE_VERIFY_FAILED)
       fprintf(stderr, "amk-opt: error: the module is malformed after pass '%s'\n",
               r.failed_pass->name);
+  }
+  if (ok && o->emit_weights) {
+    start = amk_clock_now();
+    ok = emit_weights(o, m, diag);
+    amk_timings_add_since(timings, "emit weights", start);
   }
   size_t n_passes = amk_pipeline_size(o->pipeline);
   bool want_output = !o->disable_output &&

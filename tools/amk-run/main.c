@@ -33,6 +33,13 @@ double run_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+static bool has_pass(const AmkPipeline *p, const char *name) {
+  for (size_t i = 0; i < amk_pipeline_size(p); i++)
+    if (strcmp(amk_pipeline_pass_at(p, i)->name, name) == 0)
+      return true;
+  return false;
+}
+
 /* Compiles a model folder through the pipeline, or reads a program. */
 static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out,
                                size_t *len_out) {
@@ -79,9 +86,22 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
    * would give them: each value is parsed once, here. */
   AmkPipeline *pipeline = amk_pipeline_new();
   bool ok = amk_pipeline_parse(pipeline, o->pipeline, diag);
+  /* --quant asks for the quantize pass: right after import (a pipeline
+   * without import first is refused below). */
+  if (ok && (o->quant || o->quant_group || o->quant_keep) && !has_pass(pipeline, "quantize") &&
+      strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6])) {
+    char *text = amk_xmalloc(strlen(o->pipeline) + 16);
+    sprintf(text, "import,quantize%s", o->pipeline + 6);
+    amk_pipeline_free(pipeline);
+    pipeline = amk_pipeline_new();
+    ok = amk_pipeline_parse(pipeline, text, diag);
+    free(text);
+  }
   const struct {
     const char *key, *value;
-  } options[] = {{"max-seq", o->max_seq}, {"dtype", o->dtype}, {"target", o->gpu_target}};
+  } options[] = {{"max-seq", o->max_seq},   {"dtype", o->dtype},
+                 {"target", o->gpu_target}, {"quant", o->quant},
+                 {"quant-group", o->quant_group}, {"quant-keep", o->quant_keep}};
   for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
     if (options[i].value)
       ok = amk_pipeline_set_option(pipeline, options[i].key, options[i].value, diag);

@@ -24,6 +24,15 @@ static void usage(FILE *out) {
         "  --dtype f32|bf16|f16     program dtype when compiling a model folder (default:\n"
         "                           the checkpoint's)\n"
         "  --target NAME            GPU target record when compiling (default h200)\n"
+        "  --quant int8|int4        weight-only quantized GEMV weights when compiling\n"
+        "                           (the quantize pass after import; the checkpoint's\n"
+        "                           float weights are quantized as they load)\n"
+        "  --quant-group N          weights per fp16 scale along K (default 128)\n"
+        "  --quant-keep LIST        projections left in the program dtype: none, or some\n"
+        "                           of q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,\n"
+        "                           down_proj,lm_head (default " AMK_QUANT_DEFAULT_KEEP ", measured:\n"
+        "                           docs/Quantization.md; the embedding table is never\n"
+        "                           quantized)\n"
         "  --passes a,b,c           the pipeline for a model folder (default\n"
         "                           " AMK_DEFAULT_PIPELINE ")\n"
         "  --save-program FILE      write the program compiled from a model folder to\n"
@@ -328,6 +337,9 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
        .compile_only = true},
       {{"--dtype"}, OPT_TEXT, .text = &o->dtype, .compile_only = true},
       {{"--target"}, OPT_TEXT, .text = &o->gpu_target, .compile_only = true},
+      {{"--quant"}, OPT_TEXT, .text = &o->quant, .compile_only = true},
+      {{"--quant-group"}, OPT_TEXT, .text = &o->quant_group, .compile_only = true},
+      {{"--quant-keep"}, OPT_TEXT, .text = &o->quant_keep, .compile_only = true},
       {{"--passes"}, OPT_TEXT, .text = &o->pipeline},
       {{"--save-program"}, OPT_TEXT, .text = &o->save_program},
       {{"--weights"}, OPT_TEXT, .text = &o->weights},

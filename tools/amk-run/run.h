@@ -26,6 +26,7 @@ typedef struct {
   const char *dump_logits;
   const char *dtype;
   const char *gpu_target;
+  const char *quant, *quant_group, *quant_keep; /* as given: the quantize pass parses them */
   const char *max_seq;      /* -c/--ctx-size/--max-seq: checked here, parsed by import */
   const char *compile_flag; /* the first option given that only compiling uses */
   int32_t *prompt_ids;      /* --prompt-ids */
