@@ -1,0 +1,151 @@
+/* Pre-tokenizers: a segment of text becomes words. Split (and the splits
+ * that Digits and ByteLevel's own regex make) cut each piece at a regex's
+ * matches; ByteLevel's add_prefix_space puts a space before each piece.
+ * ByteLevel's byte mapping itself is left to the model (bpe.c), which maps
+ * each word's bytes as it reads them. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer_internal.h"
+
+static void push_mark(TokScratch *s, size_t start, size_t end, bool is_match) {
+  if (s->n_marks + 3 > s->cap_marks) {
+    s->cap_marks = s->cap_marks ? s->cap_marks * 2 : 384;
+    s->marks = amk_xrealloc(s->marks, s->cap_marks * sizeof *s->marks);
+  }
+  s->marks[s->n_marks++] = start;
+  s->marks[s->n_marks++] = end;
+  s->marks[s->n_marks++] = is_match;
+}
+
+typedef struct {
+  TokScratch *scratch;
+  size_t covered; /* the piece up to here has marks */
+  bool invert;
+} MarkState;
+
+/* The piece as tokenizers' find_matches gives it: the gaps and the matches
+ * in order, covering it. Invert swaps which are matches. */
+static void mark_match(void *ctx, size_t start, size_t end) {
+  MarkState *m = ctx;
+  if (start > m->covered)
+    push_mark(m->scratch, m->covered, start, m->invert);
+  push_mark(m->scratch, start, end, !m->invert);
+  m->covered = end;
+}
+
+/* Emits the segments [start, end) that are not empty. */
+static void emit(TokSpans *out, const char *text, size_t start, size_t end) {
+  if (end > start)
+    tok_spans_push(out, text + start, end - start);
+}
+
+static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
+                        TokSpans *out, AmkStrBuf *error) {
+  s->n_marks = 0;
+  MarkState state = {s, 0, step->invert};
+  if (!tok_regex_each_match(step->regex, piece.text, piece.len, mark_match,
+                            &state, error))
+    return false;
+  if (state.covered < piece.len)
+    push_mark(s, state.covered, piece.len, step->invert);
+
+  size_t *m = s->marks, n = s->n_marks / 3;
+#define START(i) m[3 * (i)]
+#define END(i) m[3 * (i) + 1]
+#define MATCH(i) (m[3 * (i) + 2] != 0)
+  switch (step->behavior) {
+  case TOK_SPLIT_ISOLATED:
+    for (size_t i = 0; i < n; i++)
+      emit(out, piece.text, START(i), END(i));
+    break;
+  case TOK_SPLIT_REMOVED:
+    for (size_t i = 0; i < n; i++)
+      if (!MATCH(i))
+        emit(out, piece.text, START(i), END(i));
+    break;
+  case TOK_SPLIT_CONTIGUOUS:
+    /* Runs of matches (or of non-matches) become one piece. */
+    for (size_t i = 0; i < n;) {
+      size_t j = i + 1;
+      while (j < n && MATCH(j) == MATCH(i))
+        j++;
+      emit(out, piece.text, START(i), END(j - 1));
+      i = j;
+    }
+    break;
+  case TOK_SPLIT_MERGED_WITH_PREVIOUS:
+    /* A match that follows a non-match joins it. */
+    for (size_t i = 0; i < n;) {
+      size_t j = i + 1;
+      if (!MATCH(i) && j < n && MATCH(j))
+        j++;
+      emit(out, piece.text, START(i), END(j - 1));
+      i = j;
+    }
+    break;
+  case TOK_SPLIT_MERGED_WITH_NEXT: {
+    /* A match that precedes a non-match joins it: the same walk from the
+     * end. Pieces are found last to first, so they are reversed after. */
+    size_t first = out->len;
+    for (size_t i = n; i > 0;) {
+      size_t j = i - 1;
+      if (!MATCH(j) && j > 0 && MATCH(j - 1))
+        j--;
+      emit(out, piece.text, START(j), END(i - 1));
+      i = j;
+    }
+    for (size_t a = first, b = out->len; a + 1 < b; a++, b--) {
+      TokSpan t = out->items[a];
+      out->items[a] = out->items[b - 1];
+      out->items[b - 1] = t;
+    }
+    break;
+  }
+  }
+#undef START
+#undef END
+#undef MATCH
+  return true;
+}
+
+bool tok_pre_tokenize(const TokPreStep *steps, size_t n, TokSpan segment,
+                      TokScratch *s, AmkStrBuf *error) {
+  s->pieces.len = 0;
+  if (segment.len == 0)
+    return true;
+  tok_spans_push(&s->pieces, segment.text, segment.len);
+  for (size_t k = 0; k < n; k++) {
+    const TokPreStep *step = &steps[k];
+    s->next.len = 0;
+    for (size_t i = 0; i < s->pieces.len; i++) {
+      TokSpan piece = s->pieces.items[i];
+      if (step->kind == TOK_STEP_PREFIX_SPACE) {
+        if (piece.text[0] == ' ') {
+          tok_spans_push(&s->next, piece.text, piece.len);
+          continue;
+        }
+        char *spaced = tok_arena_alloc(&s->arena, piece.len + 1);
+        spaced[0] = ' ';
+        memcpy(spaced + 1, piece.text, piece.len);
+        tok_spans_push(&s->next, spaced, piece.len + 1);
+      } else if (!split_piece(step, piece, s, &s->next, error)) {
+        return false;
+      }
+    }
+    TokSpans t = s->pieces;
+    s->pieces = s->next;
+    s->next = t;
+  }
+  return true;
+}
+
+void tok_scratch_free(TokScratch *s) {
+  free(s->pieces.items);
+  free(s->next.items);
+  free(s->marks);
+  amk_sb_free(&s->work[0]);
+  amk_sb_free(&s->work[1]);
+  tok_arena_free(&s->arena);
+  memset(s, 0, sizeof *s);
+}
