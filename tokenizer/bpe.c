@@ -8,7 +8,15 @@
  * Speed: the vocabulary, the merge ranks and the single characters are hash
  * maps (ASCII and the 256 byte-level characters are plain tables), words are
  * merged in reused scratch arrays, and the ids of words seen before come
- * from a cache keyed by the word's bytes. */
+ * from a cache keyed by the word's bytes.
+ *
+ * SentencePiece-style files have no pre-tokenizer, so a whole segment of
+ * text is one word. When no token of the vocabulary has a '▁' right after
+ * another character, no merge can join the symbols on either side of such a
+ * '▁': the word is then merged piece by piece, each piece starting at a '▁'
+ * that follows another character. The ids are the same (merges on one side
+ * never change the pairs on the other, and the order among a side's merges
+ * is the same), and each piece is short enough to be cached. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,8 +55,13 @@ typedef struct {
   int32_t result;
 } Candidate;
 
+/* U+2581, the SentencePiece word marker. */
+static const char MARKER[] = "\xE2\x96\x81";
+enum { MARKER_LEN = 3 };
+
 struct TokBpe {
   TokBpeConfig config;
+  bool split_at_markers; /* see above */
   AmkNameMap vocab;
   const char **token_of_id;
   size_t id_count;
@@ -125,6 +138,26 @@ static void put_utf8(char *out, uint32_t cp) {
   amk_sb_free(&sb);
 }
 
+/* Whether a word can be merged piece by piece, split before each '▁' that
+ * follows another character: '▁' is a token (so it is never an unknown
+ * character, nor bytes) and no token has a '▁' right after another
+ * character. With ignore_merges the whole word must be looked up first, so
+ * words stay whole. */
+static bool can_split_at_markers(const TokBpe *m) {
+  const TokBpeConfig *c = &m->config;
+  if (c->byte_level || c->ignore_merges ||
+      tok_bpe_token_id(m, MARKER, MARKER_LEN) < 0)
+    return false;
+  for (size_t i = 0; i < c->n; i++) {
+    const char *s = c->strings + c->offsets[i];
+    for (const char *p = strstr(s, MARKER); p; p = strstr(p + 1, MARKER))
+      if (p > s && !(p - s >= MARKER_LEN &&
+                     memcmp(p - MARKER_LEN, MARKER, MARKER_LEN) == 0))
+        return false;
+  }
+  return true;
+}
+
 TokBpe *tok_bpe_new(TokBpeConfig *config) {
   TokBpe *m = amk_xcalloc(1, sizeof *m);
   m->config = *config;
@@ -169,6 +202,7 @@ TokBpe *tok_bpe_new(TokBpeConfig *config) {
     put_utf8(m->byte_level_utf8[b], cp);
     m->byte_level_ids[b] = cp < 0x80 ? m->ascii_ids[cp] : char_id(m, cp);
   }
+  m->split_at_markers = can_split_at_markers(m);
   m->merge_mask = 15;
   m->merges = amk_xmalloc(16 * sizeof *m->merges);
   for (size_t i = 0; i < 16; i++)
@@ -447,10 +481,9 @@ static int32_t whole_word_id(TokBpe *m, const char *word, size_t len) {
   return tok_bpe_token_id(m, m->mapped.data, m->mapped.len);
 }
 
-void tok_bpe_encode_word(TokBpe *m, const char *word, size_t len,
+/* A word, or a piece of one, through the cache and the merges. */
+static void encode_piece(TokBpe *m, const char *word, size_t len,
                          AmkTokenIds *out) {
-  if (len == 0)
-    return;
   bool cacheable = len <= MAX_CACHED_WORD;
   uint64_t hash = 0;
   CacheSlot *slot = NULL;
@@ -475,4 +508,34 @@ void tok_bpe_encode_word(TokBpe *m, const char *word, size_t len,
   }
   if (cacheable)
     cache_insert(m, slot, word, len, hash, out->ids + first, out->len - first);
+}
+
+/* Where the next piece starts: at the next '▁' after `from` that follows
+ * another character, or at `len`. */
+static size_t next_piece(const char *word, size_t len, size_t from) {
+  const char *end = word + len;
+  for (const char *p = word + from + 1; end - p >= MARKER_LEN; p++) {
+    p = memchr(p, MARKER[0], (size_t)(end - p));
+    if (!p || end - p < MARKER_LEN)
+      break;
+    if (memcmp(p, MARKER, MARKER_LEN) == 0 &&
+        !(p - word >= MARKER_LEN && memcmp(p - MARKER_LEN, MARKER, MARKER_LEN) == 0))
+      return (size_t)(p - word);
+  }
+  return len;
+}
+
+void tok_bpe_encode_word(TokBpe *m, const char *word, size_t len,
+                         AmkTokenIds *out) {
+  if (len == 0)
+    return;
+  if (!m->split_at_markers) {
+    encode_piece(m, word, len, out);
+    return;
+  }
+  for (size_t start = 0; start < len;) {
+    size_t end = next_piece(word, len, start);
+    encode_piece(m, word + start, end - start, out);
+    start = end;
+  }
 }
