@@ -55,7 +55,7 @@ static void list_free(TokenList *l) {
 }
 
 static const char *item(const TokenList *l, size_t i) {
-  return l->text.data + l->start[i];
+  return l->text.data ? l->text.data + l->start[i] : "";
 }
 
 /* ---- the decoders --------------------------------------------------------------- */
@@ -303,7 +303,8 @@ static bool ends_incomplete(const AmkStrBuf *text) {
 static void print_past_context(AmkTokenizerStream *s, const AmkStrBuf *text,
                                AmkStrBuf *out, AmkDiagEngine *diag) {
   size_t skip = s->context.len;
-  if (text->len < skip || memcmp(text->data, s->context.data, skip) != 0) {
+  if (text->len < skip ||
+      (skip && memcmp(text->data, s->context.data, skip) != 0)) {
     /* The context reads otherwise with the new ids after it: print the new
      * ids on their own rather than stop (tokenizers reports an error). */
     AmkStrBuf alone;

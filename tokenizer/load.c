@@ -141,6 +141,19 @@ static bool number_in_range(const Reader *r, const cJSON *v, const char *path,
   return true;
 }
 
+/* A token id: a whole number below the vocabulary size. */
+static bool token_id_in_range(const Reader *r, const cJSON *v, const char *path,
+                              size_t vocab_size, int64_t *out) {
+  if (!cJSON_IsNumber(v))
+    return fail(r, path, "expected a token id, not %s", json_kind(v));
+  double d = v->valuedouble;
+  if (!(d >= 0 && d < (double)vocab_size) || d != (double)(int64_t)d)
+    return fail(r, path, "%.17g is not a token id (ids run from 0 to %zu)", d,
+                vocab_size - 1);
+  *out = (int64_t)d;
+  return true;
+}
+
 static bool read_number(const Reader *r, const cJSON *object, const char *path,
                         const char *key, double limit, int64_t *out) {
   const cJSON *v = need(r, object, path, key);
@@ -551,9 +564,11 @@ static TokBpe *read_model(const Reader *r, const cJSON *model, bool byte_level) 
       !read_optional_string(r, model, path, "unk_token", &unk))
     return NULL;
   if ((prefix && *prefix) || (suffix && *suffix)) {
-    fail(r, prefix && *prefix ? "model.continuing_subword_prefix"
-                              : "model.end_of_word_suffix",
-         "is not supported (no Llama-family tokenizer uses it)");
+    bool is_prefix = prefix && *prefix;
+    fail(r, is_prefix ? "model.continuing_subword_prefix" : "model.end_of_word_suffix",
+         "a %s ('%s') is not supported (Llama-family files have none)",
+         is_prefix ? "continuing subword prefix" : "end-of-word suffix",
+         is_prefix ? prefix : suffix);
     return NULL;
   }
   TokBpeConfig config = {0};
@@ -762,8 +777,8 @@ static bool read_special_ids(const Reader *r, const AmkTokenizer *t,
   size_t k = 0;
   for (const cJSON *v = ids->child; v; v = v->next, k++) {
     int64_t id;
-    if (!number_in_range(r, v, index_path(ids_at.text, k).text,
-                         (double)t->vocab_size, &id))
+    if (!token_id_in_range(r, v, index_path(ids_at.text, k).text,
+                           t->vocab_size, &id))
       return false;
     item->ids[k] = (int32_t)id;
   }
@@ -1067,9 +1082,7 @@ static bool read_config(const char *dir, const char *name, char **label,
 static bool check_id(const Reader *r, const AmkTokenizer *t, const cJSON *v,
                      const char *path, int32_t *id) {
   int64_t value;
-  if (!cJSON_IsNumber(v))
-    return fail(r, path, "expected a token id, not %s", json_kind(v));
-  if (!number_in_range(r, v, path, (double)t->vocab_size, &value))
+  if (!token_id_in_range(r, v, path, t->vocab_size, &value))
     return false;
   if (!t->token_of_id[value])
     return fail(r, path, "no token has id %lld", (long long)value);

@@ -42,7 +42,8 @@ TokRegex *tok_regex_compile(const char *pattern, size_t len, bool literal,
   }
   int code;
   PCRE2_SIZE offset;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  /* UCP only changes what classes mean, and PCRE2 refuses it with LITERAL. */
+  uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   re->code = pcre2_compile((PCRE2_SPTR)pattern, len, options, &code, &offset,
                            NULL);
   if (!re->code) {
