@@ -3,7 +3,7 @@
 # missing. Safe to run again.
 set -euo pipefail
 
-packages=(cmake ninja-build gcc libc6-dev re2c bison libcjson-dev llvm-14-tools python3 xz-utils)
+packages=(cmake ninja-build gcc libc6-dev re2c bison libcjson-dev libpcre2-dev llvm-14-tools python3 xz-utils)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
