@@ -99,9 +99,12 @@ bool amk_tokenizer_decode(const AmkTokenizer *t, const int32_t *ids, size_t n,
 
 /* Incremental decoding, for printing generated text token by token: each
  * push appends the text that the new token completes, holding back a
- * character whose bytes are split across tokens until it is whole. The
- * concatenated output equals amk_tokenizer_decode of all the ids for the
- * decoders supported here. */
+ * character whose bytes are split across tokens until it is whole (as
+ * tokenizers' DecodeStream does: decoded text that ends in U+FFFD waits for
+ * more ids, at most 8). When the ids decode to valid UTF-8, as a model's
+ * output almost always does, the pieces joined are amk_tokenizer_decode of
+ * all the ids; where bytes form no character, the U+FFFD may fall
+ * otherwise. */
 typedef struct AmkTokenizerStream AmkTokenizerStream;
 
 AmkTokenizerStream *amk_tokenizer_stream_new(const AmkTokenizer *t,
