@@ -260,9 +260,13 @@ static bool read_normalizer(const Reader *r, const cJSON *v, const char *path,
   }
   if (strcmp(type, "Replace") == 0)
     return read_replace(r, v, path, add_normalizer(out, TOK_NORM_REPLACE));
+  if (strcmp(type, "NFC") == 0) {
+    add_normalizer(out, TOK_NORM_NFC);
+    return true;
+  }
   return fail(r, key_path(path, "type").text,
               "unsupported normalizer '%s' (supported: Sequence, Prepend, "
-              "Replace)",
+              "Replace, NFC)",
               type);
 }
 

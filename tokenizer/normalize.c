@@ -1,9 +1,10 @@
-/* Normalizers: Prepend and Replace, run in order as a Sequence runs them.
- * Replace is also a decoder (the same operation on each token). */
+/* Normalizers: Prepend, Replace and NFC, run in order as a Sequence runs
+ * them. Replace is also a decoder (the same operation on each token). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer_internal.h"
+#include "unicode_nfc.h"
 
 typedef struct {
   const TokNormalizer *replace;
@@ -51,6 +52,11 @@ bool tok_normalize(const TokNormalizer *norms, size_t n, TokSpan in,
     case TOK_NORM_REPLACE:
       if (!tok_replace(norm, current.text, current.len, buf, error))
         return false;
+      break;
+    case TOK_NORM_NFC:
+      if (tok_nfc_is_trivial(current.text, current.len))
+        continue;
+      tok_nfc(current.text, current.len, buf);
       break;
     }
     current = (TokSpan){buf->data ? buf->data : "", buf->len};

@@ -95,6 +95,7 @@ void tok_arena_free(TokArena *a);
 typedef enum {
   TOK_NORM_PREPEND, /* `text` before a non-empty string */
   TOK_NORM_REPLACE, /* every match of `pattern` becomes `text` */
+  TOK_NORM_NFC,     /* Unicode Normalization Form C */
 } TokNormKind;
 
 typedef struct {

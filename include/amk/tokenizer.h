@@ -3,7 +3,8 @@
  * Reads a `tokenizer.json` and encodes and decodes text as the `tokenizers`
  * Python package does for the files Llama-family models ship:
  *   - byte-level BPE with a `Split` regex pre-tokenizer (Llama 3, SmolLM2,
- *     Qwen2), the regex compiled by PCRE2 in UTF + UCP mode;
+ *     Qwen2 and its NFC normalizer), the regex compiled by PCRE2 in UTF +
+ *     UCP mode;
  *   - SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama,
  *     Mistral);
  *   - added and special tokens, TemplateProcessing (the BOS token), and the

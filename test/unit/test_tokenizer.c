@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../../tokenizer/tokenizer_internal.h"
+#include "../../tokenizer/unicode_nfc.h"
 #include "amk/tokenizer.h"
 #include "unit.h"
 
@@ -487,6 +488,34 @@ static void test_lossy_utf8(UnitCounts *c) {
   }
 }
 
+static void test_nfc(UnitCounts *c) {
+  static const struct {
+    const char *in, *want;
+  } cases[] = {
+      {"e\xCC\x81", "\xC3\xA9"},                      /* e + acute: é */
+      {"\xE2\x84\xAB", "\xC3\x85"},                  /* Angstrom sign: Å */
+      {"\xE1\xB8\x8B\xCC\xA3", "\xE1\xB8\x8D\xCC\x87"}, /* marks reordered */
+      {"\xE0\xA5\x98", "\xE0\xA4\x95\xE0\xA4\xBC"}, /* an exclusion stays apart */
+      {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"}, /* jamo: 각 */
+      {"a\xCC\x81\xCC\x81", "\xC3\xA1\xCC\x81"},  /* the second acute is blocked */
+      {"plain ASCII", "plain ASCII"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    AmkStrBuf out;
+    amk_sb_init(&out);
+    tok_nfc(cases[i].in, strlen(cases[i].in), &out);
+    CHECK_STR(c, out.data, cases[i].want);
+    amk_sb_free(&out);
+  }
+  CHECK(c, tok_nfc_is_trivial("caf\xC3\xA9 \xCB\xBF", 9)); /* all below U+0300 */
+  CHECK(c, !tok_nfc_is_trivial("e\xCC\x81", 3));
+  /* Through a tokenizer: the normalizer composes before the model. */
+  AmkTokenizer *t = load((Parts){.vocab = "{\"\u00e9\": 0, \"e\": 1, \"\u0301\": 2}",
+                                 .normalizer = "{\"type\": \"NFC\"}"});
+  check_encode(c, t, "e\xCC\x81" "e", "0,1");
+  amk_tokenizer_free(t);
+}
+
 /* ---- errors ------------------------------------------------------------------------------ */
 
 static void test_encode_decode_errors(UnitCounts *c) {
@@ -762,6 +791,6 @@ UNIT_MAIN("test_tokenizer", test_merge_order, test_merge_list_details,
           test_split_empty_matches, test_split_unicode,
           test_digits_and_byte_level_steps, test_pre_tokenizers_loaded,
           test_added_token_flags, test_normalized_added_tokens, test_normalizers,
-          test_template, test_decoders, test_byte_fallback_decoding,
+          test_nfc, test_template, test_decoders, test_byte_fallback_decoding,
           test_lossy_utf8, test_encode_decode_errors, test_load_errors,
           test_round_trips, test_streaming, test_queries)
