@@ -74,7 +74,7 @@ struct TokBpe {
   size_t char_mask;
   int32_t byte_tokens[256];     /* <0xNN>, for byte fallback; -1: none */
   int32_t byte_level_ids[256];  /* the token of each byte's character */
-  char byte_level_utf8[256][3]; /* those characters, NUL-terminated */
+  char byte_level_utf8[256][5]; /* those characters, NUL-terminated */
 
   /* Scratch for one word. */
   Symbol *symbols;
@@ -130,14 +130,6 @@ static int32_t char_id(const TokBpe *m, uint32_t cp) {
   return -1;
 }
 
-static void put_utf8(char *out, uint32_t cp) {
-  AmkStrBuf sb;
-  amk_sb_init(&sb);
-  tok_utf8_append_code_point(&sb, cp);
-  memcpy(out, sb.data, sb.len + 1);
-  amk_sb_free(&sb);
-}
-
 /* Whether a word can be merged piece by piece, split before each '▁' that
  * follows another character: '▁' is a token (so it is never an unknown
  * character, nor bytes) and no token has a '▁' right after another
@@ -185,21 +177,20 @@ TokBpe *tok_bpe_new(TokBpeConfig *config) {
     uint32_t cp;
     if (len == 1 && (unsigned char)s[0] < 0x80)
       m->ascii_ids[(unsigned char)s[0]] = id;
-    else if (tok_utf8_char_len(s, len) == len &&
-             amk_utf8_decode((const unsigned char *)s,
+    else if (amk_utf8_decode((const unsigned char *)s,
                              (const unsigned char *)s + len, &cp) == len)
-      add_char(m, cp, id);
+      add_char(m, cp, id); /* a token of one character */
     /* <0xNN>, spelled as tokenizers spells it (upper-case hex digits). */
     if (len == 6 && memcmp(s, "<0x", 3) == 0 && s[5] == '>') {
       static const char hex[] = "0123456789ABCDEF";
       const char *hi = memchr(hex, s[3], 16), *lo = memchr(hex, s[4], 16);
-      if (hi && lo && s[3] && s[4])
+      if (hi && lo)
         m->byte_tokens[(hi - hex) * 16 + (lo - hex)] = id;
     }
   }
   for (int b = 0; b < 256; b++) {
     uint32_t cp = tok_byte_level_char((unsigned char)b);
-    put_utf8(m->byte_level_utf8[b], cp);
+    m->byte_level_utf8[b][tok_utf8_encode(cp, m->byte_level_utf8[b])] = '\0';
     m->byte_level_ids[b] = cp < 0x80 ? m->ascii_ids[cp] : char_id(m, cp);
   }
   m->split_at_markers = can_split_at_markers(m);

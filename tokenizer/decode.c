@@ -274,8 +274,10 @@ bool amk_tokenizer_decode(const AmkTokenizer *t, const int32_t *ids, size_t n,
 
 /* ---- streaming -------------------------------------------------------------------- */
 
-/* A character split over more tokens than this is given up on: what is held
- * back is printed (with its U+FFFD) rather than held for ever. */
+/* Ids held back at most: a character has at most 4 bytes, so more held ids
+ * mean bytes that will never form one (or ids that print nothing, such as
+ * skipped special tokens); what is held is then printed as it stands,
+ * which also keeps each push's work bounded. */
 enum { MAX_HELD_IDS = 8 };
 
 struct AmkTokenizerStream {
@@ -295,35 +297,35 @@ AmkTokenizerStream *amk_tokenizer_stream_new(const AmkTokenizer *t,
 }
 
 static bool ends_incomplete(const AmkStrBuf *text) {
-  return text->len >= 3 && memcmp(text->data + text->len - 3, "\xEF\xBF\xBD", 3) == 0;
+  return text->len >= 3 &&
+         memcmp(text->data + text->len - 3, "\xEF\xBF\xBD", 3) == 0;
 }
 
-/* Prints the text past the context and makes the printed ids the next
- * context. */
-static void print_past_context(AmkTokenizerStream *s, const AmkStrBuf *text,
+static bool decode_ids(const AmkTokenizerStream *s, const int32_t *ids,
+                       size_t n, AmkStrBuf *out, AmkDiagEngine *diag) {
+  return amk_tokenizer_decode(s->t, ids, n, s->skip_special, out, diag);
+}
+
+/* Prints `text` (the context and the held ids decoded) past the context,
+ * and makes the held ids the next context. */
+static bool print_past_context(AmkTokenizerStream *s, const AmkStrBuf *text,
                                AmkStrBuf *out, AmkDiagEngine *diag) {
   size_t skip = s->context.len;
+  const int32_t *held = s->ids.ids + s->n_context;
+  size_t n_held = s->ids.len - s->n_context;
   if (text->len < skip ||
       (skip && memcmp(text->data, s->context.data, skip) != 0)) {
-    /* The context reads otherwise with the new ids after it: print the new
-     * ids on their own rather than stop (tokenizers reports an error). */
-    AmkStrBuf alone;
-    amk_sb_init(&alone);
-    amk_tokenizer_decode(s->t, s->ids.ids + s->n_context,
-                         s->ids.len - s->n_context, s->skip_special, &alone,
-                         diag);
-    amk_sb_putn(out, alone.data ? alone.data : "", alone.len);
-    amk_sb_free(&alone);
+    /* The context reads otherwise with the held ids after it: print those
+     * decoded alone rather than stop (tokenizers reports an error). */
+    if (!decode_ids(s, held, n_held, out, diag))
+      return false;
   } else {
     amk_sb_putn(out, text->data + skip, text->len - skip);
   }
-  size_t printed = s->ids.len - s->n_context;
-  memmove(s->ids.ids, s->ids.ids + s->n_context, printed * sizeof *s->ids.ids);
-  s->ids.len = printed;
-  s->n_context = printed;
+  memmove(s->ids.ids, held, n_held * sizeof *held);
+  s->ids.len = s->n_context = n_held;
   s->context.len = 0;
-  amk_tokenizer_decode(s->t, s->ids.ids, s->ids.len, s->skip_special,
-                       &s->context, diag);
+  return decode_ids(s, s->ids.ids, s->ids.len, &s->context, diag);
 }
 
 bool amk_tokenizer_stream_push(AmkTokenizerStream *s, int32_t id,
@@ -331,18 +333,17 @@ bool amk_tokenizer_stream_push(AmkTokenizerStream *s, int32_t id,
   tok_ids_push(&s->ids, id);
   AmkStrBuf text;
   amk_sb_init(&text);
-  if (!amk_tokenizer_decode(s->t, s->ids.ids, s->ids.len, s->skip_special,
-                            &text, diag)) {
+  if (!decode_ids(s, s->ids.ids, s->ids.len, &text, diag)) {
     s->ids.len--;
     amk_sb_free(&text);
     return false;
   }
-  size_t held = s->ids.len - s->n_context;
-  if (text.len > s->context.len &&
-      (!ends_incomplete(&text) || held >= MAX_HELD_IDS))
-    print_past_context(s, &text, out, diag);
+  bool complete = text.len > s->context.len && !ends_incomplete(&text);
+  bool ok = true;
+  if (complete || s->ids.len - s->n_context >= MAX_HELD_IDS)
+    ok = print_past_context(s, &text, out, diag);
   amk_sb_free(&text);
-  return true;
+  return ok;
 }
 
 bool amk_tokenizer_stream_flush(AmkTokenizerStream *s, AmkStrBuf *out,
@@ -351,10 +352,8 @@ bool amk_tokenizer_stream_flush(AmkTokenizerStream *s, AmkStrBuf *out,
   if (s->ids.len > s->n_context) {
     AmkStrBuf text;
     amk_sb_init(&text);
-    ok = amk_tokenizer_decode(s->t, s->ids.ids, s->ids.len, s->skip_special,
-                              &text, diag);
-    if (ok)
-      print_past_context(s, &text, out, diag);
+    ok = decode_ids(s, s->ids.ids, s->ids.len, &text, diag) &&
+         print_past_context(s, &text, out, diag);
     amk_sb_free(&text);
   }
   s->ids.len = 0;

@@ -11,18 +11,16 @@
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
+/* single_word's test of the characters beside a match. */
 static bool is_word_char(void *ctx, uint32_t cp) {
   TokRegex *word_char = ctx;
-  AmkStrBuf one;
-  amk_sb_init(&one);
-  tok_utf8_append_code_point(&one, cp);
+  char bytes[4];
   size_t start, end;
   AmkStrBuf error;
   amk_sb_init(&error);
-  bool is_word =
-      tok_regex_find(word_char, one.data, one.len, 0, &start, &end, &error) == 1;
+  bool is_word = tok_regex_find(word_char, bytes, tok_utf8_encode(cp, bytes), 0,
+                                &start, &end, &error) == 1;
   amk_sb_free(&error);
-  amk_sb_free(&one);
   return is_word;
 }
 

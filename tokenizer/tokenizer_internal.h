@@ -30,6 +30,8 @@ size_t tok_utf8_char_len(const char *p, size_t len);
  * by U+FFFD (Rust's String::from_utf8_lossy, which tokenizers uses). */
 void tok_utf8_append_lossy(AmkStrBuf *out, const char *p, size_t len);
 
+/* Writes the UTF-8 of a code point (at most U+10FFFF); returns its length. */
+size_t tok_utf8_encode(uint32_t cp, char out[4]);
 void tok_utf8_append_code_point(AmkStrBuf *out, uint32_t cp);
 
 /* Unicode White_Space (Rust's char::is_whitespace). */

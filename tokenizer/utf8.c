@@ -27,29 +27,32 @@ size_t tok_utf8_char_len(const char *p, size_t len) {
   return n ? n : 1;
 }
 
-void tok_utf8_append_code_point(AmkStrBuf *out, uint32_t cp) {
-  char b[4];
-  size_t n;
+size_t tok_utf8_encode(uint32_t cp, char out[4]) {
   if (cp < 0x80) {
-    b[0] = (char)cp;
-    n = 1;
-  } else if (cp < 0x800) {
-    b[0] = (char)(0xC0 | (cp >> 6));
-    b[1] = (char)(0x80 | (cp & 0x3F));
-    n = 2;
-  } else if (cp < 0x10000) {
-    b[0] = (char)(0xE0 | (cp >> 12));
-    b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    b[2] = (char)(0x80 | (cp & 0x3F));
-    n = 3;
-  } else {
-    b[0] = (char)(0xF0 | (cp >> 18));
-    b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    b[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    b[3] = (char)(0x80 | (cp & 0x3F));
-    n = 4;
+    out[0] = (char)cp;
+    return 1;
   }
-  amk_sb_putn(out, b, n);
+  if (cp < 0x800) {
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+  }
+  if (cp < 0x10000) {
+    out[0] = (char)(0xE0 | (cp >> 12));
+    out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[2] = (char)(0x80 | (cp & 0x3F));
+    return 3;
+  }
+  out[0] = (char)(0xF0 | (cp >> 18));
+  out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+  out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+  out[3] = (char)(0x80 | (cp & 0x3F));
+  return 4;
+}
+
+void tok_utf8_append_code_point(AmkStrBuf *out, uint32_t cp) {
+  char bytes[4];
+  amk_sb_putn(out, bytes, tok_utf8_encode(cp, bytes));
 }
 
 /* How many bytes the sequence led by `lead` has, and the range its second

@@ -764,6 +764,26 @@ static void test_streaming(UnitCounts *c) {
   CHECK_STR(c, out.data, "Hi");
   amk_sb_free(&out);
   amk_tokenizer_stream_free(s);
+  /* Ids that print nothing, or bytes that never make a character, are held
+   * 8 at most: <0xE5> (id 232) alone is no character, so 8 of them print
+   * as 8 U+FFFD at the 8th. */
+  int32_t lead_bytes[9];
+  for (int i = 0; i < 9; i++)
+    lead_bytes[i] = 232;
+  CHECK_STR(c, amk_tokenizer_token(t, 232), "<0xE5>");
+  got = stream_pieces(t, lead_bytes, 9);
+  CHECK_STR(c, got, "|||||||\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                    "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD||\xEF\xBF\xBD");
+  free(got);
+  s = amk_tokenizer_stream_new(t, true);
+  amk_sb_init(&out);
+  for (int i = 0; i < 20; i++)
+    CHECK(c, amk_tokenizer_stream_push(s, 1, &out, d));
+  CHECK(c, out.len == 0);
+  CHECK(c, amk_tokenizer_stream_push(s, 839, &out, d));
+  CHECK_STR(c, out.data, "H");
+  amk_sb_free(&out);
+  amk_tokenizer_stream_free(s);
   amk_token_ids_free(&ids);
   amk_diag_free(d);
   amk_tokenizer_free(t);
