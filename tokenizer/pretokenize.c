@@ -8,33 +8,33 @@
 
 #include "tokenizer_internal.h"
 
-static void push_mark(TokScratch *s, size_t start, size_t end, bool is_match) {
-  if (s->n_marks + 3 > s->cap_marks) {
-    s->cap_marks = s->cap_marks ? s->cap_marks * 2 : 384;
-    s->marks = amk_xrealloc(s->marks, s->cap_marks * sizeof *s->marks);
+static void push_segment(TokScratch *s, size_t start, size_t end,
+                         bool is_match) {
+  if (s->n_segments == s->cap_segments) {
+    s->cap_segments = s->cap_segments ? s->cap_segments * 2 : 128;
+    s->segments =
+        amk_xrealloc(s->segments, s->cap_segments * sizeof *s->segments);
   }
-  s->marks[s->n_marks++] = start;
-  s->marks[s->n_marks++] = end;
-  s->marks[s->n_marks++] = is_match;
+  s->segments[s->n_segments++] = (TokSegment){start, end, is_match};
 }
 
 typedef struct {
   TokScratch *scratch;
-  size_t covered; /* the piece up to here has marks */
+  size_t covered; /* the piece up to here has segments */
   bool invert;
-} MarkState;
+} SegmentState;
 
 /* The piece as tokenizers' find_matches gives it: the gaps and the matches
  * in order, covering it. Invert swaps which are matches. */
-static void mark_match(void *ctx, size_t start, size_t end) {
-  MarkState *m = ctx;
-  if (start > m->covered)
-    push_mark(m->scratch, m->covered, start, m->invert);
-  push_mark(m->scratch, start, end, !m->invert);
-  m->covered = end;
+static void add_match(void *ctx, size_t start, size_t end) {
+  SegmentState *state = ctx;
+  if (start > state->covered)
+    push_segment(state->scratch, state->covered, start, state->invert);
+  push_segment(state->scratch, start, end, !state->invert);
+  state->covered = end;
 }
 
-/* Emits the segments [start, end) that are not empty. */
+/* Emits [start, end) of the piece unless it is empty. */
 static void emit(TokSpans *out, const char *text, size_t start, size_t end) {
   if (end > start)
     tok_spans_push(out, text + start, end - start);
@@ -42,35 +42,33 @@ static void emit(TokSpans *out, const char *text, size_t start, size_t end) {
 
 static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
                         TokSpans *out, AmkStrBuf *error) {
-  s->n_marks = 0;
-  MarkState state = {s, 0, step->invert};
-  if (!tok_regex_each_match(step->regex, piece.text, piece.len, mark_match,
+  s->n_segments = 0;
+  SegmentState state = {s, 0, step->invert};
+  if (!tok_regex_each_match(step->regex, piece.text, piece.len, add_match,
                             &state, error))
     return false;
   if (state.covered < piece.len)
-    push_mark(s, state.covered, piece.len, step->invert);
+    push_segment(s, state.covered, piece.len, step->invert);
 
-  size_t *m = s->marks, n = s->n_marks / 3;
-#define START(i) m[3 * (i)]
-#define END(i) m[3 * (i) + 1]
-#define MATCH(i) (m[3 * (i) + 2] != 0)
+  const TokSegment *seg = s->segments;
+  size_t n = s->n_segments;
   switch (step->behavior) {
   case TOK_SPLIT_ISOLATED:
     for (size_t i = 0; i < n; i++)
-      emit(out, piece.text, START(i), END(i));
+      emit(out, piece.text, seg[i].start, seg[i].end);
     break;
   case TOK_SPLIT_REMOVED:
     for (size_t i = 0; i < n; i++)
-      if (!MATCH(i))
-        emit(out, piece.text, START(i), END(i));
+      if (!seg[i].is_match)
+        emit(out, piece.text, seg[i].start, seg[i].end);
     break;
   case TOK_SPLIT_CONTIGUOUS:
     /* Runs of matches (or of non-matches) become one piece. */
     for (size_t i = 0; i < n;) {
       size_t j = i + 1;
-      while (j < n && MATCH(j) == MATCH(i))
+      while (j < n && seg[j].is_match == seg[i].is_match)
         j++;
-      emit(out, piece.text, START(i), END(j - 1));
+      emit(out, piece.text, seg[i].start, seg[j - 1].end);
       i = j;
     }
     break;
@@ -78,9 +76,9 @@ static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
     /* A match that follows a non-match joins it. */
     for (size_t i = 0; i < n;) {
       size_t j = i + 1;
-      if (!MATCH(i) && j < n && MATCH(j))
+      if (!seg[i].is_match && j < n && seg[j].is_match)
         j++;
-      emit(out, piece.text, START(i), END(j - 1));
+      emit(out, piece.text, seg[i].start, seg[j - 1].end);
       i = j;
     }
     break;
@@ -90,9 +88,9 @@ static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
     size_t first = out->len;
     for (size_t i = n; i > 0;) {
       size_t j = i - 1;
-      if (!MATCH(j) && j > 0 && MATCH(j - 1))
+      if (!seg[j].is_match && j > 0 && seg[j - 1].is_match)
         j--;
-      emit(out, piece.text, START(j), END(i - 1));
+      emit(out, piece.text, seg[j].start, seg[i - 1].end);
       i = j;
     }
     for (size_t a = first, b = out->len; a + 1 < b; a++, b--) {
@@ -103,9 +101,6 @@ static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
     break;
   }
   }
-#undef START
-#undef END
-#undef MATCH
   return true;
 }
 
@@ -143,7 +138,7 @@ bool tok_pre_tokenize(const TokPreStep *steps, size_t n, TokSpan segment,
 void tok_scratch_free(TokScratch *s) {
   free(s->pieces.items);
   free(s->next.items);
-  free(s->marks);
+  free(s->segments);
   amk_sb_free(&s->work[0]);
   amk_sb_free(&s->work[1]);
   tok_arena_free(&s->arena);

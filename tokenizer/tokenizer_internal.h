@@ -144,11 +144,18 @@ typedef struct {
   bool invert; /* the regex matches what is kept, not the delimiters */
 } TokPreStep;
 
+/* A stretch of a piece being split: a match of the regex, or text between
+ * matches. */
+typedef struct {
+  size_t start, end;
+  bool is_match;
+} TokSegment;
+
 /* Scratch space for one encode, reused from call to call. */
 struct TokScratch {
   TokSpans pieces, next;    /* the words, and the next step's */
-  size_t *marks;            /* a split's segments: (start, end, is_match) */
-  size_t n_marks, cap_marks;
+  TokSegment *segments;     /* the piece being split, covered in order */
+  size_t n_segments, cap_segments;
   AmkStrBuf work[2];        /* normalizers' intermediate results */
   TokArena arena;           /* text the pieces point into */
 };
