@@ -1101,29 +1101,38 @@ static void add_eos(AmkTokenizer *t, int32_t id) {
   t->eos_ids[t->n_eos++] = id;
 }
 
-/* bos_token_id (an id) and eos_token_id (an id or a list of ids). */
-static bool read_token_ids(const Reader *r, const cJSON *root, AmkTokenizer *t) {
-  const cJSON *bos = member(root, "bos_token_id");
-  if (bos && !cJSON_IsNull(bos) && !check_id(r, t, bos, "bos_token_id", &t->bos_id))
-    return false;
-  const cJSON *eos = member(root, "eos_token_id");
-  if (!eos || cJSON_IsNull(eos))
+/* `key`: an id, a list of ids, or null; calls `take` with each. */
+static bool read_id_list(const Reader *r, const cJSON *root, const char *key,
+                         AmkTokenizer *t, void (*take)(AmkTokenizer *, int32_t)) {
+  const cJSON *v = member(root, key);
+  if (!v || cJSON_IsNull(v))
     return true;
-  if (!cJSON_IsArray(eos)) {
-    int32_t id;
-    if (!check_id(r, t, eos, "eos_token_id", &id))
+  int32_t id;
+  if (!cJSON_IsArray(v)) {
+    if (!check_id(r, t, v, key, &id))
       return false;
-    add_eos(t, id);
+    take(t, id);
     return true;
   }
   size_t i = 0;
-  for (const cJSON *v = eos->child; v; v = v->next, i++) {
-    int32_t id;
-    if (!check_id(r, t, v, index_path("eos_token_id", i).text, &id))
+  for (const cJSON *item = v->child; item; item = item->next, i++) {
+    if (!check_id(r, t, item, index_path(key, i).text, &id))
       return false;
-    add_eos(t, id);
+    take(t, id);
   }
   return true;
+}
+
+/* A list of BOS ids gives the first. */
+static void take_bos(AmkTokenizer *t, int32_t id) {
+  if (t->bos_id < 0)
+    t->bos_id = id;
+}
+
+/* bos_token_id and eos_token_id, each an id or a list of ids. */
+static bool read_token_ids(const Reader *r, const cJSON *root, AmkTokenizer *t) {
+  return read_id_list(r, root, "bos_token_id", t, take_bos) &&
+         read_id_list(r, root, "eos_token_id", t, add_eos);
 }
 
 /* bos_token / eos_token: a token string, an AddedToken object holding one

@@ -62,9 +62,10 @@ int32_t amk_tokenizer_token_id(const AmkTokenizer *t, const char *token,
  * skip_special_tokens). */
 bool amk_tokenizer_is_special(const AmkTokenizer *t, int32_t id);
 
-/* The BOS id: generation_config.json's (else config.json's) bos_token_id,
- * else tokenizer_config.json's bos_token, else the special token the
- * post-processor's template puts first; -1 when there is none. */
+/* The BOS id: generation_config.json's (else config.json's) bos_token_id
+ * (the first, when it is a list), else tokenizer_config.json's bos_token,
+ * else the special token the post-processor's template puts first; -1 when
+ * there is none. */
 int32_t amk_tokenizer_bos_id(const AmkTokenizer *t);
 
 /* The EOS ids: generation_config.json's (else config.json's) eos_token_id
