@@ -163,7 +163,7 @@ static void decode_strip(const TokDecoder *d, const TokenList *in,
     /* Up to strip_start of the content character at the start... */
     for (size_t k = 0; k < d->strip_start && from < len; k++) {
       size_t n = next_char(s, len, from, &cp);
-      if (cp != d->strip_char)
+      if (n == 0 || cp != d->strip_char)
         break;
       from += n;
     }
@@ -173,12 +173,33 @@ static void decode_strip(const TokDecoder *d, const TokenList *in,
       size_t back = to - 1;
       while (back > from && ((unsigned char)s[back] & 0xC0) == 0x80)
         back--;
-      next_char(s, len, back, &cp);
-      if (cp != d->strip_char)
+      if (next_char(s, len, back, &cp) == 0 || cp != d->strip_char)
         break;
       to = back;
     }
     list_push(out, s + from, to - from);
+  }
+}
+
+/* Each replacement character becomes a space, except in the first token
+ * when the pre-tokenizer put one first: there it goes. */
+static void decode_metaspace(const TokDecoder *d, const TokenList *in,
+                             TokenList *out) {
+  for (size_t i = 0; i < in->n; i++) {
+    const char *s = item(in, i);
+    size_t len = in->len[i], at = out->text.len;
+    for (size_t k = 0; k < len;) {
+      uint32_t cp;
+      size_t n = next_char(s, len, k, &cp);
+      if (n == 0) /* not UTF-8 (a Replace made it): copy the byte */
+        n = 1, cp = 0xFFFFFFFF;
+      if (cp != d->strip_char)
+        amk_sb_putn(&out->text, s + k, n);
+      else if (!(i == 0 && d->drop_first))
+        amk_sb_putc(&out->text, ' ');
+      k += n;
+    }
+    list_close(out, at);
   }
 }
 
@@ -223,6 +244,9 @@ static bool run_decoders(const AmkTokenizer *t, TokenList *tokens,
       break;
     case TOK_DECODE_STRIP:
       decode_strip(d, tokens, &next);
+      break;
+    case TOK_DECODE_METASPACE:
+      decode_metaspace(d, tokens, &next);
       break;
     case TOK_DECODE_REPLACE:
       ok = decode_replace(d, tokens, &next, &error);

@@ -24,10 +24,12 @@ static bool is_word_char(void *ctx, uint32_t cp) {
   return is_word;
 }
 
-/* Pre-tokenizes a normalized piece and runs the model over its words. */
-static bool encode_normalized(AmkTokenizer *t, TokSpan text, AmkTokenIds *out,
-                              AmkStrBuf *error) {
-  if (!tok_pre_tokenize(t->steps, t->n_steps, text, &t->scratch, error))
+/* Pre-tokenizes a normalized piece and runs the model over its words.
+ * `at_start`: the piece starts the text. */
+static bool encode_normalized(AmkTokenizer *t, TokSpan text, bool at_start,
+                              AmkTokenIds *out, AmkStrBuf *error) {
+  if (!tok_pre_tokenize(t->steps, t->n_steps, text, at_start, &t->scratch,
+                        error))
     return false;
   const TokSpans *words = &t->scratch.pieces;
   for (size_t i = 0; i < words->len; i++)
@@ -36,14 +38,14 @@ static bool encode_normalized(AmkTokenizer *t, TokSpan text, AmkTokenIds *out,
 }
 
 /* One segment between the added tokens that match the raw text. */
-static bool encode_segment(AmkTokenizer *t, TokSpan segment, AmkTokenIds *out,
-                           AmkStrBuf *error) {
+static bool encode_segment(AmkTokenizer *t, TokSpan segment, bool at_start,
+                           AmkTokenIds *out, AmkStrBuf *error) {
   TokSpan normalized;
   if (!tok_normalize(t->normalizers, t->n_normalizers, segment, &t->scratch,
                      &normalized, error))
     return false;
   if (!t->normalized_trie)
-    return encode_normalized(t, normalized, out, error);
+    return encode_normalized(t, normalized, at_start, out, error);
   TokCuts *cuts = &t->normalized_cuts;
   cuts->len = 0;
   tok_cut_added(t->normalized_trie, t->added, normalized.text, normalized.len,
@@ -55,7 +57,7 @@ static bool encode_segment(AmkTokenizer *t, TokSpan segment, AmkTokenIds *out,
       continue;
     }
     TokSpan piece = {normalized.text + c.start, c.end - c.start};
-    if (!encode_normalized(t, piece, out, error))
+    if (!encode_normalized(t, piece, at_start && c.start == 0, out, error))
       return false;
   }
   return true;
@@ -78,8 +80,8 @@ static bool encode_sequence(AmkTokenizer *t, const char *text, size_t len,
      * nothing for it. */
     if (c.end == c.start)
       continue;
-    if (!encode_segment(t, (TokSpan){text + c.start, c.end - c.start}, out,
-                        error))
+    if (!encode_segment(t, (TokSpan){text + c.start, c.end - c.start},
+                        c.start == 0, out, error))
       return false;
   }
   return true;

@@ -270,6 +270,54 @@ static bool read_normalizer(const Reader *r, const cJSON *v, const char *path,
               type);
 }
 
+/* ---- Metaspace's fields (a pre-tokenizer and a decoder) ------------------------------------ */
+
+typedef struct {
+  uint32_t replacement;
+  char replacement_utf8[4];
+  size_t replacement_len;
+  TokPrependScheme prepend;
+  bool split;
+} MetaspaceFields;
+
+/* As tokenizers reads them: `replacement` one character, `prepend_scheme`
+ * "always" (the default), "first" or "never", `split` (default true), and
+ * the older `add_prefix_space`, which may only say false with "never". */
+static bool read_metaspace(const Reader *r, const cJSON *v, const char *path,
+                           MetaspaceFields *out) {
+  const char *replacement, *scheme = "always";
+  if (!read_string(r, v, path, "replacement", &replacement))
+    return false;
+  size_t len = strlen(replacement);
+  if (len == 0 || tok_utf8_char_len(replacement, len) != len)
+    return fail(r, key_path(path, "replacement").text,
+                "expected one character, not '%s'", replacement);
+  amk_utf8_decode((const unsigned char *)replacement,
+                  (const unsigned char *)replacement + len, &out->replacement);
+  memcpy(out->replacement_utf8, replacement, len);
+  out->replacement_len = len;
+  const cJSON *given = member(v, "prepend_scheme");
+  if (given && !read_string(r, v, path, "prepend_scheme", &scheme))
+    return false;
+  static const char *const schemes[] = {"always", "first", "never"};
+  size_t k = 0;
+  while (k < 3 && strcmp(scheme, schemes[k]) != 0)
+    k++;
+  if (k == 3)
+    return fail(r, key_path(path, "prepend_scheme").text,
+                "unknown prepend_scheme '%s' (expected always, first or never)",
+                scheme);
+  out->prepend = (TokPrependScheme)k;
+  bool prefix_space;
+  if (!read_bool(r, v, path, "add_prefix_space", false, true, &prefix_space) ||
+      !read_bool(r, v, path, "split", false, true, &out->split))
+    return false;
+  if (!prefix_space && out->prepend != TOK_PREPEND_NEVER)
+    return fail(r, key_path(path, "add_prefix_space").text,
+                "false does not match prepend_scheme '%s'", scheme);
+  return true;
+}
+
 /* ---- pre-tokenizers ------------------------------------------------------------------ */
 
 /* GPT-2's pattern, which ByteLevel uses when use_regex is true. */
@@ -369,6 +417,32 @@ static bool read_pre_tokenizer(const Reader *r, const cJSON *v,
     step->invert = invert;
     return true;
   }
+  if (strcmp(type, "Metaspace") == 0) {
+    /* Its prepend_scheme "first" needs the piece to be the segment, as it
+     * is when Metaspace comes first. */
+    if (out->n)
+      return fail(r, path, "a Metaspace pre-tokenizer after another is not "
+                  "supported: Metaspace must come first");
+    MetaspaceFields f;
+    if (!read_metaspace(r, v, path, &f))
+      return false;
+    TokPreStep *step = add_step(out, TOK_STEP_METASPACE);
+    memcpy(step->replacement, f.replacement_utf8, f.replacement_len);
+    step->replacement_len = f.replacement_len;
+    step->prepend = f.prepend;
+    if (!f.split)
+      return true;
+    /* Split before each replacement, which joins the word after it. */
+    AmkStrBuf error;
+    amk_sb_init(&error);
+    TokRegex *re = tok_regex_compile(f.replacement_utf8, f.replacement_len,
+                                     true, &error);
+    amk_sb_free(&error);
+    step = add_step(out, TOK_STEP_SPLIT);
+    step->regex = re;
+    step->behavior = TOK_SPLIT_MERGED_WITH_NEXT;
+    return true;
+  }
   if (strcmp(type, "Digits") == 0) {
     bool individual;
     if (!read_bool(r, v, path, "individual_digits", true, false, &individual))
@@ -396,7 +470,7 @@ static bool read_pre_tokenizer(const Reader *r, const cJSON *v,
   }
   return fail(r, key_path(path, "type").text,
               "unsupported pre-tokenizer '%s' (supported: Sequence, Split, "
-              "ByteLevel, Digits)",
+              "ByteLevel, Digits, Metaspace)",
               type);
 }
 
@@ -942,9 +1016,18 @@ static bool read_decoder(const Reader *r, const cJSON *v, const char *path,
   }
   if (strcmp(type, "Strip") == 0)
     return read_strip(r, v, path, add_decoder(out, TOK_DECODE_STRIP));
+  if (strcmp(type, "Metaspace") == 0) {
+    MetaspaceFields f;
+    if (!read_metaspace(r, v, path, &f))
+      return false;
+    TokDecoder *d = add_decoder(out, TOK_DECODE_METASPACE);
+    d->strip_char = f.replacement;
+    d->drop_first = f.prepend != TOK_PREPEND_NEVER;
+    return true;
+  }
   return fail(r, key_path(path, "type").text,
               "unsupported decoder '%s' (supported: Sequence, ByteLevel, "
-              "Replace, ByteFallback, Fuse, Strip)",
+              "Replace, ByteFallback, Fuse, Strip, Metaspace)",
               type);
 }
 

@@ -1,6 +1,7 @@
 /* Pre-tokenizers: a segment of text becomes words. Split (and the splits
- * that Digits and ByteLevel's own regex make) cut each piece at a regex's
- * matches; ByteLevel's add_prefix_space puts a space before each piece.
+ * that Digits, ByteLevel's own regex and Metaspace make) cut each piece at
+ * a regex's matches; ByteLevel's add_prefix_space puts a space before each
+ * piece; Metaspace turns spaces into its replacement and puts one first.
  * ByteLevel's byte mapping itself is left to the model (bpe.c), which maps
  * each word's bytes as it reads them. */
 #include <stdlib.h>
@@ -104,8 +105,34 @@ static bool split_piece(const TokPreStep *step, TokSpan piece, TokScratch *s,
   return true;
 }
 
+/* Metaspace on one piece: each space becomes the replacement, and the
+ * replacement goes first unless the piece starts with it or the scheme
+ * says not here. */
+static void metaspace(const TokPreStep *step, TokSpan piece, bool at_start,
+                      TokScratch *s, TokSpans *out) {
+  size_t spaces = 0;
+  for (size_t i = 0; i < piece.len; i++)
+    spaces += piece.text[i] == ' ';
+  size_t rlen = step->replacement_len;
+  bool starts_with = piece.text[0] == ' ' ||
+                     (piece.len >= rlen && memcmp(piece.text, step->replacement, rlen) == 0);
+  bool prepend = !starts_with && (step->prepend == TOK_PREPEND_ALWAYS ||
+                                  (step->prepend == TOK_PREPEND_FIRST && at_start));
+  size_t len = piece.len + spaces * (rlen - 1) + (prepend ? rlen : 0);
+  char *text = tok_arena_alloc(&s->arena, len), *p = text;
+  if (prepend)
+    memcpy(p, step->replacement, rlen), p += rlen;
+  for (size_t i = 0; i < piece.len; i++) {
+    if (piece.text[i] == ' ')
+      memcpy(p, step->replacement, rlen), p += rlen;
+    else
+      *p++ = piece.text[i];
+  }
+  tok_spans_push(out, text, len);
+}
+
 bool tok_pre_tokenize(const TokPreStep *steps, size_t n, TokSpan segment,
-                      TokScratch *s, AmkStrBuf *error) {
+                      bool at_start, TokScratch *s, AmkStrBuf *error) {
   s->pieces.len = 0;
   if (segment.len == 0)
     return true;
@@ -124,6 +151,10 @@ bool tok_pre_tokenize(const TokPreStep *steps, size_t n, TokSpan segment,
         spaced[0] = ' ';
         memcpy(spaced + 1, piece.text, piece.len);
         tok_spans_push(&s->next, spaced, piece.len + 1);
+      } else if (step->kind == TOK_STEP_METASPACE) {
+        /* Metaspace comes first (load.c), so the only piece here is the
+         * segment itself. */
+        metaspace(step, piece, at_start && i == 0, s, &s->next);
       } else if (!split_piece(step, piece, s, &s->next, error)) {
         return false;
       }

@@ -135,13 +135,24 @@ typedef enum {
 typedef enum {
   TOK_STEP_SPLIT,        /* Split, Digits, ByteLevel's own regex */
   TOK_STEP_PREFIX_SPACE, /* ByteLevel's add_prefix_space */
+  TOK_STEP_METASPACE,    /* Metaspace: spaces become the replacement */
 } TokStepKind;
+
+/* Metaspace's prepend_scheme: where the replacement is put first. */
+typedef enum {
+  TOK_PREPEND_ALWAYS,
+  TOK_PREPEND_FIRST, /* only at the very start of the text */
+  TOK_PREPEND_NEVER,
+} TokPrependScheme;
 
 typedef struct {
   TokStepKind kind;
   TokRegex *regex;
   TokSplitBehavior behavior;
-  bool invert; /* the regex matches what is kept, not the delimiters */
+  bool invert;          /* the regex matches what is kept, not the delimiters */
+  char replacement[4];  /* Metaspace: one character */
+  size_t replacement_len;
+  TokPrependScheme prepend;
 } TokPreStep;
 
 /* A stretch of a piece being split: a match of the regex, or text between
@@ -161,9 +172,10 @@ struct TokScratch {
 };
 
 /* Runs the steps over `segment`, leaving the words in scratch->pieces.
- * False with *error set when a regex gives up. */
+ * `at_start`: the segment starts the text (for Metaspace's "first"). False
+ * with *error set when a regex gives up. */
 bool tok_pre_tokenize(const TokPreStep *steps, size_t n, TokSpan segment,
-                      TokScratch *scratch, AmkStrBuf *error);
+                      bool at_start, TokScratch *scratch, AmkStrBuf *error);
 
 void tok_scratch_free(TokScratch *s);
 
@@ -262,13 +274,15 @@ typedef enum {
   TOK_DECODE_BYTE_FALLBACK,
   TOK_DECODE_FUSE,
   TOK_DECODE_STRIP,
+  TOK_DECODE_METASPACE,
 } TokDecoderKind;
 
 typedef struct {
   TokDecoderKind kind;
   TokNormalizer replace; /* Replace */
-  uint32_t strip_char;   /* Strip */
+  uint32_t strip_char;   /* Strip's content; Metaspace's replacement */
   size_t strip_start, strip_stop;
+  bool drop_first;       /* Metaspace: the first token loses its replacements */
 } TokDecoder;
 
 /* ---- the tokenizer ------------------------------------------------------------------ */

@@ -188,8 +188,8 @@ static char *words(const TokPreStep *steps, size_t n, const char *text) {
   AmkStrBuf error, out;
   amk_sb_init(&error);
   amk_sb_init(&out);
-  bool ok = tok_pre_tokenize(steps, n, (TokSpan){text, strlen(text)}, &scratch,
-                             &error);
+  bool ok = tok_pre_tokenize(steps, n, (TokSpan){text, strlen(text)}, true,
+                             &scratch, &error);
   for (size_t i = 0; ok && i < scratch.pieces.len; i++) {
     if (i)
       amk_sb_putc(&out, '|');
@@ -207,9 +207,11 @@ static void check_split(UnitCounts *c, const char *pattern, bool literal,
                         const char *want) {
   AmkStrBuf error;
   amk_sb_init(&error);
-  TokPreStep step = {TOK_STEP_SPLIT,
-                     tok_regex_compile(pattern, strlen(pattern), literal, &error),
-                     behavior, invert};
+  TokPreStep step = {.kind = TOK_STEP_SPLIT,
+                     .regex = tok_regex_compile(pattern, strlen(pattern), literal,
+                                                &error),
+                     .behavior = behavior,
+                     .invert = invert};
   CHECK(c, step.regex != NULL);
   char *got = words(&step, 1, text);
   CHECK_STR(c, got, want);
@@ -265,8 +267,9 @@ static void test_split_unicode(UnitCounts *c) {
 static void test_digits_and_byte_level_steps(UnitCounts *c) {
   AmkStrBuf error;
   amk_sb_init(&error);
-  TokPreStep digits = {TOK_STEP_SPLIT, tok_regex_compile("\\p{N}", 5, false, &error),
-                       TOK_SPLIT_ISOLATED, false};
+  TokPreStep digits = {.kind = TOK_STEP_SPLIT,
+                       .regex = tok_regex_compile("\\p{N}", 5, false, &error),
+                       .behavior = TOK_SPLIT_ISOLATED};
   char *got = words(&digits, 1, "a12b3");
   CHECK_STR(c, got, "a|1|2|b|3");
   free(got);
@@ -275,7 +278,7 @@ static void test_digits_and_byte_level_steps(UnitCounts *c) {
   CHECK_STR(c, got, "a|12|b|3\xD9\xA3");
   free(got);
   /* add_prefix_space before each piece, unless it starts with a space. */
-  TokPreStep steps[2] = {digits, {TOK_STEP_PREFIX_SPACE, NULL, 0, false}};
+  TokPreStep steps[2] = {digits, {.kind = TOK_STEP_PREFIX_SPACE}};
   got = words(steps, 2, "a12 b");
   CHECK_STR(c, got, " a| 12| b");
   free(got);
@@ -311,6 +314,51 @@ static void test_pre_tokenizers_loaded(UnitCounts *c) {
                                     "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
                                     "\"trim_offsets\": true, \"use_regex\": false}]}"});
   check_encode(c, t, "Hi Hi", "6,5");
+  amk_tokenizer_free(t);
+}
+
+static AmkTokenizer *load_metaspace(const char *scheme, const char *split) {
+  char *pre = format("{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+                     "\"prepend_scheme\": \"%s\", \"split\": %s}", scheme, split);
+  char *decoder = format("{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+                         "\"prepend_scheme\": \"%s\", \"split\": %s}", scheme, split);
+  AmkTokenizer *t = load((Parts){
+      .vocab = "{\"\u2581\": 0, \"a\": 1, \"b\": 2, \"\u2581a\": 3, \"\u2581b\": 4, "
+               "\"<x>\": 5, \"\u2581\u2581\": 6}",
+      .merges = "[\"\u2581 a\", \"\u2581 b\", \"\u2581 \u2581\"]",
+      .added = "[{\"id\": 5, \"content\": \"<x>\", \"single_word\": false, "
+               "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, "
+               "\"special\": true}]",
+      .pre_tokenizer = pre, .decoder = decoder});
+  free(pre);
+  free(decoder);
+  return t;
+}
+
+static void test_metaspace(UnitCounts *c) {
+  /* Spaces become '▁'; "first" puts one before the text's first segment
+   * only (not after an added token); split makes each '▁' start a word
+   * ("▁▁" stays apart), without it the word is whole. */
+  AmkTokenizer *t = load_metaspace("first", "true");
+  CHECK(c, t != NULL);
+  check_encode(c, t, "a b", "3,4");
+  check_encode(c, t, "<x>a b", "5,1,4");
+  check_encode(c, t, "a  b", "3,0,4");
+  check_encode(c, t, "  ", "0,0");
+  int32_t ids[] = {3, 4};
+  char *text = decode(t, ids, 2, false);
+  CHECK_STR(c, text, "a b"); /* the first token's '▁' goes */
+  free(text);
+  amk_tokenizer_free(t);
+  t = load_metaspace("always", "false");
+  check_encode(c, t, "<x>a b", "5,3,4");
+  check_encode(c, t, "  ", "6");
+  amk_tokenizer_free(t);
+  t = load_metaspace("never", "true");
+  check_encode(c, t, "a b", "1,4");
+  text = decode(t, ids, 2, false);
+  CHECK_STR(c, text, " a b");
+  free(text);
   amk_tokenizer_free(t);
 }
 
@@ -810,6 +858,7 @@ UNIT_MAIN("test_tokenizer", test_merge_order, test_merge_list_details,
           test_unknown_characters, test_ignore_merges, test_split_behaviors,
           test_split_empty_matches, test_split_unicode,
           test_digits_and_byte_level_steps, test_pre_tokenizers_loaded,
+          test_metaspace,
           test_added_token_flags, test_normalized_added_tokens, test_normalizers,
           test_nfc, test_template, test_decoders, test_byte_fallback_decoding,
           test_lossy_utf8, test_encode_decode_errors, test_load_errors,

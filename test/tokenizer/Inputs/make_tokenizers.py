@@ -83,6 +83,12 @@ VARIANTS = {
                                                               "String": "a"}))],
     "byte-level-not-last": [(["pre_tokenizer"], {"type": "Sequence",
                                                  "pretokenizers": [BYTE_LEVEL, SPLIT]})],
+    "metaspace-not-first": [(["pre_tokenizer"], {"type": "Sequence", "pretokenizers": [
+        SPLIT, {"type": "Metaspace", "replacement": "_", "prepend_scheme": "first"}]})],
+    "metaspace-prefix-space": [(["pre_tokenizer"], {"type": "Metaspace", "replacement": "_",
+                                                    "add_prefix_space": False})],
+    "metaspace-scheme": [(["decoder"], {"type": "Metaspace", "replacement": "_",
+                                        "prepend_scheme": "sometimes"})],
     "unknown-decoder": [(["decoder"], {"type": "Sequence", "decoders": [
         {"type": "Fuse"}, {"type": "WordPiece", "prefix": "##", "cleanup": True}]})],
     "strip-two-chars": [(["decoder"], {"type": "Strip", "content": "ab",
