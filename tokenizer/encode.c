@@ -101,6 +101,7 @@ bool amk_tokenizer_encode(AmkTokenizer *t, const char *text, size_t len,
   AmkStrBuf error;
   amk_sb_init(&error);
   bool ok = true;
+  size_t first = out->len;
   if (!add_special_tokens || t->n_template_items == 0) {
     ok = encode_sequence(t, text, len, out, &error);
   } else {
@@ -113,8 +114,10 @@ bool amk_tokenizer_encode(AmkTokenizer *t, const char *text, size_t len,
           tok_ids_push(out, item->ids[k]);
     }
   }
-  if (!ok)
+  if (!ok) {
+    out->len = first; /* nothing half-done is left behind */
     amk_error(diag, no_loc(), "%s: while encoding: %s", t->label, error.data);
+  }
   amk_sb_free(&error);
   return ok;
 }

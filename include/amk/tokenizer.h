@@ -6,7 +6,7 @@
  *     Qwen2 and its NFC normalizer), the regex compiled by PCRE2 in UTF +
  *     UCP mode;
  *   - SentencePiece-style BPE with byte fallback (Llama 2, TinyLlama,
- *     Mistral);
+ *     Mistral), its '▁' rules as normalizers or as Metaspace;
  *   - added and special tokens, TemplateProcessing (the BOS token), and the
  *     BOS / EOS ids of tokenizer_config.json and generation_config.json.
  * Anything else in a file (another model type, normalizer, pre-tokenizer,
@@ -85,7 +85,8 @@ void amk_token_ids_free(AmkTokenIds *ids);
 /* Encodes `len` bytes of UTF-8 text, appending the ids to `out`. With
  * `add_special_tokens` the post-processor's template adds its special
  * tokens (the BOS), as tokenizers' encode(text, add_special_tokens=True).
- * Text that is not valid UTF-8 is an error naming the byte offset. */
+ * Text that is not valid UTF-8 is an error naming the byte offset; on any
+ * error `out` is left as it was. */
 bool amk_tokenizer_encode(AmkTokenizer *t, const char *text, size_t len,
                           bool add_special_tokens, AmkTokenIds *out,
                           AmkDiagEngine *diag);

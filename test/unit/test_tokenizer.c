@@ -616,7 +616,9 @@ static void test_load_errors(UnitCounts *c) {
   memset(text, 'a', sizeof text - 2);
   text[sizeof text - 2] = 'b';
   text[sizeof text - 1] = '\0';
+  tok_ids_push(&ids, 42);
   CHECK(c, !amk_tokenizer_encode(t, text, strlen(text), false, &ids, d));
+  CHECK(c, ids.len == 1 && ids.ids[0] == 42); /* left as it was */
   CHECK(c, amk_diag_captured_count(d) == 1 &&
                strstr(amk_diag_captured(d, 0)->message,
                       "test.json: while encoding: the regex engine gave up: ") != NULL);
