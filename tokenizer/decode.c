@@ -343,7 +343,7 @@ static bool print_past_context(AmkTokenizerStream *s, const AmkStrBuf *text,
      * decoded alone rather than stop (tokenizers reports an error). */
     if (!decode_ids(s, held, n_held, out, diag))
       return false;
-  } else {
+  } else if (text->len > skip) {
     amk_sb_putn(out, text->data + skip, text->len - skip);
   }
   memmove(s->ids.ids, held, n_held * sizeof *held);
