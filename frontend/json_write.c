@@ -17,14 +17,18 @@ static void put_u16_escape(AmkStrBuf *out, unsigned unit) {
 /* ensure_ascii=True: printable ASCII stays, the short escapes json knows are
  * used, everything else is \uXXXX (astral characters as surrogate pairs). */
 void amk_write_json_string(const char *s, AmkStrBuf *out) {
-  const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+  amk_write_json_string_n(s, strlen(s), out);
+}
+
+void amk_write_json_string_n(const char *s, size_t len, AmkStrBuf *out) {
+  const unsigned char *p = (const unsigned char *)s, *end = p + len;
   amk_sb_putc(out, '"');
-  while (*p) {
+  while (p < end) {
     unsigned char c = *p;
     /* Copy the longest run that needs no escaping in one go. */
     if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') {
       const unsigned char *run = p;
-      while (*p >= 0x20 && *p < 0x7F && *p != '"' && *p != '\\')
+      while (p < end && *p >= 0x20 && *p < 0x7F && *p != '"' && *p != '\\')
         p++;
       amk_sb_putn(out, (const char *)run, (size_t)(p - run));
       continue;
@@ -40,12 +44,12 @@ void amk_write_json_string(const char *s, AmkStrBuf *out) {
     default: break;
     }
     uint32_t cp;
-    size_t len = amk_utf8_decode(p, end, &cp);
-    if (len == 0) { /* written as U+FFFD, as a lossy decoder would */
+    size_t n = amk_utf8_decode(p, end, &cp);
+    if (n == 0) { /* written as U+FFFD, as a lossy decoder would */
       cp = 0xFFFD;
-      len = 1;
+      n = 1;
     }
-    p += len;
+    p += n;
     if (cp >= 0x10000) {
       cp -= 0x10000;
       put_u16_escape(out, 0xD800 | (cp >> 10));

@@ -4,9 +4,9 @@
 #   utils/gpu-check.sh            run from the repository root on the GPU machine
 #
 # Needs the build folder carried (default build/, or $AMK_BUILD): binaries with
-# RPATH $ORIGIN/../lib and libcjson.so.1 beside them in build/lib. Fixtures
-# come from $AMK_FIXTURES, else ../shared/fixtures/hf, else shared/fixtures/hf
-# (the in-tree examples/llama-tiny is always checked too).
+# RPATH $ORIGIN/../lib and libcjson.so.1 and libpcre2-8.so.0 beside them in
+# build/lib. Fixtures come from $AMK_FIXTURES, else ../shared/fixtures/hf, else
+# shared/fixtures/hf (the in-tree examples/llama-tiny is always checked too).
 #
 # Steps (each bounded by `timeout`, so a hang costs minutes, not the lease):
 #   0. environment: nvidia-smi, NVRTC, the driver, the build

@@ -32,6 +32,8 @@ void amk_write_json(const AmkModule *m, AmkStrBuf *out);
 void amk_write_json_value(const AmkValue *v, int depth, AmkStrBuf *out);
 /* A JSON string literal with Python's ensure_ascii escaping. */
 void amk_write_json_string(const char *s, AmkStrBuf *out);
+/* The same for `len` bytes, which may hold U+0000 (written \u0000). */
+void amk_write_json_string_n(const char *s, size_t len, AmkStrBuf *out);
 
 /* The task DAG for Graphviz. */
 void amk_print_dot(const AmkModule *m, AmkStrBuf *out);

@@ -1,9 +1,9 @@
-/* Strict checks on JSON that cJSON has already parsed (frontend layer).
+/* Strict checks on JSON that cJSON has already parsed (support layer).
  *
  * cJSON is looser than Python's json module, which is what writes and reads
- * the HuggingFace files we import (config.json, model.safetensors.index.json,
- * safetensors headers). Where the two would read a file differently, we
- * refuse the file rather than guess:
+ * the HuggingFace files we read (config.json, model.safetensors.index.json,
+ * safetensors headers, tokenizer.json). Where the two would read a file
+ * differently, we refuse the file rather than guess:
  *   - duplicate keys in an object (cJSON finds the first, Python keeps the
  *     last);
  *   - text after the value (cJSON can stop early; Python refuses it);
