@@ -497,8 +497,11 @@ static void encode_piece(TokBpe *m, const char *word, size_t len,
     for (int32_t i = n ? 0 : -1; i >= 0; i = m->symbols[i].next)
       tok_ids_push(out, m->symbols[i].id);
   }
+  /* A word may make no ids (out->ids still NULL): no pointer arithmetic on
+   * NULL (found by fuzzing). */
   if (cacheable)
-    cache_insert(m, slot, word, len, hash, out->ids + first, out->len - first);
+    cache_insert(m, slot, word, len, hash, out->ids ? out->ids + first : NULL,
+                 out->len - first);
 }
 
 /* Where the next piece starts: at the next '▁' after `from` that follows
