@@ -348,6 +348,23 @@ typedef struct {
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
 static uint32_t cntpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.cnts, id); }
 
+/* Whether task `pos` (`producer`) is the one writer of an activation, *y,
+ * and the one producer of its counter, and the intermediate's readers,
+ * *readers, are exactly that counter's waiters: what folding the producer
+ * into its readers needs. */
+static bool sole_intermediate(const Fuser *f, const AmkTask *producer, uint32_t pos,
+                              uint32_t *y, Span *readers) {
+  const AmkModule *m = f->m;
+  *y = bufpos(f, producer->outputs[0]);
+  uint32_t c = cntpos(f, producer->out_counter);
+  if (*y == AMK_NO_INDEX || c == AMK_NO_INDEX || m->buffers[*y].kind != AMK_KIND_ACTIVATION ||
+      !span_is_one(span(&f->ix.writers, *y), pos) ||
+      !span_is_one(span(&f->ix.producers, c), pos))
+    return false;
+  *readers = span(&f->ix.readers, *y);
+  return readers->n > 0 && span_equal(span(&f->ix.waiters, c), *readers);
+}
+
 static int64_t dim(const AmkBuffer *b, uint32_t i) {
   int64_t d = 0;
   if (!b || i >= b->rank || !amk_value_as_int(&b->shape[i], &d))
@@ -536,14 +553,9 @@ static void fuse_norms(Fuser *f) {
     int64_t hidden;
     if (!eps || !amk_task_param_int(norm, "hidden", &hidden))
       continue;
-    uint32_t y = bufpos(f, norm->outputs[0]), c = cntpos(f, norm->out_counter);
-    if (y == AMK_NO_INDEX || c == AMK_NO_INDEX ||
-        m->buffers[y].kind != AMK_KIND_ACTIVATION ||
-        !span_is_one(span(&f->ix.writers, y), pos) ||
-        !span_is_one(span(&f->ix.producers, c), pos))
-      continue;
-    Span readers = span(&f->ix.readers, y);
-    if (readers.n == 0 || !span_equal(span(&f->ix.waiters, c), readers))
+    uint32_t y;
+    Span readers;
+    if (!sole_intermediate(f, norm, pos, &y, &readers))
       continue;
     bool ok = true;
     WaitSet *sets = amk_xmalloc(readers.n * sizeof *sets);
@@ -572,7 +584,7 @@ static void fuse_norms(Fuser *f) {
       }
       amk_rw_kill_task(&f->edit, pos);
       amk_rw_kill_buffer(&f->edit, y);
-      amk_rw_kill_counter(&f->edit, c);
+      amk_rw_kill_counter(&f->edit, cntpos(f, norm->out_counter));
       f->done[FUSION_NORM]++;
     }
     free(sets);
@@ -1137,14 +1149,10 @@ static void fuse_combines(Fuser *f) {
         !amk_task_param_int(comb, "n_heads", &n_heads) || head_dim <= 0 || n_heads <= 0 ||
         head_dim > INT32_MAX / n_heads || !foldable_partials(f, comb, n_heads * (head_dim + 2)))
       continue;
-    uint32_t y = bufpos(f, comb->outputs[0]), c = cntpos(f, comb->out_counter);
-    if (y == AMK_NO_INDEX || c == AMK_NO_INDEX || m->buffers[y].kind != AMK_KIND_ACTIVATION ||
-        !amk_buffer_numel(&m->buffers[y], &numel) || numel != n_heads * head_dim ||
-        !span_is_one(span(&f->ix.writers, y), pos) ||
-        !span_is_one(span(&f->ix.producers, c), pos))
-      continue;
-    Span readers = span(&f->ix.readers, y);
-    if (readers.n == 0 || !span_equal(span(&f->ix.waiters, c), readers))
+    uint32_t y;
+    Span readers;
+    if (!sole_intermediate(f, comb, pos, &y, &readers) ||
+        !amk_buffer_numel(&m->buffers[y], &numel) || numel != n_heads * head_dim)
       continue;
     bool ok = true;
     WaitSet *sets = amk_xmalloc(readers.n * sizeof *sets);
@@ -1181,7 +1189,7 @@ static void fuse_combines(Fuser *f) {
       }
       amk_rw_kill_task(&f->edit, pos);
       amk_rw_kill_buffer(&f->edit, y);
-      amk_rw_kill_counter(&f->edit, c);
+      amk_rw_kill_counter(&f->edit, cntpos(f, comb->out_counter));
       f->done[FUSION_COMBINE]++;
     }
     free(sets);
