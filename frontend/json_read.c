@@ -185,22 +185,12 @@ static size_t utf8_length(const char *p, const char *end) {
                          &code_point);
 }
 
-static int hex_value(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 static long read_hex4(const char *p, const char *end) {
   if (end - p < 4)
     return -1;
   long v = 0;
   for (int i = 0; i < 4; i++) {
-    int h = hex_value(p[i]);
+    int h = amk_hex_digit(p[i]);
     if (h < 0)
       return -1;
     v = v * 16 + h;

@@ -52,6 +52,16 @@ bool amk_str_ends_with(const char *s, const char *suffix) {
   return len >= suffix_len && strcmp(s + len - suffix_len, suffix) == 0;
 }
 
+int amk_hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
 size_t amk_utf8_decode(const unsigned char *p, const unsigned char *end,
                        uint32_t *code_point) {
   if (p >= end)

@@ -91,24 +91,14 @@ static void decode_byte_level(const TokenList *in, TokenList *out) {
   amk_sb_free(&bytes);
 }
 
-static int hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* The byte of a `<0xNN>` token, or -1. Rust's u8::from_str_radix reads the
  * two characters, so "+F" is 15 too. */
 static int byte_token(const char *s, size_t len) {
   if (len != 6 || memcmp(s, "<0x", 3) != 0 || s[5] != '>')
     return -1;
   if (s[3] == '+')
-    return hex_digit(s[4]);
-  int hi = hex_digit(s[3]), lo = hex_digit(s[4]);
+    return amk_hex_digit(s[4]);
+  int hi = amk_hex_digit(s[3]), lo = amk_hex_digit(s[4]);
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 

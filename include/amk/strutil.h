@@ -18,6 +18,9 @@ const char *amk_suggest(const char *word, size_t len,
 /* Whether `s` ends with `suffix`. */
 bool amk_str_ends_with(const char *s, const char *suffix);
 
+/* The value of a hexadecimal digit (either case), or -1. */
+int amk_hex_digit(char c);
+
 /* Decode one strict UTF-8 sequence (no overlongs, no surrogates, nothing
  * past U+10FFFF) of the bytes [p, end): its length, with the code point in
  * *code_point, or 0 when it is not well-formed. */

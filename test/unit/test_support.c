@@ -63,6 +63,8 @@ static void test_kinds(UnitCounts *c) {
 static void test_ends_with(UnitCounts *c) {
   CHECK(c, amk_str_ends_with("model.safetensors.index.json", ".json"));
   CHECK(c, amk_str_ends_with("x.bias", "x.bias"));
+  CHECK(c, amk_hex_digit('0') == 0 && amk_hex_digit('9') == 9 && amk_hex_digit('a') == 10 &&
+               amk_hex_digit('F') == 15 && amk_hex_digit('g') == -1 && amk_hex_digit('/') == -1);
   CHECK(c, amk_str_ends_with("anything", ""));
   CHECK(c, !amk_str_ends_with("json", ".json"));
   CHECK(c, !amk_str_ends_with("a.jsonl", ".json"));
