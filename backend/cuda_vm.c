@@ -437,6 +437,7 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
     a->follow = (int32_t)pt->follow;
     a->part_index = (int32_t)pt->part_index;
     a->part_count = (int32_t)pt->part_count;
+    a->combine_follows = pt->combine_follows ? 1 : 0;
     a->span = (int32_t)pt->span;
     if (pt->rope_inv_freq)
       a->inv_freq = vm->arena + freq_base + freq_off[t] * 4;

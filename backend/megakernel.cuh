@@ -1188,6 +1188,10 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
     return;
   }
+  // An empty partition whose combine skips it (amk_live_parts) writes
+  // nothing.
+  if (PARTIAL && win.kv_len == 0 && A.follow == AMK_FOLLOW_PARTITION && A.combine_follows)
+    return;
   constexpr int KVW = PH ? HD : NKV * HD;             // one plane of a cache row
   constexpr long long RSTRIDE = ROPE ? 2 * KVW : KVW;
   constexpr long long VOFF = ROPE ? KVW : 0;
@@ -1365,6 +1369,18 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
 }
 
+// How many leading partials of a combine can hold keys: with partials that
+// follow the position (A.combine_follows), partition p of np covers rows
+// from p * c, c = ceil(W / np), W = pos + 1, so those from ceil(W / c) on
+// are empty (m = -inf, l = 0: weight 0) and are not read; else all np.
+__device__ __forceinline__ int amk_live_parts(AmkA A, int pos, int np) {
+  if (!A.combine_follows)
+    return np;
+  long long w = (long long)pos + 1, c = (w + np - 1) / np;
+  long long live = (w + c - 1) / c;
+  return live < np ? (int)live : np;
+}
+
 // ATTENTION_COMBINE: NP partials [NH, HD + 2] -> [NH * HD]. The per-head
 // weights exp(m_p - m) come first (one thread per head, every partition's
 // m and l loaded at once), then every element sums its partials with all
@@ -1393,8 +1409,8 @@ template <int DT> __device__ __forceinline__ float2 amk_ld_pair(const void *p, l
 // element loop waited one per few elements: an 8B o_proj tile took 5 us
 // longer with it).
 template <int PDT, int HD, int NH, int NP, class Store>
-__device__ __forceinline__ void amk_combine_into(const void *const *parts, float *scratch,
-                                                 Store store) {
+__device__ __forceinline__ void amk_combine_into(const void *const *parts, int live,
+                                                 float *scratch, Store store) {
   float *weight = scratch;           // [NH][NP]
   float *denom = scratch + NH * NP;  // [NH]
   constexpr int ESZ = PDT == AMK_ABI_DTYPE_F32 ? 4 : 2;
@@ -1416,7 +1432,8 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, float
         int e = 2 * q, h = e / HD, d = e - h * HD;
 #pragma unroll
         for (int p = 0; p < NP; p++)
-          v[j][p] = amk_ld_pair<PDT>(parts[p], (long long)h * (HD + 2) + d);
+          v[j][p] = p < live ? amk_ld_pair<PDT>(parts[p], (long long)h * (HD + 2) + d)
+                             : make_float2(0.0f, 0.0f);
       }
     }
   };
@@ -1427,8 +1444,8 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, float
     float mp[NP], lp[NP];
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-      mp[p] = amk_ld<PDT>(parts[p], base + HD);
-      lp[p] = amk_ld<PDT>(parts[p], base + HD + 1);
+      mp[p] = p < live ? amk_ld<PDT>(parts[p], base + HD) : -INFINITY;
+      lp[p] = p < live ? amk_ld<PDT>(parts[p], base + HD + 1) : 0.0f;
     }
     float m = -INFINITY;
 #pragma unroll
@@ -1473,7 +1490,8 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, float
     float acc = 0.0f;
 #pragma unroll
     for (int p = 0; p < NP; p++)
-      acc += amk_ld<PDT>(parts[p], base + d) * weight[h * NP + p];
+      if (p < live)
+        acc += amk_ld<PDT>(parts[p], base + d) * weight[h * NP + p];
     store(i, acc / denom[h]);
   }
 }
@@ -1485,7 +1503,7 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
   for (int p = 0; p < NP; p++)
     parts[p] = amk_in(A, p);
   void *out = amk_out(A, 0);
-  amk_combine_into<PDT, HD, NH, NP>(parts, smem,
+  amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem,
                                     [&](int i, float v) { amk_st<ODT>(out, i, v); });
 }
 
@@ -1512,7 +1530,7 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
     return;
   }
   float *xs = smem; // K, then the combine's scratch
-  amk_combine_into<PDT, HD, NH, NP>(parts, smem + K,
+  amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem + K,
                                     [&](int i, float v) { xs[i] = amk_round<ODT>(v); });
   __syncthreads();
   amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0>(W, res, out, xs, n_off,

@@ -336,6 +336,47 @@ static bool plan_partitions(AmkPlan *p, AmkDiagEngine *diag) {
     }
     pt->span = next - mine;
   }
+  /* Which partials only partition-following tasks write (1), or also
+   * another task (2): a combine reading only the first may skip the
+   * partitions past the window. */
+  uint8_t *writers = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, 1);
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    const AmkPlanTask *pt = &p->tasks[t];
+    bool follows = pt->follow == AMK_PLAN_FOLLOW_PARTITION && pt->part_count > 0;
+    for (uint32_t o = 0; o < pt->n_outputs; o++)
+      if (writers[pt->outputs[o]] != 2)
+        writers[pt->outputs[o]] = follows ? 1 : 2;
+  }
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    AmkPlanTask *c = &p->tasks[t];
+    bool any = false, all = true;
+    for (uint32_t i = 0; i < c->n_inputs; i++) {
+      int64_t index, count;
+      if (!combines_partial(c, i, &index, &count))
+        continue;
+      any = true;
+      all = all && writers[c->inputs[i]] == 1;
+    }
+    c->combine_follows = any && all;
+  }
+  /* A partition-following writer may leave an empty partition unwritten
+   * only when every combine reading it skips empty ones. */
+  uint8_t *skipped = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, 1); /* 1 yes, 2 no */
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    const AmkPlanTask *c = &p->tasks[t];
+    for (uint32_t i = 0; i < c->n_inputs; i++) {
+      int64_t index, count;
+      if (combines_partial(c, i, &index, &count) && skipped[c->inputs[i]] != 2)
+        skipped[c->inputs[i]] = c->combine_follows ? 1 : 2;
+    }
+  }
+  for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
+    AmkPlanTask *pt = &p->tasks[t];
+    if (pt->follow == AMK_PLAN_FOLLOW_PARTITION && pt->part_count > 0 && pt->n_outputs == 1)
+      pt->combine_follows = skipped[pt->outputs[0]] == 1;
+  }
+  free(skipped);
+  free(writers);
   free(index_of);
   free(count_of);
   return ok;

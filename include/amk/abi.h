@@ -133,7 +133,7 @@ typedef struct {
   int32_t span;     /* AMK_FOLLOW_PARTITION without a combine: compiled rows */
   int32_t part_index; /* AMK_FOLLOW_PARTITION: input index in its combine */
   int32_t part_count; /*   and the combine's input count (0: no combine) */
-  int32_t pad;
+  int32_t combine_follows; /* AmkPlanTask.combine_follows: empty partitions skipped */
   uint64_t inv_freq;       /* device float[head_dim/2] for ROPE, or 0 */
   uint64_t prefetch_ptr;   /* weight bytes to stream into L2 ahead of the waits */
   int64_t prefetch_bytes;

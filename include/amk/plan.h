@@ -52,6 +52,12 @@ typedef struct {
    * `span` rows (to the next partial of the same cache, the last to the
    * cache's end). */
   int64_t part_index, part_count, span;
+  /* A combine (ATTENTION_COMBINE, combine_residual) whose partials are all
+   * written only by tasks following the position's partitions: partitions
+   * the window does not reach are empty, and it may skip them. A task
+   * following a partition: every combine reading its output skips it when
+   * empty, so it need not write it then. */
+  bool combine_follows;
   uint32_t n_inputs, n_outputs;
   const uint32_t *inputs, *outputs; /* buffer indices (list positions) */
   uint32_t counter;                 /* the counter index it increments */

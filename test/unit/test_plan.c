@@ -146,6 +146,11 @@ static void test_split(UnitCounts *c, const char *text) {
   CHECK(c, p->tasks[p1].follow == AMK_PLAN_FOLLOW_PARTITION);
   CHECK(c, p->tasks[p1].part_index == 1 && p->tasks[p1].part_count == 2);
   CHECK(c, p->tasks[combine].follow == AMK_PLAN_FOLLOW_NONE);
+  /* Every partial follows a partition: the combine may skip empty ones,
+   * and the partitions need not write them. */
+  CHECK(c, p->tasks[combine].combine_follows);
+  CHECK(c, p->tasks[p0].combine_follows && p->tasks[p1].combine_follows);
+  CHECK(c, !p->tasks[append].combine_follows && !p->tasks[embed].combine_follows);
   CHECK(c, p->tasks[append].follow == AMK_PLAN_FOLLOW_KV_ROW);
   CHECK(c, p->tasks[embed].follow == AMK_PLAN_FOLLOW_NONE);
   /* At position 4 the window is 5 rows, chunks of 3: [0, 3) and [3, 5). */
@@ -245,6 +250,7 @@ static void test_fused_split(UnitCounts *c, const char *text) {
       continue;
     CHECK(c, p->tasks[t].follow == AMK_PLAN_FOLLOW_PARTITION);
     CHECK(c, p->tasks[t].part_index == part && p->tasks[t].part_count == 3);
+    CHECK(c, p->tasks[t].combine_follows);
     /* At position 4: a window of 5 rows in chunks of 2. */
     AmkInstParams a = amk_plan_params_at(p, (uint32_t)t, 4);
     CHECK(c, a.kv_start.i == 2 * part && a.kv_len.i == (part < 2 ? 2 : 1));
@@ -255,6 +261,7 @@ static void test_fused_split(UnitCounts *c, const char *text) {
     const AmkPlanTask *pt = &p->tasks[o];
     int64_t row = 4 * (int64_t)pt->params.K.i;
     CHECK(c, pt->n_inputs == 5 && pt->follow == AMK_PLAN_FOLLOW_NONE);
+    CHECK(c, pt->combine_follows);
     CHECK(c, pt->weight_read.buffer == buffer_named(m, "L0.o_proj.w"));
     CHECK(c, pt->weight_read.offset == 16 * row && pt->weight_read.nbytes == 16 * row);
   }

@@ -692,8 +692,10 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
       break;
     case EMIT_CUDA:
     case EMIT_CUBIN: {
+      /* The same tuning (AMK_CUDA_* variables) as amk-run's launches. */
       AmkCodegen cg;
-      if (!amk_cuda_codegen(m, NULL, &cg, diag)) {
+      AmkCodegenOptions cgo = {0};
+      if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag)) {
         ok = false;
         break;
       }
