@@ -39,9 +39,12 @@ typedef struct {
 } Decoder;
 
 /* Whether `token` ends this decode: an end-of-sequence id (unless
- * --ignore-eos), or in chat mode the template's end of turn. */
+ * --ignore-eos), or in chat mode also the template's end of turn. */
 static bool is_stop(const Decoder *d, int32_t token) {
-  if (d->o->chat && token == d->text->end_of_turn)
+  /* A chat reply also ends at the tokenizer's EOS (tokenizer_config.json's
+   * eos_token), as llama.cpp ends a turn at any end-of-generation token. */
+  if (d->o->chat && !d->o->ignore_eos &&
+      (token == d->text->end_of_turn || amk_tokenizer_is_eos(d->text->tok, token)))
     return true;
   return !d->o->ignore_eos && amk_generation_config_is_eos(&d->text->gen, token);
 }
@@ -408,6 +411,40 @@ static char *read_user_line(void) {
   return line;
 }
 
+static void put_ids(const int32_t *ids, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    fprintf(stderr, "%s%" PRId32, i ? "," : "", ids[i]);
+}
+
+/* -v: the tokens a turn feeds (the reply's last token when it was not fed,
+ * then the turn's own) and their positions. */
+static void describe_feed(const Decoder *d, int64_t turn, size_t n_turn) {
+  fprintf(stderr, "amk-run: turn %" PRId64 ": %" PRId64 " tokens at positions %" PRId64
+                  "..%" PRId64 " (%" PRId64 " of the reply before, %zu of this turn): ",
+          turn, d->n_seq - d->n_fed, d->n_fed, d->n_seq - 1,
+          d->n_seq - d->n_fed - (int64_t)n_turn, n_turn);
+  put_ids(d->sequence + d->n_fed, d->n_seq - d->n_fed);
+  fputc('\n', stderr);
+}
+
+/* -v: the reply's tokens and what ended it. */
+static void describe_reply(const Decoder *d, int64_t turn) {
+  int64_t n = d->n_seq - d->n_prompt;
+  fprintf(stderr, "amk-run: reply %" PRId64 ": %" PRId64 " tokens at positions %" PRId64
+                  "..%" PRId64 ", ended by ",
+          turn, n, d->n_prompt, d->n_seq - 1);
+  if (d->stopped_at_eos)
+    fprintf(stderr, "token %" PRId32 " (%s)", d->eos_token,
+            d->eos_token == d->text->end_of_turn ? "end of turn" : "end of sequence");
+  else if (d->n_seq == amk_engine_max_seq(d->rc->engine))
+    fputs("the end of the KV cache", stderr);
+  else
+    fputs("-n", stderr);
+  fputs(": ", stderr);
+  put_ids(d->sequence + d->n_prompt, n);
+  fputc('\n', stderr);
+}
+
 int run_chat(const RunContext *rc, AmkDiagEngine *diag) {
   const RunOptions *o = rc->o;
   const RunText *text = rc->text;
@@ -468,13 +505,11 @@ int run_chat(const RunContext *rc, AmkDiagEngine *diag) {
       amk_token_ids_free(&ids);
       break;
     }
-    if (o->verbose)
-      fprintf(stderr, "amk-run: turn %" PRId64 ": %" PRId64 " tokens at positions %" PRId64
-                      "..%" PRId64 " (%" PRId64 " of the reply before, %zu of this turn)\n",
-              turn, d.n_seq + (int64_t)ids.len - d.n_fed, d.n_fed,
-              d.n_seq + (int64_t)ids.len - 1, d.n_seq - d.n_fed, ids.len);
     memcpy(d.sequence + d.n_seq, ids.ids, ids.len * sizeof *ids.ids);
     d.n_seq += (int64_t)ids.len;
+    /* -v: what is fed where, the ids too (tests rebuild the sequence). */
+    if (o->verbose)
+      describe_feed(&d, turn, ids.len);
     amk_token_ids_free(&ids);
     d.n_prompt = d.n_seq;
     int64_t room = max_seq - d.n_prompt;
@@ -484,6 +519,8 @@ int run_chat(const RunContext *rc, AmkDiagEngine *diag) {
       status = 1;
     putchar('\n');
     fflush(stdout);
+    if (status == 0 && o->verbose)
+      describe_reply(&d, turn);
     if (status == 0 && !d.stopped_at_eos && d.n_seq == max_seq) {
       fprintf(stderr, "amk-run: the KV cache is full (%" PRId64 " positions): the conversation "
                       "ends here (compile with a larger -c/--ctx-size)\n", max_seq);

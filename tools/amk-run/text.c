@@ -307,7 +307,13 @@ bool run_text_prepare(RunText *t, const RunOptions *o, const char *folder, AmkDi
   }
   if (!find_tokenizer(t, o, diag))
     return false;
-  if (t->tokenizer && !(t->tok = amk_tokenizer_load(t->tokenizer, diag)))
+  /* A folder is loaded as one, so that its tokenizer_config.json's BOS and
+   * EOS tokens are read too. */
+  const char *load = !t->tokenizer ? NULL
+                     : !o->tokenizer ? t->folder
+                     : amk_path_kind(o->tokenizer) == AMK_PATH_DIRECTORY ? o->tokenizer
+                                                                         : t->tokenizer;
+  if (load && !(t->tok = amk_tokenizer_load(load, diag)))
     return false;
   if (!read_prompt(t, o, diag))
     return false;
