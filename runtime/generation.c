@@ -91,19 +91,55 @@ static bool read_ids(const FolderJson *files, size_t n, const char *key, bool li
   return true;
 }
 
+/* tokenizer_config.json's `chat_template`: a string, or a list of {name,
+ * template} of which the one named "default" renders chats. */
+static const cJSON *template_text(const cJSON *item) {
+  if (cJSON_IsString(item))
+    return item;
+  if (!cJSON_IsArray(item))
+    return NULL;
+  for (const cJSON *e = item->child; e; e = e->next) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(e, "template");
+    if (cJSON_IsString(name) && strcmp(name->valuestring, "default") == 0 &&
+        cJSON_IsString(text))
+      return text;
+  }
+  return NULL;
+}
+
 static bool read_chat_template(const char *dir, AmkGenerationConfig *out, AmkDiagEngine *diag) {
-  char *jinja = amk_path_join(dir, "chat_template.jinja");
-  out->has_chat_template = amk_path_kind(jinja) != AMK_PATH_ABSENT;
-  free(jinja);
   FolderJson tokenizer_config;
   bool ok = read_folder_json(dir, "tokenizer_config.json", &tokenizer_config, diag);
   const cJSON *item =
       ok && tokenizer_config.root
           ? cJSON_GetObjectItemCaseSensitive(tokenizer_config.root, "chat_template")
           : NULL;
-  if (item && !cJSON_IsNull(item))
+  if (item && !cJSON_IsNull(item)) {
     out->has_chat_template = true;
+    const cJSON *text = template_text(item);
+    if (text) {
+      out->chat_template = amk_xstrdup(text->valuestring);
+      out->chat_template_file = amk_xstrdup(tokenizer_config.path);
+    }
+  }
   free_folder_json(&tokenizer_config);
+  /* transformers reads chat_template.jinja before tokenizer_config.json's. */
+  char *jinja = amk_path_join(dir, "chat_template.jinja");
+  if (ok && amk_path_kind(jinja) != AMK_PATH_ABSENT) {
+    size_t len = 0;
+    char *text = amk_read_regular_file(jinja, &len, diag);
+    ok = text != NULL;
+    if (ok) {
+      out->has_chat_template = true;
+      free(out->chat_template);
+      free(out->chat_template_file);
+      out->chat_template = text;
+      out->chat_template_file = jinja;
+      jinja = NULL;
+    }
+  }
+  free(jinja);
   return ok;
 }
 
@@ -162,5 +198,157 @@ void amk_generation_config_free(AmkGenerationConfig *g) {
   free(g->eos);
   free(g->eos_file);
   free(g->bos_file);
+  free(g->chat_template);
+  free(g->chat_template_file);
   memset(g, 0, sizeof *g);
+}
+
+/* ---- chat formats ------------------------------------------------------------ */
+
+AmkChatFormat amk_chat_format_recognise(const char *t) {
+  if (!t)
+    return AMK_CHAT_NONE;
+  if (strstr(t, "<|start_header_id|>") && strstr(t, "<|eot_id|>"))
+    return AMK_CHAT_LLAMA3;
+  if (strstr(t, "<|im_start|>") && strstr(t, "<|im_end|>"))
+    return AMK_CHAT_CHATML;
+  if (strstr(t, "[INST]") && strstr(t, "[/INST]"))
+    return strstr(t, "<<SYS>>") ? AMK_CHAT_LLAMA2 : AMK_CHAT_MISTRAL;
+  return AMK_CHAT_NONE;
+}
+
+static const char *const chat_names[] = {
+    [AMK_CHAT_NONE] = "none",     [AMK_CHAT_LLAMA3] = "llama3", [AMK_CHAT_CHATML] = "chatml",
+    [AMK_CHAT_LLAMA2] = "llama2", [AMK_CHAT_MISTRAL] = "mistral",
+};
+
+AmkChatFormat amk_chat_format_named(const char *name) {
+  for (int f = AMK_CHAT_LLAMA3; f <= AMK_CHAT_MISTRAL; f++)
+    if (strcmp(name, chat_names[f]) == 0)
+      return (AmkChatFormat)f;
+  return AMK_CHAT_NONE;
+}
+
+const char *amk_chat_format_name(AmkChatFormat f) { return chat_names[f]; }
+
+const char *amk_chat_end_of_turn(AmkChatFormat f, const char *eos_token) {
+  switch (f) {
+  case AMK_CHAT_LLAMA3:
+    return "<|eot_id|>";
+  case AMK_CHAT_CHATML:
+    return "<|im_end|>";
+  case AMK_CHAT_LLAMA2:
+  case AMK_CHAT_MISTRAL:
+  case AMK_CHAT_NONE:
+    break;
+  }
+  return eos_token;
+}
+
+/* Jinja's `trim` and Python's strip(): without leading and trailing
+ * whitespace. */
+static void put_trimmed(AmkStrBuf *out, const char *s) {
+  const char *end = s + strlen(s);
+  while (*s && strchr(" \t\n\r\f\v", *s))
+    s++;
+  while (end > s && strchr(" \t\n\r\f\v", end[-1]))
+    end--;
+  amk_sb_putn(out, s, (size_t)(end - s));
+}
+
+static void put_opt(AmkStrBuf *out, const char *s) {
+  if (s)
+    amk_sb_puts(out, s);
+}
+
+/* Meta-Llama-3-8B-Instruct's template: every message a header block, the
+ * BOS before the first. */
+static void render_llama3(const AmkChatTurn *t, AmkStrBuf *out) {
+  if (!t->first)
+    amk_sb_puts(out, "<|eot_id|>");
+  else
+    put_opt(out, t->bos_token);
+  if (t->first && t->system) {
+    amk_sb_puts(out, "<|start_header_id|>system<|end_header_id|>\n\n");
+    put_trimmed(out, t->system);
+    amk_sb_puts(out, "<|eot_id|>");
+  }
+  amk_sb_puts(out, "<|start_header_id|>user<|end_header_id|>\n\n");
+  put_trimmed(out, t->user);
+  amk_sb_puts(out, "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* ChatML: no BOS, content as given. */
+static void render_chatml(const AmkChatTurn *t, AmkStrBuf *out) {
+  if (!t->first)
+    amk_sb_puts(out, "<|im_end|>\n");
+  if (t->first && t->system) {
+    amk_sb_puts(out, "<|im_start|>system\n");
+    amk_sb_puts(out, t->system);
+    amk_sb_puts(out, "<|im_end|>\n");
+  }
+  amk_sb_puts(out, "<|im_start|>user\n");
+  amk_sb_puts(out, t->user);
+  amk_sb_puts(out, "<|im_end|>\n<|im_start|>assistant\n");
+}
+
+/* Llama-2-chat: a BOS before every [INST], the system message inside the
+ * first one, a reply closed by ' ' and the EOS. */
+static void render_llama2(const AmkChatTurn *t, AmkStrBuf *out) {
+  if (!t->first) {
+    amk_sb_putc(out, ' ');
+    put_opt(out, t->eos_token);
+  }
+  put_opt(out, t->bos_token);
+  amk_sb_puts(out, "[INST] ");
+  if (t->first && t->system) {
+    /* The template strips the whole content, system block included. */
+    AmkStrBuf content;
+    amk_sb_init(&content);
+    amk_sb_puts(&content, "<<SYS>>\n");
+    amk_sb_puts(&content, t->system);
+    amk_sb_puts(&content, "\n<</SYS>>\n\n");
+    amk_sb_puts(&content, t->user);
+    put_trimmed(out, content.data);
+    amk_sb_free(&content);
+  } else {
+    put_trimmed(out, t->user);
+  }
+  amk_sb_puts(out, " [/INST]");
+}
+
+/* Mistral-7B-Instruct: one BOS, replies closed by the EOS; no system role,
+ * so a system message goes before the first user message. */
+static void render_mistral(const AmkChatTurn *t, AmkStrBuf *out) {
+  if (!t->first)
+    put_opt(out, t->eos_token);
+  else
+    put_opt(out, t->bos_token);
+  amk_sb_puts(out, "[INST] ");
+  if (t->first && t->system) {
+    amk_sb_puts(out, t->system);
+    amk_sb_puts(out, "\n\n");
+  }
+  amk_sb_puts(out, t->user);
+  amk_sb_puts(out, " [/INST]");
+}
+
+void amk_chat_render_turn(AmkChatFormat f, const AmkChatTurn *turn, AmkStrBuf *out) {
+  switch (f) {
+  case AMK_CHAT_LLAMA3:
+    render_llama3(turn, out);
+    return;
+  case AMK_CHAT_CHATML:
+    render_chatml(turn, out);
+    return;
+  case AMK_CHAT_LLAMA2:
+    render_llama2(turn, out);
+    return;
+  case AMK_CHAT_MISTRAL:
+    render_mistral(turn, out);
+    return;
+  case AMK_CHAT_NONE:
+    break;
+  }
+  amk_sb_puts(out, turn->user);
 }

@@ -4,9 +4,10 @@
 set -euo pipefail
 
 # clang-14 and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes,
-# only recommended by clang, so named) build the fuzz drivers (utils/fuzz.sh).
+# only recommended by clang, so named) build the fuzz drivers (utils/fuzz.sh);
+# tmux lets test/run/chat-tmux.test type into amk-run -cnv in a terminal.
 packages=(cmake ninja-build gcc libc6-dev re2c bison libcjson-dev libpcre2-dev llvm-14-tools python3
-          xz-utils clang-14 libclang-rt-14-dev)
+          xz-utils clang-14 libclang-rt-14-dev tmux)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

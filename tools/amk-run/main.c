@@ -4,8 +4,9 @@
  *
  * TARGET is a HuggingFace model folder (compiled first by the default
  * pipeline) or a compiled .amkir / .json program (weights from the folder it
- * names, or --weights DIR). Generated token ids go to stdout as they are
- * produced; notes and timing go to stderr. This file loads the program and
+ * names, or --weights DIR). The prompt and the generated text (token ids
+ * without a tokenizer) go to stdout as they are produced; notes and timing
+ * go to stderr; -cnv holds a conversation on stdin and stdout. This file loads the program and
  * the weights and picks the engines; run.h lists the other pieces.
  */
 #include <inttypes.h>
@@ -275,7 +276,7 @@ int main(int argc, char **argv) {
   RunText run_text = {0};
   bool ok = m && run_text_prepare(&run_text, &o, weights, diag);
   AmkPlan *plan = ok ? amk_plan_build(m, NULL, diag) : NULL;
-  ok = plan && amk_generation_config_check_vocab(&run_text.gen, plan->vocab, diag);
+  ok = plan && run_text_check_vocab(&run_text, plan->vocab, diag);
   /* The reference VM decodes (no GPU, or beside it with --check/--bench):
    * it needs the whole program in host memory, checked before loading. */
   bool vm_checked = false;
@@ -324,7 +325,9 @@ int main(int argc, char **argv) {
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .engine = engine, .reference = reference,
                       .device = device, .t_start = t_start, .t_loaded = run_now_ms()};
-    exit_status = o.bench ? run_bench(&run, diag) : run_decode(&run, diag);
+    exit_status = o.bench  ? run_bench(&run, diag)
+                  : o.chat ? run_chat(&run, diag)
+                           : run_decode(&run, diag);
   }
   amk_engine_free(reference);
   amk_engine_free(engine);

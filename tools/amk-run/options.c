@@ -40,19 +40,22 @@ static void usage(FILE *out) {
         "  --weights DIR            the checkpoint folder for a compiled program\n"
         "  --random-weights SEED    seeded random weights at the program's shapes\n\n"
         "PROMPT AND OUTPUT:\n"
+        "  -p, --prompt TEXT        the prompt as text, encoded with the BOS as the\n"
+        "                           tokenizer's post-processor adds it (see TEXT below)\n"
+        "  -f, --file FILE          the prompt as the text of FILE ('-': standard input)\n"
         "  --prompt-ids 1,2,3       the prompt as token ids (default: the model's\n"
         "                           bos_token_id, else 1)\n"
-        "  -p, --prompt TEXT        the prompt as text (see TEXT below)\n"
-        "  -f, --file FILE          the prompt as the text of FILE ('-': standard input)\n"
         "  --tokenizer PATH         the tokenizer: a tokenizer.json, or a folder holding\n"
         "                           one (default: the model folder's)\n"
         "  -n, --n-predict N        new tokens to generate (default 16; -1: until an\n"
-        "                           end-of-sequence token or the KV cache is full)\n"
+        "                           end-of-sequence token or the KV cache is full; in\n"
+        "                           chat mode: per reply, default -1)\n"
         "  --ignore-eos             go on past end-of-sequence tokens (eos_token_id of\n"
         "                           generation_config.json, else of config.json)\n"
         "  --json                   print one JSON object on stdout: prompt, generated,\n"
-        "                           stop (eos or length), seed, device, timing (with\n"
-        "                           --bench: the bench results)\n"
+        "                           with a tokenizer prompt_text and text, stop (eos or\n"
+        "                           length), seed, device, timing (with --bench: the\n"
+        "                           bench results)\n"
         "  --dump-logits FILE       write the logits after every fed token as JSON\n"
         "                           [[...], ...] (row i after feeding token i)\n\n"
         "SAMPLING:\n"
@@ -89,14 +92,23 @@ static void usage(FILE *out) {
         "                           untraced timed ones; FILE holds the last position's)\n"
         "  -v, --verbose            print GPU, engine, model-folder and compile facts\n"
         "  -h, --help               show this help\n\n"
+        "CHAT:\n"
+        "  -cnv, --chat             a conversation: read a line from standard input after\n"
+        "                           '> ', answer it, and again until end of input; the KV\n"
+        "                           cache is kept between turns. -p/-f give the system\n"
+        "                           message\n"
+        "  -sys, --system TEXT      the system message\n"
+        "  --chat-template NAME     the template's format: llama3, chatml, llama2 or\n"
+        "                           mistral (default: recognised in the model folder's\n"
+        "                           chat template; implies -cnv)\n\n"
         "TEXT:\n"
-        "  Text prompts (-p, -f) need a tokenizer (tokenizer.json); this amk-run reads\n"
-        "  none yet and refuses them: give the prompt as --prompt-ids. Generated tokens\n"
-        "  are printed as ids. An end-of-sequence token ends decoding and is not\n"
-        "  printed. Chat mode (-cnv, --chat-template NAME) is refused for the same\n"
-        "  reason.\n\n"
-        "Token ids go to stdout as they are produced; notes and the timing report\n"
-        "(load, prompt eval and eval time per token, total) to stderr.\n",
+        "  The tokenizer is the model folder's tokenizer.json, or --tokenizer. With one,\n"
+        "  the prompt and the continuation are printed as text (with --prompt-ids too),\n"
+        "  streamed as it is produced; special tokens (BOS, EOS) are not printed.\n"
+        "  Without one, text prompts are refused and the prompt and output are token\n"
+        "  ids. An end-of-sequence token ends decoding and is not printed.\n\n"
+        "Text (or token ids) goes to stdout as it is produced; notes and the timing\n"
+        "report (load, prompt eval and eval time per token, total) to stderr.\n",
         out);
 }
 
@@ -304,13 +316,37 @@ static int check_combination(RunOptions *o) {
                     "other; give the prompt once\n");
     return 1;
   }
-  /* Chat mode is text in and out: it needs the tokenizer that text prompts
-   * need, and a chat template. */
-  if (o->chat || o->chat_template) {
-    fprintf(stderr, "amk-run: error: chat mode (-cnv, --chat-template) needs a tokenizer "
-                    "(tokenizer.json) and a chat template, which this amk-run does not read "
-                    "yet; give the prompt as token ids with --prompt-ids\n");
+  /* --chat-template names the format of chat mode, so it asks for it. */
+  if (o->chat_template)
+    o->chat = true;
+  if (o->n_new == INT64_MIN)
+    o->n_new = o->chat ? -1 : 16;
+  if (o->system_text && !o->chat) {
+    fprintf(stderr, "amk-run: error: -sys/--system is the system message of chat mode; add "
+                    "-cnv\n");
     return 1;
+  }
+  if (o->chat) {
+    /* The conversation is read from stdin and printed as it goes. */
+    const char *refused = o->prompt_ids ? "--prompt-ids" : o->json ? "--json"
+                          : o->bench ? "--bench" : o->dump_logits ? "--dump-logits" : NULL;
+    if (refused) {
+      fprintf(stderr, "amk-run: error: %s does not go with chat mode (-cnv), which reads the "
+                      "user's turns from standard input and prints the replies as text\n",
+              refused);
+      return 1;
+    }
+    if (o->prompt_file && strcmp(o->prompt_file, "-") == 0) {
+      fprintf(stderr, "amk-run: error: -f - does not go with chat mode (-cnv): standard input "
+                      "holds the conversation; give the system message as a file or with "
+                      "-sys\n");
+      return 1;
+    }
+    if (o->system_text && prompts) {
+      fprintf(stderr, "amk-run: error: in chat mode -p/--prompt and -f/--file give the system "
+                      "message, as -sys/--system does; give it once\n");
+      return 1;
+    }
   }
   if ((o->check || o->bench || o->trace) && strcmp(o->device, "cpu") == 0) {
     fprintf(stderr, "amk-run: error: --check, --bench and --trace need the GPU; not with "
@@ -329,7 +365,7 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
   o->bench_steps = 128;
   o->bench_warmup = 10;
   o->pipeline = AMK_DEFAULT_PIPELINE;
-  o->n_new = 16;
+  o->n_new = INT64_MIN; /* 16, or -1 in chat mode */
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
   const Option opts[] = {
       {{"-m", "--model"}, OPT_CUSTOM, .custom = read_target},
@@ -350,6 +386,7 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--tokenizer"}, OPT_TEXT, .text = &o->tokenizer},
       {{"-cnv", "--chat"}, OPT_SWITCH, .on = &o->chat},
       {{"--chat-template"}, OPT_TEXT, .text = &o->chat_template},
+      {{"-sys", "--system"}, OPT_TEXT, .text = &o->system_text},
       {{"-n", "--n-predict"}, OPT_INT, .count = &o->n_new, .min = -1, .max = 1000000,
        .takes = "a count of tokens (0 to 1000000; -1: until end of sequence)"},
       {{"--ignore-eos"}, OPT_SWITCH, .on = &o->ignore_eos},

@@ -12,6 +12,7 @@
 #include "amk/engine.h"
 #include "amk/generation.h"
 #include "amk/sampling.h"
+#include "amk/tokenizer.h"
 
 /* Exit status of a GPU launch that the watchdog stopped (distinct from a
  * rejected program or a failed check). */
@@ -35,8 +36,12 @@ typedef struct {
   const char *prompt_file; /* -f */
   const char *tokenizer;   /* --tokenizer */
   bool chat;               /* -cnv/--chat */
-  const char *chat_template;
-  int64_t n_new; /* -1: until an end-of-sequence token or the KV cache is full */
+  const char *chat_template; /* --chat-template NAME */
+  const char *system_text;   /* -sys/--system: chat mode's system message */
+  /* -1: until an end-of-sequence token or the KV cache is full; in chat
+   * mode the most tokens of one reply. */
+  int64_t n_new;
+  bool n_new_given;
   bool ignore_eos;
   bool random_seed; /* --seed -1: sampling.seed is drawn at start */
   int64_t threads;  /* -t: the reference VM's workers (0: its default) */
@@ -59,24 +64,43 @@ typedef struct {
 int run_parse_args(int argc, char **argv, RunOptions *o);
 void run_options_free(RunOptions *o);
 
-/* Where generated tokens go as they are chosen: print sees each one with
- * its index among the generated tokens; finish ends the output. */
+/* Where the tokens of a decode go as they are chosen: begin sees the prompt
+ * (printed first when the output is text), print each generated token with
+ * its index among them, finish ends the output. Each returns false after
+ * reporting a token it cannot print. */
 typedef struct {
-  void (*print)(void *ctx, int32_t token, int64_t index);
-  void (*finish)(void *ctx);
+  bool (*begin)(void *ctx, const int32_t *prompt, size_t n);
+  bool (*print)(void *ctx, int32_t token, int64_t index);
+  bool (*finish)(void *ctx);
   void *ctx;
 } TokenPrinter;
 
+/* Text through the tokenizer's streaming decoder, written to stdout as soon
+ * as it is whole UTF-8 (special tokens are not printed). */
+typedef struct RunTextPrinter RunTextPrinter;
+RunTextPrinter *run_text_printer_new(const AmkTokenizer *tok, AmkDiagEngine *diag);
+bool run_text_printer_push(RunTextPrinter *p, int32_t token);
+/* Writes what is held back and starts afresh (the end of a reply). */
+bool run_text_printer_flush(RunTextPrinter *p);
+void run_text_printer_free(RunTextPrinter *p);
+
 /* The text side of a run: the model folder's generation facts, the
- * tokenizer found for it, the prompt as token ids, and the printer of
- * generated tokens. */
+ * tokenizer found for it, the prompt as token ids, the printer of
+ * generated tokens, and in chat mode the template's format. */
 typedef struct {
   char *folder; /* where the facts were read; NULL when there is no folder */
   AmkGenerationConfig gen;
   char *tokenizer; /* --tokenizer, else the folder's tokenizer.json; NULL: none */
+  AmkTokenizer *tok;
   int32_t *prompt;
   size_t n_prompt;
-  TokenPrinter printer; /* print is NULL with --json: nothing streams */
+  TokenPrinter printer;         /* print is NULL with --json: nothing streams */
+  RunTextPrinter *text_printer; /* with a tokenizer */
+  /* Chat mode (-cnv). */
+  AmkChatFormat chat;
+  char *system;                       /* -sys, or -p/-f: the system message */
+  const char *bos_token, *eos_token;  /* their text, owned by tok; NULL: none */
+  int32_t end_of_turn;                /* the token that ends a reply, -1: only EOS */
 } RunText;
 
 /* Reads the facts of `folder` (NULL or not a folder: none), finds the
@@ -86,6 +110,12 @@ bool run_text_prepare(RunText *t, const RunOptions *o, const char *folder, AmkDi
  * prompt and the output are token ids. */
 void run_text_note(const RunText *t, const RunOptions *o);
 void run_text_free(RunText *t);
+/* The tokenizer fits the model's vocabulary, and so do the folder's BOS and
+ * EOS ids (the engine checks the prompt's). False after reporting. */
+bool run_text_check_vocab(const RunText *t, int64_t vocab, AmkDiagEngine *diag);
+/* Chat mode: a rendered turn as ids (no special tokens added). */
+bool run_text_encode_turn(const RunText *t, const char *text, AmkTokenIds *ids,
+                          AmkDiagEngine *diag);
 
 /* What main hands to decoding and the bench. */
 typedef struct {
@@ -100,6 +130,10 @@ typedef struct {
 /* Decodes the prompt and the new tokens, printing them, then reports the
  * timing (and with --json the whole result). Returns the exit status. */
 int run_decode(const RunContext *rc, AmkDiagEngine *diag);
+
+/* -cnv: a conversation read from stdin, turn by turn, on one KV cache.
+ * Returns the exit status. */
+int run_chat(const RunContext *rc, AmkDiagEngine *diag);
 
 /* --bench: times the engine per position. Returns the exit status. */
 int run_bench(const RunContext *rc, AmkDiagEngine *diag);
