@@ -36,6 +36,14 @@ if os.path.isdir(os.path.join(config.amk_shared_dir, "conformance")):
     config.available_features.add("shared")
 if config.amk_sanitize in ("ON", "1", "TRUE", "True"):
     config.available_features.add("asan")
+# A program built outside the tree against a sanitized libamk needs the
+# sanitizers' runtimes too (test/install).
+config.substitutions.append(
+    ("%sanitize_cflags", "-fsanitize=address,undefined" if "asan" in config.available_features
+     else ""))
+import shutil
+if shutil.which("help2man"):
+    config.available_features.add("help2man")
 
 # `nvrtc`: NVRTC can be loaded (programs compile to cubins, no GPU needed);
 # `cuda`: a GPU is present and the driver initialises. Tests REQUIRE them.

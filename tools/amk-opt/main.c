@@ -19,6 +19,7 @@
 #include "amk/pipeline.h"
 #include "amk/plan.h"
 #include "amk/strutil.h"
+#include "amk/version.h"
 #include "amk/weights.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
@@ -76,7 +77,7 @@ static void print_help(FILE *out) {
         "  -split-input-file      Treat '; -----' lines as separating independent inputs\n"
         "  -verify-diagnostics    Check diagnostics against '; expected-error {{...}}'\n"
         "  --print-passes         List the available passes\n"
-        "  --version              Print the IR and ABI versions\n"
+        "  --version              Print the project, IR and ABI versions\n"
         "  -h, --help             Show this help\n\n"
         "PASSES (run in the order given):\n",
         out);
@@ -197,7 +198,7 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
       print_passes(stdout);
       return 2;
     } else if (IS("version")) {
-      printf("amk-opt: AMK IR %s, ABI %s\n", AMK_IR_VERSION, AMK_ABI_VERSION);
+      amk_version_print(stdout, "amk-opt");
       return 2;
     } else if (IS("x")) {
       NEED_VALUE();

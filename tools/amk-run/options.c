@@ -9,6 +9,7 @@
 #include "amk/pass.h"
 #include "amk/pipeline.h"
 #include "amk/strutil.h"
+#include "amk/version.h"
 #include "run.h"
 
 static void usage(FILE *out) {
@@ -88,6 +89,7 @@ static void usage(FILE *out) {
         "                           one extra traced launch per position after the\n"
         "                           untraced timed ones; FILE holds the last position's)\n"
         "  -v, --verbose            print GPU, engine, model-folder and compile facts\n"
+        "  --version                show the version\n"
         "  -h, --help               show this help\n\n"
         "TEXT:\n"
         "  Text prompts (-p, -f) need a tokenizer (tokenizer.json); this amk-run reads\n"
@@ -389,6 +391,10 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
     }
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
       usage(stdout);
+      return 2;
+    }
+    if (strcmp(arg, "--version") == 0) {
+      amk_version_print(stdout, "amk-run");
       return 2;
     }
     /* --name=value, or the value in the next argument. */

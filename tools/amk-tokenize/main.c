@@ -17,6 +17,7 @@
 #include "amk/json_strict.h"
 #include "amk/strutil.h"
 #include "amk/tokenizer.h"
+#include "amk/version.h"
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
@@ -57,6 +58,7 @@ static void print_help(FILE *out) {
       "  --skip-special         Decode: leave out special tokens\n"
       "  --repeat <n>           --bench: rounds, the best one is reported (default 5)\n"
       "  -o <file>              Write output to <file> (written only on success)\n"
+      "  --version              Show the version\n"
       "  -h, --help             Show this help\n\n"
       "Exit status: 0 on success, 1 on any error.\n",
       out);
@@ -66,7 +68,7 @@ static void print_help(FILE *out) {
 
 static const char *const flags[] = {
     "tokenizer", "input", "batch", "decode", "bench", "info", "no-special",
-    "tokens", "skip-special", "repeat", "o", "help", NULL};
+    "tokens", "skip-special", "repeat", "o", "help", "version", NULL};
 
 static void suggest_flag(const char *name, size_t len) {
   size_t n = 0;
@@ -120,6 +122,10 @@ static int parse_args(int argc, char **argv, Options *o) {
                                              : NULL;
     if (IS("h") || IS("help")) {
       print_help(stdout);
+      return 2;
+    }
+    if (IS("version")) {
+      amk_version_print(stdout, "amk-tokenize");
       return 2;
     }
     if (switch_flag) {
