@@ -42,6 +42,9 @@ config.substitutions.append(
     ("%sanitize_cflags", "-fsanitize=address,undefined" if "asan" in config.available_features
      else ""))
 import shutil
+# The build took `git describe` of its source tree (cmake/git_version.cmake).
+if shutil.which("git") and os.path.exists(os.path.join(config.amk_src_root, ".git")):
+    config.available_features.add("git-checkout")
 if shutil.which("help2man"):
     config.available_features.add("help2man")
 
