@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/cli.h"
 #include "amk/pass.h"
 #include "amk/pipeline.h"
 #include "amk/strutil.h"
@@ -397,11 +398,17 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       amk_version_print(stdout, "amk-run");
       return 2;
     }
-    /* --name=value, or the value in the next argument. */
+    /* --name=value, or the value in the next argument (include/amk/cli.h,
+     * as amk-opt takes them). */
+    AmkCliFlag f;
+    if (!amk_cli_flag(arg, &f)) {
+      fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", arg);
+      return 1;
+    }
     char name[64];
     const char *value = NULL;
-    const char *eq = arg[1] == '-' ? strchr(arg, '=') : NULL;
-    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *eq = f.value ? f.value - 1 : NULL;
+    size_t name_len = (size_t)f.dashes + f.name_len;
     const Option *opt = NULL;
     if (name_len < sizeof name) {
       memcpy(name, arg, name_len);
@@ -422,13 +429,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       fprintf(stderr, "amk-run: error: '%s' takes no value\n", name);
       return 1;
     }
-    if (opt->kind != OPT_SWITCH && !value) {
-      if (i + 1 == argc) {
-        fprintf(stderr, "amk-run: error: '%s' needs a value\n", name);
-        return 1;
-      }
-      value = argv[++i];
-    }
+    if (opt->kind != OPT_SWITCH && !(value = amk_cli_value(&f, argc, argv, &i, "amk-run")))
+      return 1;
     if (!apply_option(o, opt, name, value))
       return 1;
   }

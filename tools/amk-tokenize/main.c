@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "amk/cli.h"
 #include "amk/fileio.h"
 #include "amk/io.h"
 #include "amk/json_strict.h"
@@ -103,11 +104,12 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       continue;
     }
-    const char *flag = arg + 1 + (arg[1] == '-');
-    const char *eq = strchr(flag, '=');
-    size_t name_len = eq ? (size_t)(eq - flag) : strlen(flag);
-    const char *value = eq ? eq + 1 : NULL;
-#define IS(s) (name_len == strlen(s) && strncmp(flag, s, name_len) == 0)
+    AmkCliFlag f; /* --name=value or --name value (include/amk/cli.h) */
+    amk_cli_flag(arg, &f);
+    const char *flag = f.name;
+    size_t name_len = f.name_len;
+    const char *value = f.value;
+#define IS(s) amk_cli_is(&f, s)
     const char **text_flag = IS("tokenizer") ? &o->tokenizer
                              : IS("input")   ? &o->input
                              : IS("batch")   ? &o->batch
@@ -144,13 +146,8 @@ static int parse_args(int argc, char **argv, Options *o) {
               "of options\n");
       return 1;
     }
-    if (!value) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "amk-tokenize: error: '%s' needs a value\n", arg);
-        return 1;
-      }
-      value = argv[++i];
-    }
+    if (!(value = amk_cli_value(&f, argc, argv, &i, "amk-tokenize")))
+      return 1;
     if (text_flag) {
       *text_flag = value;
       continue;
