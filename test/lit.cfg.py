@@ -45,6 +45,8 @@ import shutil
 # The build took `git describe` of its source tree (cmake/git_version.cmake).
 if shutil.which("git") and os.path.exists(os.path.join(config.amk_src_root, ".git")):
     config.available_features.add("git-checkout")
+if shutil.which("dot"):
+    config.available_features.add("graphviz")
 if shutil.which("help2man"):
     config.available_features.add("help2man")
 

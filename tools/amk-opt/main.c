@@ -29,7 +29,7 @@ extern char **environ;
 #include "amk/weights.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
-typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN } EmitKind;
+typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN, EMIT_GANTT } EmitKind;
 /* -print-changed[=diff|quiet|diff-quiet]: the whole module or a unified
  * diff after each pass that changed it; quiet leaves out the passes that
  * changed nothing. */
@@ -70,9 +70,11 @@ static void print_help(FILE *out) {
         "                         stderr is a terminal; the color pass is -color or\n"
         "                         -passes=color)\n"
         "  -x <amkir|json>        Input format (default: by extension; stdin is sniffed)\n"
-        "  --emit=<amkir|json|dot|cuda|cubin>  Output form (default amkir); cuda: the\n"
-        "                         generated megakernel source; cubin: that source\n"
-        "                         compiled by NVRTC (needs -o; no GPU needed)\n"
+        "  --emit=<amkir|json|dot|cuda|cubin|gantt>  Output form (default amkir);\n"
+        "                         cuda: the generated megakernel source; cubin: that\n"
+        "                         source compiled by NVRTC (needs -o; no GPU needed);\n"
+        "                         gantt: the SM timeline sm-assign predicts, as the\n"
+        "                         Chrome trace amk-run --trace writes for a launch\n"
         "  --arch=<sm_XY>         GPU architecture for --emit=cubin (default sm_90)\n"
         "  --emit-weights=<dir>   After the passes, write the program's weights as\n"
         "                         <dir>/model.safetensors (quantized weights as they\n"
@@ -280,10 +282,12 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
         o->emit = EMIT_CUDA;
       else if (strcmp(value, "cubin") == 0)
         o->emit = EMIT_CUBIN;
+      else if (strcmp(value, "gantt") == 0)
+        o->emit = EMIT_GANTT;
       else {
         fprintf(stderr,
-                "amk-opt: error: unknown --emit kind '%s' (expected amkir, json, dot, cuda or "
-                "cubin)\n",
+                "amk-opt: error: unknown --emit kind '%s' (expected amkir, json, dot, cuda, "
+                "cubin or gantt)\n",
                 value);
         return 1;
       }
@@ -643,6 +647,34 @@ static bool emit_weights(const DriverOptions *o, AmkModule *m, AmkDiagEngine *di
   return ok;
 }
 
+/* --emit=gantt: the predicted schedule as a launch trace, written by the
+ * code that writes amk-run --trace's, so the two open side by side. */
+static bool emit_gantt(const AmkModule *m, AmkStrBuf *out, AmkDiagEngine *diag) {
+  uint32_t n = m->n_tasks ? m->n_tasks : 1;
+  double *arrive = amk_xmalloc(n * sizeof *arrive), *start = amk_xmalloc(n * sizeof *start),
+         *end = amk_xmalloc(n * sizeof *end);
+  bool ok = amk_sm_schedule_predict(m, arrive, start, end, diag);
+  if (ok) {
+    int32_t *block_of = amk_xmalloc(n * sizeof *block_of);
+    amk_trace_t *stamps = amk_xmalloc(n * sizeof *stamps);
+    /* ns, from 1 (a zero stamp means "never reached" in a trace). */
+    for (uint32_t t = 0; t < m->n_tasks; t++) {
+      block_of[t] = m->tasks[t].sm;
+      stamps[t] = (amk_trace_t){1 + (uint64_t)(arrive[t] * 1e3 + 0.5),
+                                1 + (uint64_t)(start[t] * 1e3 + 0.5),
+                                1 + (uint64_t)(end[t] * 1e3 + 0.5)};
+    }
+    AmkTrace trace = {m, block_of, stamps};
+    amk_trace_chrome_json(&trace, out);
+    free(block_of);
+    free(stamps);
+  }
+  free(arrive);
+  free(start);
+  free(end);
+  return ok;
+}
+
 /* Runs one input (a whole file, or one -split-input-file chunk). Appends the
  * output to `out`; returns false on any error. */
 static bool process(const DriverOptions *o, const char *text, size_t len,
@@ -719,6 +751,9 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
       break;
     case EMIT_DOT:
       amk_print_dot(m, out);
+      break;
+    case EMIT_GANTT:
+      ok = emit_gantt(m, out, diag);
       break;
     case EMIT_CUDA:
     case EMIT_CUBIN: {
