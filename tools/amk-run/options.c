@@ -78,7 +78,12 @@ static void usage(FILE *out) {
         "  --bench                  time the GPU megakernel: warm-up, then per-token\n"
         "                           kernel time (CUDA events) over --bench-steps steps at\n"
         "                           each --bench-pos position, achieved GB/s against the\n"
-        "                           card's read bandwidth measured in the same run\n"
+        "                           card's read bandwidth measured in the same run; with\n"
+        "                           --device cpu, the reference VM's wall time per step\n"
+        "  -r, --repetitions N      --bench: timed runs of --bench-steps per position\n"
+        "                           (default 1); tokens/s is their mean and std. dev.\n"
+        "  -o, --output md|csv|json|jsonl  --bench: the results as a Markdown table\n"
+        "                           (default), CSV, one JSON object or JSON lines\n"
         "  --bench-pos P,Q          positions to time (default 0)\n"
         "  --bench-steps N          timed steps per position (default 128)\n"
         "  --bench-warmup N         untimed steps first (default 10)\n"
@@ -240,6 +245,14 @@ static bool read_random_weights(RunOptions *o, const char *flag, const char *val
   return true;
 }
 
+static bool read_bench_format(RunOptions *o, const char *flag, const char *value) {
+  if (strcmp(value, "md") && strcmp(value, "csv") && strcmp(value, "json") &&
+      strcmp(value, "jsonl"))
+    return bad_value(flag, "md, csv, json or jsonl", value);
+  o->bench_format = value;
+  return true;
+}
+
 /* Reads opt's value (NULL for a switch) into *o. */
 static bool apply_option(RunOptions *o, const Option *opt, const char *flag, const char *value) {
   for (size_t k = 0; k < 3 && opt->compile_only && !o->compile_flag && opt->names[k]; k++)
@@ -315,9 +328,13 @@ static int check_combination(RunOptions *o) {
                     "yet; give the prompt as token ids with --prompt-ids\n");
     return 1;
   }
-  if ((o->check || o->bench || o->trace) && strcmp(o->device, "cpu") == 0) {
-    fprintf(stderr, "amk-run: error: --check, --bench and --trace need the GPU; not with "
+  if ((o->check || o->trace) && strcmp(o->device, "cpu") == 0) {
+    fprintf(stderr, "amk-run: error: --check and --trace need the GPU; not with "
                     "--device cpu\n");
+    return 1;
+  }
+  if ((o->bench_format || o->bench_reps) && !o->bench) {
+    fprintf(stderr, "amk-run: error: -o/--output and -r/--repetitions apply to --bench\n");
     return 1;
   }
   if (o->weights && o->random_weights) {
@@ -375,6 +392,9 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--bench-pos"}, OPT_TEXT, .text = &o->bench_pos},
       {{"--bench-steps"}, OPT_INT, .count = &o->bench_steps, .min = 1, .max = 100000,
        .takes = "a count (1 to 100000)"},
+      {{"-r", "--repetitions"}, OPT_INT, .count = &o->bench_reps, .min = 1, .max = 1000,
+       .takes = "a count (1 to 1000)"},
+      {{"-o", "--output"}, OPT_CUSTOM, .custom = read_bench_format},
       {{"--bench-warmup"}, OPT_INT, .count = &o->bench_warmup, .min = 0, .max = 100000,
        .takes = "a count (0 to 100000)"},
       {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
