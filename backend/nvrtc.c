@@ -1,14 +1,9 @@
 /* NVRTC: generated source -> cubin, with an on-disk cache. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "amk/backend.h"
-#include "amk/path.h"
 #include "cuda_api.h"
 
 #define SOURCE_NAME "amk_megakernel.cu"
@@ -41,90 +36,22 @@ void amk_nvrtc_cache_dir(char *buf, size_t len) {
   snprintf(buf, len, "%s/.cache/amk", home && *home ? home : "/tmp");
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const unsigned char *p = data;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 0x100000001b3ull;
+/* The driver's version for the cache key (a cubin is kept per driver, so
+ * an upgrade that changes what loads cannot reuse an old one); "none"
+ * where no driver loads, as when compiling on a machine without a GPU. */
+static void driver_version(char *buf, size_t len) {
+  AmkCudaDriver d;
+  char why[256];
+  int v = 0;
+  if (amk_cuda_driver_open(&d, why, sizeof why)) {
+    if (d.cuDriverGetVersion(&v) != 0)
+      v = 0;
+    amk_cuda_driver_close(&d);
   }
-  return h;
-}
-
-/* mkdir -p; true when the directory exists afterwards. */
-static bool make_dirs(const char *path) {
-  char tmp[1024];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return false;
-      *p = '/';
-    }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return false;
-  return amk_is_directory(tmp);
-}
-
-/* A cached cubin, or NULL (a miss). Only a regular file counts: O_NONBLOCK
- * so that a FIFO left at the cache path cannot hold the run forever. */
-static void *read_whole(const char *path, size_t *size) {
-  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0)
-    return NULL;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return NULL;
-  }
-  FILE *f = fdopen(fd, "rb");
-  if (!f) {
-    close(fd);
-    return NULL;
-  }
-  void *data = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long n = ftell(f);
-    if (n > 4 && fseek(f, 0, SEEK_SET) == 0) {
-      data = malloc((size_t)n);
-      if (data && fread(data, 1, (size_t)n, f) != (size_t)n) {
-        free(data);
-        data = NULL;
-      }
-      *size = (size_t)n;
-    }
-  }
-  fclose(f);
-  return data;
-}
-
-/* Write to a temporary file in the same folder, then rename over. */
-static bool write_atomic(const char *dir, const char *path, const void *data, size_t n) {
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s/.amk-cubin-XXXXXX", dir);
-  int fd = mkstemp(tmp);
-  if (fd < 0)
-    return false;
-  fchmod(fd, 0644);
-  const char *p = data;
-  size_t left = n;
-  bool ok = true;
-  while (left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w <= 0) {
-      ok = false;
-      break;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (close(fd) != 0)
-    ok = false;
-  if (ok && rename(tmp, path) != 0)
-    ok = false;
-  if (!ok)
-    unlink(tmp);
-  return ok;
+  if (v > 0)
+    snprintf(buf, len, "driver %d", v);
+  else
+    snprintf(buf, len, "driver none");
 }
 
 /* Prints the NVRTC log, and after each "SOURCE_NAME(line): " the generated
@@ -182,28 +109,27 @@ bool amk_nvrtc_compile(const char *source, const char *arch, bool use_cache, voi
 
   char dir[1024], path[1200];
   amk_nvrtc_cache_dir(dir, sizeof dir);
-  uint64_t h1 = 0xcbf29ce484222325ull, h2 = 0x84222325cbf29ce4ull;
-  char version[32];
-  snprintf(version, sizeof version, "nvrtc %d.%d abi %s", major, minor, AMK_ABI_VERSION);
-  h1 = fnv1a(h1, source, strlen(source) + 1);
-  h2 = fnv1a(h2, version, strlen(version) + 1);
-  for (int i = 0; i < n_opts; i++) {
-    h1 = fnv1a(h1, opts[i], strlen(opts[i]) + 1);
-    h2 = fnv1a(h2, opts[i], strlen(opts[i]) + 1);
-  }
-  h2 = fnv1a(h2, source, strlen(source) + 1);
-  snprintf(path, sizeof path, "%s/%016llx%016llx.cubin", dir, (unsigned long long)h1,
-           (unsigned long long)h2);
+  AmkCubinKey key;
   if (use_cache) {
+    char nvrtc_version[64], driver[64];
+    snprintf(nvrtc_version, sizeof nvrtc_version, "nvrtc %d.%d abi %s", major, minor,
+             AMK_ABI_VERSION);
+    driver_version(driver, sizeof driver);
+    const char *parts[4 + sizeof opts / sizeof opts[0]] = {"amk cubin cache 2", nvrtc_version,
+                                                           driver, source};
+    size_t n_parts = 4;
+    for (int i = 0; i < n_opts; i++)
+      parts[n_parts++] = opts[i];
+    amk_cubin_cache_key(parts, n_parts, &key);
+    amk_cubin_cache_path(dir, &key, path, sizeof path);
     size_t size = 0;
-    void *data = read_whole(path, &size);
-    if (data && size > 4 && memcmp(data, "\177ELF", 4) == 0) {
+    void *data = amk_cubin_cache_load(path, &key, &size);
+    if (data) {
       *cubin = data;
       *cubin_size = size;
       amk_nvrtc_close(&n);
       return true;
     }
-    free(data);
   }
 
   nvrtcProgram prog = NULL;
@@ -239,7 +165,7 @@ bool amk_nvrtc_compile(const char *source, const char *arch, bool use_cache, voi
         *cubin = data;
         *cubin_size = size;
         ok = true;
-        if (use_cache && (!make_dirs(dir) || !write_atomic(dir, path, data, size)))
+        if (use_cache && !amk_cubin_cache_store(dir, &key, data, size))
           fprintf(stderr, "amk: warning: cannot write the cubin cache in '%s'\n", dir);
       }
     }

@@ -357,6 +357,103 @@ static void record_stats(AmkPassContext *ctx, const char *policy, const Schedule
   amk_stat_int(ctx->stats, "sm-assign", name, s->sms_used);
 }
 
+/* Every task's cost under the target's cost model. */
+static double *task_costs(const AmkModule *m, int64_t num_sms) {
+  CostModel cm;
+  double bw_gbs = m->target->measured_bw_gbs > 0 ? m->target->measured_bw_gbs
+                                                 : m->target->hbm_bandwidth_gbs;
+  cm.bytes_per_us = (bw_gbs > 0 ? bw_gbs : 1000.0) * 1e3 / (double)num_sms;
+  cm.flops_per_us =
+      (m->target->fp16_tflops > 0 ? m->target->fp16_tflops : 100.0) * 1e6 / (double)num_sms;
+  uint32_t n = m->n_tasks;
+  double *cost = amk_xmalloc((n ? n : 1) * sizeof *cost);
+  for (uint32_t t = 0; t < n; t++)
+    cost[t] = task_cost_us(&cm, m, &m->tasks[t]);
+  return cost;
+}
+
+bool amk_sm_schedule_predict(const AmkModule *m, double *arrive_us, double *start_us,
+                             double *end_us, AmkDiagEngine *diag) {
+  AmkLoc none = {0, 0};
+  if (!m->target || m->target->num_sms < 1 || m->target->num_sms > 100000) {
+    amk_error(diag, none, "the predicted schedule needs a target with an SM count");
+    return false;
+  }
+  for (uint32_t t = 0; t < m->n_tasks; t++)
+    if (!m->tasks[t].has_sm || m->tasks[t].sm < 0 || m->tasks[t].sm >= m->target->num_sms) {
+      amk_error(diag, m->tasks[t].loc,
+                "the predicted schedule needs every task on an SM of the target; task %d "
+                "('%s') has none: run -sm-assign first",
+                m->tasks[t].id, m->tasks[t].label);
+      return false;
+    }
+  AmkTaskGraph g;
+  if (!amk_graph_build_acyclic(&g, m, diag, "schedule", "no schedule can be predicted"))
+    return false;
+  uint32_t n = m->n_tasks;
+  int64_t num_sms = m->target->num_sms;
+  double *cost = task_costs(m, num_sms);
+  Adjacency preds = build_predecessors(&g);
+  /* Each SM runs its tasks in list order (its queue), a task once every
+   * producer it waits on has signalled; the SMs advance in turn until none
+   * can. The list need not be topological across SMs, only per SM. */
+  uint32_t *queue_off = amk_xcalloc((size_t)num_sms + 1, sizeof *queue_off);
+  for (uint32_t t = 0; t < n; t++)
+    queue_off[m->tasks[t].sm + 1]++;
+  for (int64_t s = 0; s < num_sms; s++)
+    queue_off[s + 1] += queue_off[s];
+  uint32_t *queue = amk_xmalloc((n ? n : 1) * sizeof *queue);
+  uint32_t *head = amk_xmalloc((size_t)num_sms * sizeof *head);
+  memcpy(head, queue_off, (size_t)num_sms * sizeof *head);
+  for (uint32_t t = 0; t < n; t++)
+    queue[head[m->tasks[t].sm]++] = t;
+  memcpy(head, queue_off, (size_t)num_sms * sizeof *head);
+  double *free_at = amk_xcalloc((size_t)num_sms, sizeof *free_at);
+  bool *done = amk_xcalloc(n ? n : 1, sizeof *done);
+  uint32_t n_done = 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int64_t s = 0; s < num_sms; s++)
+      while (head[s] < queue_off[s + 1]) {
+        uint32_t t = queue[head[s]];
+        double start = free_at[s];
+        bool ready = true;
+        for (uint32_t k = preds.off[t]; k < preds.off[t + 1]; k++) {
+          uint32_t p = preds.list[k];
+          if (!done[p]) {
+            ready = false;
+            break;
+          }
+          double at = end_us[p] + (m->tasks[p].sm != (int32_t)s ? CROSS_SM_DEP_US : 0.0);
+          if (at > start)
+            start = at;
+        }
+        if (!ready)
+          break;
+        arrive_us[t] = free_at[s];
+        start_us[t] = start;
+        end_us[t] = free_at[s] = start + cost[t];
+        done[t] = true;
+        n_done++;
+        head[s]++;
+        moved = true;
+      }
+  }
+  bool ok = n_done == n;
+  if (!ok)
+    amk_error(diag, none, "the SM queues cannot all run: a task waits on one queued after it "
+                          "on its own SM (run -validate)");
+  free(done);
+  free(free_at);
+  free(head);
+  free(queue);
+  free(queue_off);
+  adjacency_free(&preds);
+  free(cost);
+  amk_graph_free(&g);
+  return ok;
+}
+
 bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
   AmkLoc none = {0, 0};
   if (!m->target || m->target->num_sms < 1 || m->target->num_sms > 100000) {
@@ -421,15 +518,7 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
     }
   }
 
-  CostModel cm;
-  double bw_gbs = m->target->measured_bw_gbs > 0 ? m->target->measured_bw_gbs
-                                                 : m->target->hbm_bandwidth_gbs;
-  cm.bytes_per_us = (bw_gbs > 0 ? bw_gbs : 1000.0) * 1e3 / (double)num_sms;
-  cm.flops_per_us =
-      (m->target->fp16_tflops > 0 ? m->target->fp16_tflops : 100.0) * 1e6 / (double)num_sms;
-  double *cost = amk_xmalloc((n ? n : 1) * sizeof *cost);
-  for (uint32_t t = 0; t < n; t++)
-    cost[t] = task_cost_us(&cm, m, &m->tasks[t]);
+  double *cost = task_costs(m, num_sms);
 
   Adjacency preds = build_predecessors(&g), succs = build_successors(&g);
   double *rank = upward_rank(&g, &succs, cost);

@@ -17,6 +17,8 @@
  * starting them costs more than the tasks. */
 enum { PARALLEL_MIN_TASKS = 256, VM_MAX_THREADS = 16 };
 
+typedef struct VmPool VmPool;
+
 typedef struct {
   void *data;
   size_t nbytes;
@@ -34,15 +36,18 @@ struct AmkVm {
   uint32_t *waiter_off, *waiter_task, *waiter_threshold;
   uint32_t *unsatisfied, *queue;
   int threads; /* workers firing ready tasks in a step (1: in order, here) */
+  VmPool *pool; /* those workers, started at the first step that uses them */
   float *logits;
   char description[128]; /* the engine's describe line */
 };
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
+static void pool_stop(VmPool *s);
 
 void amk_vm_free(AmkVm *vm) {
   if (!vm)
     return;
+  pool_stop(vm->pool);
   const AmkPlan *plan = vm->plan;
   if (vm->buffers)
     for (uint32_t i = 0; i < plan->n_buffers; i++)
@@ -222,22 +227,35 @@ static void finish_task(AmkVm *vm, uint32_t t, uint32_t *tail) {
 
 /* Several threads fire ready tasks at once. The result does not depend on
  * the order: the validator proved every read ordered after its writers, and
- * each task computes the same values wherever and whenever it runs. */
-typedef struct {
+ * each task computes the same values wherever and whenever it runs.
+ *
+ * The workers are started at the first step that uses them and kept for the
+ * VM's life (a decode is thousands of steps; starting threads at each one
+ * cost more than the smaller programs' tasks). Between steps they sleep on
+ * `start`; a step bumps `generation` and waits on `idle` until every worker
+ * has left it. */
+struct VmPool {
   AmkVm *vm;
-  int64_t pos;
   pthread_mutex_t lock;
-  pthread_cond_t changed;
+  pthread_cond_t start;   /* a new step, or shutdown */
+  pthread_cond_t changed; /* the step's queue or counts changed */
+  pthread_cond_t idle;    /* a worker left the step */
+  pthread_t threads[VM_MAX_THREADS];
+  int n_threads;
+  uint64_t generation; /* steps begun */
+  int active;          /* workers still in the current step */
+  bool shutdown;
+  /* The current step. */
+  int64_t pos;
   uint32_t head, tail, finished, running;
   bool failed;
   char err[512];
-} ParallelStep;
+};
 
-static void *step_worker(void *arg) {
-  ParallelStep *s = arg;
+/* One worker's share of a step; called and returning with the lock held. */
+static void step_tasks_locked(VmPool *s) {
   AmkVm *vm = s->vm;
   uint32_t n = vm->m->n_tasks;
-  pthread_mutex_lock(&s->lock);
   for (;;) {
     while (s->head == s->tail && !s->failed && s->finished < n && s->running > 0)
       pthread_cond_wait(&s->changed, &s->lock);
@@ -260,8 +278,53 @@ static void *step_worker(void *arg) {
     pthread_cond_broadcast(&s->changed);
   }
   pthread_cond_broadcast(&s->changed);
+}
+
+static void *pool_worker(void *arg) {
+  VmPool *s = arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (!s->shutdown && s->generation == seen)
+      pthread_cond_wait(&s->start, &s->lock);
+    if (s->shutdown)
+      break;
+    seen = s->generation;
+    step_tasks_locked(s);
+    if (--s->active == 0)
+      pthread_cond_signal(&s->idle);
+  }
   pthread_mutex_unlock(&s->lock);
   return NULL;
+}
+
+static VmPool *pool_start(AmkVm *vm) {
+  VmPool *s = amk_xcalloc(1, sizeof *s);
+  s->vm = vm;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->start, NULL);
+  pthread_cond_init(&s->changed, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  for (int i = 0; i < vm->threads; i++)
+    if (pthread_create(&s->threads[s->n_threads], NULL, pool_worker, s) == 0)
+      s->n_threads++;
+  return s;
+}
+
+static void pool_stop(VmPool *s) {
+  if (!s)
+    return;
+  pthread_mutex_lock(&s->lock);
+  s->shutdown = true;
+  pthread_cond_broadcast(&s->start);
+  pthread_mutex_unlock(&s->lock);
+  for (int i = 0; i < s->n_threads; i++)
+    pthread_join(s->threads[i], NULL);
+  pthread_cond_destroy(&s->idle);
+  pthread_cond_destroy(&s->changed);
+  pthread_cond_destroy(&s->start);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
 }
 
 /* Fires every task of a step; returns the number fired (all of them unless
@@ -278,25 +341,31 @@ static uint32_t fire_tasks(AmkVm *vm, int64_t pos, uint32_t tail, char *err, siz
     }
     return tail;
   }
-  ParallelStep s = {.vm = vm, .pos = pos, .head = 0, .tail = tail};
-  pthread_mutex_init(&s.lock, NULL);
-  pthread_cond_init(&s.changed, NULL);
-  pthread_t threads[VM_MAX_THREADS];
-  int started = 0;
-  for (int i = 0; i < vm->threads; i++)
-    if (pthread_create(&threads[started], NULL, step_worker, &s) == 0)
-      started++;
-  if (started == 0)
-    step_worker(&s); /* no threads to be had: fire them here */
-  for (int i = 0; i < started; i++)
-    pthread_join(threads[i], NULL);
-  pthread_cond_destroy(&s.changed);
-  pthread_mutex_destroy(&s.lock);
-  if (s.failed) {
-    snprintf(err, err_len, "%s", s.err);
-    return UINT32_MAX;
+  if (!vm->pool)
+    vm->pool = pool_start(vm);
+  VmPool *s = vm->pool;
+  pthread_mutex_lock(&s->lock);
+  s->pos = pos;
+  s->head = 0;
+  s->tail = tail;
+  s->finished = s->running = 0;
+  s->failed = false;
+  s->err[0] = '\0';
+  if (s->n_threads == 0) {
+    step_tasks_locked(s); /* no threads to be had: fire them here */
+  } else {
+    s->active = s->n_threads;
+    s->generation++;
+    pthread_cond_broadcast(&s->start);
+    while (s->active > 0)
+      pthread_cond_wait(&s->idle, &s->lock);
   }
-  return s.tail;
+  bool failed = s->failed;
+  uint32_t fired = s->tail;
+  if (failed)
+    snprintf(err, err_len, "%s", s->err);
+  pthread_mutex_unlock(&s->lock);
+  return failed ? UINT32_MAX : fired;
 }
 
 bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {

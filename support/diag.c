@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "amk/diag.h"
 
@@ -17,7 +18,34 @@ struct AmkDiagEngine {
   AmkDiagnostic *captured;
   size_t n_captured, cap_captured;
   int errors, warnings;
+  bool color;
 };
+
+/* ANSI SGR sequences. */
+#define SGR_BOLD "\033[1m"
+#define SGR_RESET "\033[0m"
+
+static const char *severity_color(AmkSeverity s) {
+  switch (s) {
+  case AMK_SEVERITY_ERROR:
+    return "\033[1;31m";
+  case AMK_SEVERITY_WARNING:
+    return "\033[1;35m";
+  case AMK_SEVERITY_NOTE:
+    return "\033[1;36m";
+  case AMK_SEVERITY_REMARK:
+    return "\033[1;34m";
+  }
+  return "";
+}
+
+void amk_diag_set_color(AmkDiagEngine *d, bool on) { d->color = on; }
+
+bool amk_diag_stream_wants_color(FILE *out) {
+  const char *term = getenv("TERM");
+  return isatty(fileno(out)) && term && *term && strcmp(term, "dumb") != 0 &&
+         !getenv("NO_COLOR");
+}
 
 AmkDiagEngine *amk_diag_new(FILE *out) {
   AmkDiagEngine *d = amk_xcalloc(1, sizeof *d);
@@ -113,7 +141,7 @@ static void print_caret(AmkDiagEngine *d, AmkLoc loc) {
     col = end - start;
   for (size_t i = 0; i < col; i++)
     fputc(d->text[start + i] == '\t' ? '\t' : ' ', d->out);
-  fputs("^\n", d->out);
+  fputs(d->color ? "\033[1;32m^" SGR_RESET "\n" : "^\n", d->out);
 }
 
 void amk_diag_v(AmkDiagEngine *d, AmkSeverity s, AmkLoc loc, const char *fmt,
@@ -137,13 +165,15 @@ void amk_diag_v(AmkDiagEngine *d, AmkSeverity s, AmkLoc loc, const char *fmt,
     d->captured[d->n_captured++] = (AmkDiagnostic){s, loc, msg};
     return;
   }
+  const char *bold = d->color ? SGR_BOLD : "", *reset = d->color ? SGR_RESET : "";
+  const char *sev = d->color ? severity_color(s) : "";
   if (loc.line)
-    fprintf(d->out, "%s:%u:%u: %s: %s\n", d->name, loc.line, loc.col,
-            amk_severity_name(s), msg);
+    fprintf(d->out, "%s%s:%u:%u: %s%s:%s%s %s%s\n", bold, d->name, loc.line, loc.col, sev,
+            amk_severity_name(s), reset, bold, msg, reset);
   else
-    fprintf(d->out, "%s: %s: %s\n",
-            d->unlocated_name ? d->unlocated_name : d->name,
-            amk_severity_name(s), msg);
+    fprintf(d->out, "%s%s: %s%s:%s%s %s%s\n", bold,
+            d->unlocated_name ? d->unlocated_name : d->name, sev,
+            amk_severity_name(s), reset, bold, msg, reset);
   print_caret(d, loc);
   free(msg);
 }

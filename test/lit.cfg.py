@@ -36,6 +36,19 @@ if os.path.isdir(os.path.join(config.amk_shared_dir, "conformance")):
     config.available_features.add("shared")
 if config.amk_sanitize in ("ON", "1", "TRUE", "True"):
     config.available_features.add("asan")
+# A program built outside the tree against a sanitized libamk needs the
+# sanitizers' runtimes too (test/install).
+config.substitutions.append(
+    ("%sanitize_cflags", "-fsanitize=address,undefined" if "asan" in config.available_features
+     else ""))
+import shutil
+# The build took `git describe` of its source tree (cmake/git_version.cmake).
+if shutil.which("git") and os.path.exists(os.path.join(config.amk_src_root, ".git")):
+    config.available_features.add("git-checkout")
+if shutil.which("dot"):
+    config.available_features.add("graphviz")
+if shutil.which("help2man"):
+    config.available_features.add("help2man")
 
 # `nvrtc`: NVRTC can be loaded (programs compile to cubins, no GPU needed);
 # `cuda`: a GPU is present and the driver initialises. Tests REQUIRE them.

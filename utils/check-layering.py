@@ -83,7 +83,7 @@ def short(obj, objdir):
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: check-layering.py BUILD_DIR [--graph]")
-    objdir = os.path.join(sys.argv[1], "CMakeFiles", "amk.dir")
+    objdir = os.path.join(sys.argv[1], "CMakeFiles", "amk_objects.dir")
     source_dir = None
     cache = os.path.join(sys.argv[1], "CMakeCache.txt")
     if os.path.exists(cache):

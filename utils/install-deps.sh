@@ -3,11 +3,14 @@
 # missing. Safe to run again.
 set -euo pipefail
 
+# help2man writes the man pages from each tool's --help; pkg-config is what
+# the install test links a program through; graphviz draws --emit=dot;
+# nettle-dev gives the SHA-256 of the cubin cache's keys.
 # clang-14 and libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes,
 # only recommended by clang, so named) build the fuzz drivers (utils/fuzz.sh);
 # tmux lets test/run/chat-tmux.test type into amk-run -cnv in a terminal.
 packages=(cmake ninja-build gcc libc6-dev re2c bison libcjson-dev libpcre2-dev llvm-14-tools python3
-          xz-utils clang-14 libclang-rt-14-dev tmux)
+          xz-utils clang-14 libclang-rt-14-dev tmux help2man pkg-config graphviz nettle-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

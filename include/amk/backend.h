@@ -96,11 +96,31 @@ const char *amk_cuda_embedded_abi_h(void);
 bool amk_nvrtc_available(char *why, size_t why_len);
 
 /* Compiles `source` to a cubin for `arch` ("sm_90"). With use_cache the
- * cubin is looked up in / written to the cache directory, keyed by a hash
- * of source, options and the NVRTC version. On an NVRTC error the log is
+ * cubin is looked up in / written to the cache directory, keyed by the
+ * SHA-256 of source, options, and the NVRTC, driver and ABI versions. On an NVRTC error the log is
  * printed with the offending generated source lines. *cubin is malloc'd. */
 bool amk_nvrtc_compile(const char *source, const char *arch, bool use_cache,
                        void **cubin, size_t *cubin_size, AmkDiagEngine *diag);
+
+/* The cubin cache (backend/cubin_cache.c). A key is the SHA-256 of a list
+ * of strings (the source, the NVRTC options, the NVRTC, driver and ABI
+ * versions), each hashed with its length. A cached file holds the key it
+ * was stored under and the cubin's own SHA-256; a load checks both and
+ * returns NULL (a miss: compile again) on any mismatch, truncation or
+ * corruption. */
+enum { AMK_CUBIN_KEY_BYTES = 32 };
+typedef struct {
+  uint8_t bytes[AMK_CUBIN_KEY_BYTES];
+} AmkCubinKey;
+void amk_cubin_cache_key(const char *const *parts, size_t n_parts, AmkCubinKey *key);
+void amk_cubin_key_hex(const AmkCubinKey *key, char hex[2 * AMK_CUBIN_KEY_BYTES + 1]);
+/* DIR/<hex key>.cubin */
+void amk_cubin_cache_path(const char *dir, const AmkCubinKey *key, char *buf, size_t len);
+/* The cubin (malloc'd) stored under `key` at `path`, or NULL. */
+void *amk_cubin_cache_load(const char *path, const AmkCubinKey *key, size_t *cubin_size);
+/* Stores the cubin under `key` in `dir` (created if missing), atomically. */
+bool amk_cubin_cache_store(const char *dir, const AmkCubinKey *key, const void *cubin,
+                           size_t size);
 
 /* The cache directory in use ($AMK_CACHE_DIR, else $XDG_CACHE_HOME/amk,
  * else $HOME/.cache/amk), written into buf. */

@@ -7,6 +7,7 @@
 #define AMK_DIAG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <stddef.h>
@@ -50,6 +51,14 @@ void amk_diag_set_source(AmkDiagEngine *d, const char *name, const char *text,
  * amk_diag_set_source. */
 void amk_diag_set_unlocated_name(AmkDiagEngine *d, const char *name);
 const char *amk_diag_source_name(const AmkDiagEngine *d);
+
+/* Colour in printed diagnostics (clang's: bold place and message, red
+ * "error:", magenta "warning:", cyan "note:"; the caret green). Off by
+ * default. */
+void amk_diag_set_color(AmkDiagEngine *d, bool on);
+/* What --color=auto decides: `out` is a terminal, $TERM is set and not
+ * "dumb", and $NO_COLOR is unset. */
+bool amk_diag_stream_wants_color(FILE *out);
 
 /* Capture instead of printing (for -verify-diagnostics). */
 void amk_diag_set_capture(AmkDiagEngine *d, int capture);

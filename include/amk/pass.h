@@ -193,4 +193,13 @@ bool amk_stats_at(const AmkStats *s, size_t i, const char **pass,
  * returns false on any error. */
 bool amk_verify_module(const AmkModule *m, AmkDiagEngine *diag);
 
+/* The schedule sm-assign predicts for a module whose tasks all have an SM:
+ * per task (list position), when its SM's queue reaches it, when its waits
+ * hold and when it signals, in microseconds from the launch, under
+ * sm-assign's cost model (passes/sm_assign.c). Each array holds n_tasks.
+ * False after reporting (no target, a task without an SM, queues that
+ * cannot all run). */
+bool amk_sm_schedule_predict(const AmkModule *m, double *arrive_us, double *start_us,
+                             double *end_us, AmkDiagEngine *diag);
+
 #endif

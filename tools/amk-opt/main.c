@@ -10,20 +10,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "amk/backend.h"
+#include "amk/cli.h"
 #include "amk/io.h"
 #include "amk/pass.h"
 #include "amk/path.h"
 #include "amk/pipeline.h"
 #include "amk/plan.h"
 #include "amk/strutil.h"
+#include "amk/version.h"
+
+extern char **environ;
 #include "amk/weights.h"
 
 typedef enum { FORMAT_AUTO, FORMAT_AMKIR, FORMAT_JSON } InputFormat;
-typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN } EmitKind;
+typedef enum { EMIT_AMKIR, EMIT_JSON, EMIT_DOT, EMIT_CUDA, EMIT_CUBIN, EMIT_GANTT } EmitKind;
+/* -print-changed[=diff|quiet|diff-quiet]: the whole module or a unified
+ * diff after each pass that changed it; quiet leaves out the passes that
+ * changed nothing. */
 typedef enum { CHANGED_NONE, CHANGED_FULL, CHANGED_DIFF } PrintChanged;
+typedef enum { COLOR_AUTO, COLOR_ALWAYS, COLOR_NEVER } ColorMode;
 
 typedef struct {
   const char *input;
@@ -37,6 +48,9 @@ typedef struct {
   const char *print_before, *print_after;
   bool print_before_all, print_after_all;
   PrintChanged print_changed;
+  bool print_changed_quiet;
+  bool diff_failed; /* -print-changed=diff could not run diff: the run fails */
+  ColorMode color;
   bool verify_each, disable_verify, disable_output;
   bool time_passes, stats, split_input_file, verify_diagnostics;
 } DriverOptions;
@@ -50,10 +64,17 @@ static void print_help(FILE *out) {
         "  on-disk format, or '-' for standard input (the default).\n\n"
         "GENERAL OPTIONS:\n"
         "  -o <file>              Write output to <file> (written only on success)\n"
+        "  -S                     Write text (the default; accepted as opt takes it)\n"
+        "  @<file>                Read more arguments from <file> (a response file)\n"
+        "  --color[=<auto|always|never>]  Colour diagnostics (default auto: when\n"
+        "                         stderr is a terminal; the color pass is -color or\n"
+        "                         -passes=color)\n"
         "  -x <amkir|json>        Input format (default: by extension; stdin is sniffed)\n"
-        "  --emit=<amkir|json|dot|cuda|cubin>  Output form (default amkir); cuda: the\n"
-        "                         generated megakernel source; cubin: that source\n"
-        "                         compiled by NVRTC (needs -o; no GPU needed)\n"
+        "  --emit=<amkir|json|dot|cuda|cubin|gantt>  Output form (default amkir);\n"
+        "                         cuda: the generated megakernel source; cubin: that\n"
+        "                         source compiled by NVRTC (needs -o; no GPU needed);\n"
+        "                         gantt: the SM timeline sm-assign predicts, as the\n"
+        "                         Chrome trace amk-run --trace writes for a launch\n"
         "  --arch=<sm_XY>         GPU architecture for --emit=cubin (default sm_90)\n"
         "  --emit-weights=<dir>   After the passes, write the program's weights as\n"
         "                         <dir>/model.safetensors (quantized weights as they\n"
@@ -69,14 +90,16 @@ static void print_help(FILE *out) {
         "  -print-after=<pass>    Print the module after <pass> (to stderr)\n"
         "  -print-before-all      Print the module before every pass\n"
         "  -print-after-all       Print the module after every pass\n"
-        "  -print-changed[=diff]  Print the module after each pass that changed it\n"
-        "                         (=diff: as a line diff)\n"
-        "  -time-passes           Report the time taken by each stage\n"
+        "  -print-changed[=<diff|quiet|diff-quiet>]  Print the module after each\n"
+        "                         pass that changed it; diff: as a unified diff (by\n"
+        "                         the system's diff -u); quiet: nothing for passes\n"
+        "                         that changed nothing\n"
+        "  -time-passes           Report the user and wall time of each stage\n"
         "  -stats                 Print the statistics passes collected\n"
         "  -split-input-file      Treat '; -----' lines as separating independent inputs\n"
         "  -verify-diagnostics    Check diagnostics against '; expected-error {{...}}'\n"
         "  --print-passes         List the available passes\n"
-        "  --version              Print the IR and ABI versions\n"
+        "  --version              Print the project, IR and ABI versions\n"
         "  -h, --help             Show this help\n\n"
         "PASSES (run in the order given):\n",
         out);
@@ -101,13 +124,32 @@ static void print_passes(FILE *out) {
   }
 }
 
+/* True when `program` is an executable file in a folder of $PATH. */
+static bool on_path(const char *program) {
+  const char *path = getenv("PATH");
+  if (!path)
+    return false;
+  for (const char *p = path;;) {
+    const char *colon = strchr(p, ':');
+    size_t n = colon ? (size_t)(colon - p) : strlen(p);
+    char full[4096];
+    if (snprintf(full, sizeof full, "%.*s/%s", (int)n, n ? p : ".", program) <
+            (int)sizeof full &&
+        access(full, X_OK) == 0)
+      return true;
+    if (!colon)
+      return false;
+    p = colon + 1;
+  }
+}
+
 /* ---- command line --------------------------------------------------------- */
 
 static const char *const driver_flags[] = {
     "o", "x", "emit", "arch", "emit-weights", "passes", "default-pipeline", "disable-verify", "verify-each", "disable-output",
     "print-before", "print-after", "print-before-all", "print-after-all",
     "print-changed", "time-passes", "stats", "split-input-file",
-    "verify-diagnostics", "print-passes", "version", "help", NULL};
+    "verify-diagnostics", "print-passes", "version", "help", "S", "color", NULL};
 
 static void suggest_flag(const char *name) {
   size_t n_flags = 0;
@@ -156,7 +198,8 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
   const size_t n_plain = sizeof plain / sizeof plain[0];
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
-    if (arg[0] != '-' || strcmp(arg, "-") == 0) {
+    AmkCliFlag f;
+    if (!amk_cli_flag(arg, &f)) {
       if (o->input) {
         fprintf(stderr, "amk-opt: error: more than one input file ('%s' and '%s')\n",
                 o->input, arg);
@@ -165,21 +208,37 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
       o->input = arg;
       continue;
     }
-    const char *flag = arg + 1 + (arg[1] == '-');
-    const char *eq = strchr(flag, '=');
-    size_t name_len = eq ? (size_t)(eq - flag) : strlen(flag);
-    const char *value = eq ? eq + 1 : NULL;
-#define IS(s) (name_len == strlen(s) && strncmp(flag, s, name_len) == 0)
+    const char *flag = f.name;
+    size_t name_len = f.name_len;
+    const char *value = f.value;
+#define IS(s) amk_cli_is(&f, s)
 #define NEED_VALUE()                                                           \
   do {                                                                         \
-    if (!value) {                                                              \
-      if (i + 1 >= argc) {                                                     \
-        fprintf(stderr, "amk-opt: error: '%s' needs a value\n", arg);          \
-        return 1;                                                              \
-      }                                                                        \
-      value = argv[++i];                                                       \
-    }                                                                          \
+    if (!(value = amk_cli_value(&f, argc, argv, &i, "amk-opt")))               \
+      return 1;                                                                \
   } while (0)
+    /* --color (two dashes) is the diagnostics' colour, -color the pass. */
+    if (IS("color") && f.dashes == 2) {
+      if (!value || strcmp(value, "always") == 0)
+        o->color = COLOR_ALWAYS;
+      else if (strcmp(value, "auto") == 0)
+        o->color = COLOR_AUTO;
+      else if (strcmp(value, "never") == 0)
+        o->color = COLOR_NEVER;
+      else {
+        fprintf(stderr, "amk-opt: error: --color takes auto, always or never, not '%s' (the "
+                        "color pass is -color or -passes=color)\n", value);
+        return 1;
+      }
+      continue;
+    }
+    if (IS("S")) {
+      if (value) {
+        fprintf(stderr, "amk-opt: error: '-S' takes no value\n");
+        return 1;
+      }
+      continue; /* text is what amk-opt writes unless --emit says otherwise */
+    }
     size_t k = 0;
     while (k < n_plain && !IS(plain[k].name))
       k++;
@@ -197,7 +256,7 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
       print_passes(stdout);
       return 2;
     } else if (IS("version")) {
-      printf("amk-opt: AMK IR %s, ABI %s\n", AMK_IR_VERSION, AMK_ABI_VERSION);
+      amk_version_print(stdout, "amk-opt");
       return 2;
     } else if (IS("x")) {
       NEED_VALUE();
@@ -223,10 +282,12 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
         o->emit = EMIT_CUDA;
       else if (strcmp(value, "cubin") == 0)
         o->emit = EMIT_CUBIN;
+      else if (strcmp(value, "gantt") == 0)
+        o->emit = EMIT_GANTT;
       else {
         fprintf(stderr,
-                "amk-opt: error: unknown --emit kind '%s' (expected amkir, json, dot, cuda or "
-                "cubin)\n",
+                "amk-opt: error: unknown --emit kind '%s' (expected amkir, json, dot, cuda, "
+                "cubin or gantt)\n",
                 value);
         return 1;
       }
@@ -238,14 +299,15 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
       if (!amk_pipeline_parse(o->pipeline, AMK_DEFAULT_PIPELINE, diag))
         return 1;
     } else if (IS("print-changed")) {
-      if (!value)
-        o->print_changed = CHANGED_FULL;
-      else if (strcmp(value, "diff") == 0)
-        o->print_changed = CHANGED_DIFF;
-      else {
-        fprintf(stderr, "amk-opt: error: -print-changed takes no value or '=diff'\n");
+      bool diff = value && (strcmp(value, "diff") == 0 || strcmp(value, "diff-quiet") == 0);
+      bool quiet = value && (strcmp(value, "quiet") == 0 || strcmp(value, "diff-quiet") == 0);
+      if (value && !diff && !quiet) {
+        fprintf(stderr, "amk-opt: error: -print-changed takes no value or one of diff, quiet, "
+                        "diff-quiet, not '%s'\n", value);
         return 1;
       }
+      o->print_changed = diff ? CHANGED_DIFF : CHANGED_FULL;
+      o->print_changed_quiet = quiet;
     } else {
       char name[128];
       if (name_len >= sizeof name) {
@@ -260,10 +322,7 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
         continue;
       }
       if (amk_pass_option_lookup(name)) {
-        if (!value) {
-          fprintf(stderr, "amk-opt: error: '%s' needs a value (--%s=...)\n", arg, name);
-          return 1;
-        }
+        NEED_VALUE();
         if (!amk_pipeline_set_option(o->pipeline, name, value, diag))
           return 1;
       } else {
@@ -285,6 +344,11 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
   if (o->emit_weights && (o->split_input_file || o->verify_diagnostics)) {
     fprintf(stderr, "amk-opt: error: --emit-weights writes the weights of one program; not "
                     "with -split-input-file or -verify-diagnostics\n");
+    return 1;
+  }
+  if (o->print_changed == CHANGED_DIFF && !on_path("diff")) {
+    fprintf(stderr, "amk-opt: error: -print-changed=diff shows changes with the system's "
+                    "'diff -u', and there is no 'diff' on PATH (install diffutils)\n");
     return 1;
   }
   if (o->arch && o->emit != EMIT_CUBIN) {
@@ -312,88 +376,54 @@ static void print_module_to(FILE *out, const AmkModule *m, const char *banner) {
   amk_sb_free(&sb);
 }
 
-/* Lines of a text, as (start, length) pairs. */
-typedef struct {
-  const char **start;
-  size_t *len;
-  size_t n;
-} Lines;
-
-static Lines split_lines(const char *text) {
-  Lines l = {0};
-  size_t cap = 0;
-  const char *p = text;
-  while (*p) {
-    const char *e = strchr(p, '\n');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (l.n == cap) {
-      cap = cap ? cap * 2 : 256;
-      l.start = amk_xrealloc(l.start, cap * sizeof *l.start);
-      l.len = amk_xrealloc(l.len, cap * sizeof *l.len);
-    }
-    l.start[l.n] = p;
-    l.len[l.n++] = n;
-    p += n + (e != NULL);
+static bool write_temp(char *name, const char *text) {
+  int fd = mkstemp(name);
+  if (fd < 0)
+    return false;
+  size_t left = strlen(text);
+  bool ok = true;
+  while (ok && left > 0) {
+    ssize_t w = write(fd, text, left);
+    ok = w > 0;
+    if (ok)
+      text += w, left -= (size_t)w;
   }
-  return l;
+  return close(fd) == 0 && ok;
 }
 
-static bool line_eq(const Lines *a, size_t i, const Lines *b, size_t j) {
-  return a->len[i] == b->len[j] && memcmp(a->start[i], b->start[j], a->len[i]) == 0;
-}
-
-/* A line diff of two printed modules: common head and tail are trimmed, the
- * middle is aligned by longest common subsequence when it is small enough,
- * else shown as one replaced block. Lines are prefixed ' ', '-' or '+'. */
-static void print_diff(FILE *out, const char *before, const char *after) {
-  Lines a = split_lines(before), b = split_lines(after);
-  size_t head = 0;
-  while (head < a.n && head < b.n && line_eq(&a, head, &b, head))
-    head++;
-  size_t tail = 0;
-  while (tail < a.n - head && tail < b.n - head &&
-         line_eq(&a, a.n - 1 - tail, &b, b.n - 1 - tail))
-    tail++;
-  size_t na = a.n - head - tail, nb = b.n - head - tail;
-  size_t context = head < 2 ? head : 2;
-  for (size_t i = head - context; i < head; i++)
-    fprintf(out, " %.*s\n", (int)a.len[i], a.start[i]);
-  if (na * nb <= 4u * 1000 * 1000) {
-    /* lcs[i][j]: LCS length of a[head+i..] and b[head+j..]. */
-    size_t w = nb + 1;
-    unsigned *lcs = amk_xcalloc((na + 1) * w, sizeof *lcs);
-    for (size_t i = na; i-- > 0;)
-      for (size_t j = nb; j-- > 0;)
-        lcs[i * w + j] = line_eq(&a, head + i, &b, head + j)
-                             ? lcs[(i + 1) * w + j + 1] + 1
-                             : (lcs[(i + 1) * w + j] > lcs[i * w + j + 1]
-                                    ? lcs[(i + 1) * w + j]
-                                    : lcs[i * w + j + 1]);
-    size_t i = 0, j = 0;
-    while (i < na || j < nb) {
-      if (i < na && j < nb && line_eq(&a, head + i, &b, head + j)) {
-        fprintf(out, " %.*s\n", (int)a.len[head + i], a.start[head + i]);
-        i++, j++;
-      } else if (i < na && (j == nb || lcs[(i + 1) * w + j] >= lcs[i * w + j + 1])) {
-        /* Removals before additions, as diff -u prints them. */
-        fprintf(out, "-%.*s\n", (int)a.len[head + i], a.start[head + i]);
-        i++;
-      } else {
-        fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
-        j++;
-      }
-    }
-    free(lcs);
-  } else {
-    for (size_t i = 0; i < na; i++)
-      fprintf(out, "-%.*s\n", (int)a.len[head + i], a.start[head + i]);
-    for (size_t j = 0; j < nb; j++)
-      fprintf(out, "+%.*s\n", (int)b.len[head + j], b.start[head + j]);
+/* A unified diff of two printed modules on stderr, by the system's diff -u
+ * (as LLVM's -print-changed=diff does): the texts go to temporary files.
+ * False when diff could not be run. */
+static bool print_diff(const char *pass, const char *before, const char *after) {
+  const char *tmpdir = getenv("TMPDIR");
+  if (!tmpdir || !*tmpdir)
+    tmpdir = "/tmp";
+  char a[4096], b[4096];
+  snprintf(a, sizeof a, "%s/amk-opt-before-XXXXXX", tmpdir);
+  snprintf(b, sizeof b, "%s/amk-opt-after-XXXXXX", tmpdir);
+  bool wrote_a = write_temp(a, before), wrote_b = wrote_a && write_temp(b, after);
+  bool ok = false;
+  if (wrote_b) {
+    char label_a[200], label_b[200];
+    snprintf(label_a, sizeof label_a, "before %s", pass);
+    snprintf(label_b, sizeof label_b, "after %s", pass);
+    char *args[] = {"diff", "-u", "--label", label_a, "--label", label_b, a, b, NULL};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+    fflush(stderr);
+    pid_t pid;
+    int status = 0;
+    if (posix_spawnp(&pid, "diff", &actions, NULL, args, environ) == 0 &&
+        waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+      ok = WEXITSTATUS(status) <= 1; /* 0: same, 1: different, else trouble */
+    posix_spawn_file_actions_destroy(&actions);
   }
-  size_t shown = tail < 2 ? tail : 2;
-  for (size_t i = a.n - tail; i < a.n - tail + shown; i++)
-    fprintf(out, " %.*s\n", (int)a.len[i], a.start[i]);
-  free(a.start), free(a.len), free(b.start), free(b.len);
+  if (wrote_a)
+    unlink(a);
+  if (wrote_b)
+    unlink(b);
+  return ok;
 }
 
 /* ---- -verify-diagnostics ---------------------------------------------------- */
@@ -544,12 +574,16 @@ static void print_after_pass(void *user, const AmkPassInfo *pass, const AmkModul
 
 static void print_changed(void *user, const AmkPassInfo *pass, const char *before,
                           const char *after, bool is_changed) {
-  const DriverOptions *o = user;
-  if (!is_changed)
-    fprintf(stderr, "; *** IR Dump After %s omitted because no change ***\n", pass->name);
-  else if (o->print_changed == CHANGED_DIFF) {
+  DriverOptions *o = user;
+  if (!is_changed) {
+    if (!o->print_changed_quiet)
+      fprintf(stderr, "; *** IR Dump After %s omitted because no change ***\n", pass->name);
+  } else if (o->print_changed == CHANGED_DIFF) {
     fprintf(stderr, "; *** IR Diff After %s ***\n", pass->name);
-    print_diff(stderr, before, after);
+    if (!o->diff_failed && !print_diff(pass->name, before, after)) {
+      fprintf(stderr, "amk-opt: error: -print-changed=diff could not run 'diff -u'\n");
+      o->diff_failed = true;
+    }
   } else {
     fprintf(stderr, "; *** IR Dump After %s ***\n%s", pass->name, after);
   }
@@ -613,6 +647,34 @@ static bool emit_weights(const DriverOptions *o, AmkModule *m, AmkDiagEngine *di
   return ok;
 }
 
+/* --emit=gantt: the predicted schedule as a launch trace, written by the
+ * code that writes amk-run --trace's, so the two open side by side. */
+static bool emit_gantt(const AmkModule *m, AmkStrBuf *out, AmkDiagEngine *diag) {
+  uint32_t n = m->n_tasks ? m->n_tasks : 1;
+  double *arrive = amk_xmalloc(n * sizeof *arrive), *start = amk_xmalloc(n * sizeof *start),
+         *end = amk_xmalloc(n * sizeof *end);
+  bool ok = amk_sm_schedule_predict(m, arrive, start, end, diag);
+  if (ok) {
+    int32_t *block_of = amk_xmalloc(n * sizeof *block_of);
+    amk_trace_t *stamps = amk_xmalloc(n * sizeof *stamps);
+    /* ns, from 1 (a zero stamp means "never reached" in a trace). */
+    for (uint32_t t = 0; t < m->n_tasks; t++) {
+      block_of[t] = m->tasks[t].sm;
+      stamps[t] = (amk_trace_t){1 + (uint64_t)(arrive[t] * 1e3 + 0.5),
+                                1 + (uint64_t)(start[t] * 1e3 + 0.5),
+                                1 + (uint64_t)(end[t] * 1e3 + 0.5)};
+    }
+    AmkTrace trace = {m, block_of, stamps};
+    amk_trace_chrome_json(&trace, out);
+    free(block_of);
+    free(stamps);
+  }
+  free(arrive);
+  free(start);
+  free(end);
+  return ok;
+}
+
 /* Runs one input (a whole file, or one -split-input-file chunk). Appends the
  * output to `out`; returns false on any error. */
 static bool process(const DriverOptions *o, const char *text, size_t len,
@@ -660,7 +722,7 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
         .changed = print_changed,
     };
     AmkPipelineResult r = amk_pipeline_run(o->pipeline, m, diag, &run);
-    ok = r.status == AMK_PIPELINE_OK;
+    ok = r.status == AMK_PIPELINE_OK && !o->diff_failed;
     if (r.status == AMK_PIPELINE_VERIFY_FAILED)
       fprintf(stderr, "amk-opt: error: the module is malformed after pass '%s'\n",
               r.failed_pass->name);
@@ -689,6 +751,9 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
       break;
     case EMIT_DOT:
       amk_print_dot(m, out);
+      break;
+    case EMIT_GANTT:
+      ok = emit_gantt(m, out, diag);
       break;
     case EMIT_CUDA:
     case EMIT_CUBIN: {
@@ -828,12 +893,20 @@ int main(int argc, char **argv) {
    * "amk-opt: error: ..."; each input names itself later. */
   AmkDiagEngine *diag = amk_diag_new(stderr);
   amk_diag_set_source(diag, "amk-opt", NULL, 0);
-  int rc = parse_args(argc, argv, &o, diag);
+  AmkCliArgs args;
+  if (!amk_cli_expand(&args, argc, argv, diag)) {
+    amk_diag_free(diag);
+    return 1;
+  }
+  int rc = parse_args(args.argc, args.argv, &o, diag);
   if (rc) {
     free_options(&o);
     amk_diag_free(diag);
+    amk_cli_args_free(&args);
     return rc == 2 ? 0 : 1;
   }
+  amk_diag_set_color(diag, o.color == COLOR_ALWAYS ||
+                               (o.color == COLOR_AUTO && amk_diag_stream_wants_color(stderr)));
   AmkStats *stats = o.stats ? amk_stats_new() : NULL;
   AmkTimings *timings = amk_timings_new();
   AmkStrBuf out;
@@ -852,5 +925,6 @@ int main(int argc, char **argv) {
   amk_timings_free(timings);
   amk_diag_free(diag);
   free_options(&o);
+  amk_cli_args_free(&args);
   return ok ? 0 : 1;
 }

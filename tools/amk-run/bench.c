@@ -1,11 +1,14 @@
-/* The GPU bench (--bench) and traces (--trace). */
+/* The bench (--bench, on the GPU or the CPU reference VM) and traces
+ * (--trace). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amk/backend.h"
 #include "amk/fileio.h"
+#include "amk/io.h"
 #include "amk/strbuf.h"
 #include "run.h"
 
@@ -31,11 +34,113 @@ bool run_write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDia
   return ok;
 }
 
-/* --bench: for each position, one checked step against the reference,
- * warm-up, then timed steps of the engine. Returns the exit status. */
+/* One row of the bench: a position's timings over every repetition. */
+typedef struct {
+  int64_t pos;
+  size_t reps, steps; /* steps per repetition */
+  double median_ms, p10_ms, p90_ms;
+  double tps_mean, tps_sd; /* tokens/s over the repetitions' medians */
+  double gbs, pct_read_bw; /* weights read per step at the median (GPU) */
+  const char *check;       /* PASS, FAIL, or "-" (no reference: the CPU bench) */
+  AmkLogitCheck cr;
+} BenchRow;
+
+static double median_of(double *v, size_t n) {
+  qsort(v, n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+/* llama-bench's outputs: a Markdown table (md, the default), csv, json (one
+ * object) or jsonl (one object a row). */
+static void print_rows(const RunContext *rc, const BenchRow *rows, size_t n, double read_bw,
+                       int64_t wbytes, const char *format) {
+  const char *device = rc->device;
+  const char *engine = amk_engine_describe(rc->engine);
+  bool gpu = strcmp(device, "cuda") == 0;
+  if (strcmp(format, "md") == 0) {
+    printf("AMK %s bench: %s\n", gpu ? "CUDA" : "CPU", engine);
+    if (gpu)
+      printf("weights %.3f GB; read bandwidth %.1f GB/s (measured in this run, 1 GiB read, "
+             "median of 20)\n",
+             (double)wbytes / 1e9, read_bw);
+    else
+      printf("weights %.3f GB; wall time per step\n", (double)wbytes / 1e9);
+    printf("|    pos |  reps | steps | median ms |   p10 ms |   p90 ms |          tokens/s |"
+           "     GB/s | %% read bw | check |\n");
+    printf("|-------:|------:|------:|----------:|---------:|---------:|------------------:|"
+           "---------:|----------:|:-----:|\n");
+    for (size_t i = 0; i < n; i++) {
+      const BenchRow *r = &rows[i];
+      char pct[32] = "        -"; /* no read bandwidth measured on the CPU */
+      if (read_bw > 0)
+        snprintf(pct, sizeof pct, "%8.1f%%", r->pct_read_bw);
+      printf("| %6" PRId64 " | %5zu | %5zu | %9.4f | %8.4f | %8.4f | %8.1f ± %6.1f | %8.1f |"
+             " %9s | %5s |\n",
+             r->pos, r->reps, r->steps, r->median_ms, r->p10_ms, r->p90_ms, r->tps_mean,
+             r->tps_sd, r->gbs, pct, r->check);
+    }
+    return;
+  }
+  if (strcmp(format, "csv") == 0) {
+    printf("device,engine,pos,reps,steps,median_ms,p10_ms,p90_ms,tokens_per_s,tokens_per_s_sd,"
+           "gbs,pct_read_bw,check\n");
+    for (size_t i = 0; i < n; i++) {
+      const BenchRow *r = &rows[i];
+      /* The engine's line may hold commas: quoted, as CSV quotes. */
+      printf("%s,\"", device);
+      for (const char *c = engine; *c; c++)
+        printf(*c == '"' ? "\"\"" : "%c", *c);
+      printf("\",%" PRId64 ",%zu,%zu,%.5f,%.5f,%.5f,%.2f,%.2f,%.2f,%.2f,%s\n", r->pos, r->reps,
+             r->steps, r->median_ms, r->p10_ms, r->p90_ms, r->tps_mean, r->tps_sd, r->gbs,
+             r->pct_read_bw, r->check);
+    }
+    return;
+  }
+  bool lines = strcmp(format, "jsonl") == 0;
+  AmkStrBuf out;
+  amk_sb_init(&out);
+  if (!lines) {
+    amk_sb_printf(&out, "{\"device\": \"%s\", \"%s\": ", device, gpu ? "gpu" : "engine");
+    amk_write_json_string(engine, &out);
+    amk_sb_printf(&out, ", \"weight_bytes\": %" PRId64 ", \"read_bw_gbs\": %.2f, \"results\": [",
+                  wbytes, read_bw);
+  }
+  for (size_t i = 0; i < n; i++) {
+    const BenchRow *r = &rows[i];
+    if (lines) {
+      amk_sb_printf(&out, "{\"device\": \"%s\", \"engine\": ", device);
+      amk_write_json_string(engine, &out);
+      amk_sb_printf(&out, ", \"weight_bytes\": %" PRId64 ", ", wbytes);
+    } else {
+      amk_sb_puts(&out, i ? ", {" : "{");
+    }
+    amk_sb_printf(&out,
+                  "\"pos\": %" PRId64 ", \"reps\": %zu, \"steps\": %zu, \"median_ms\": %.5f, "
+                  "\"p10_ms\": %.5f, \"p90_ms\": %.5f, \"gbs\": %.2f, \"pct_read_bw\": %.2f, "
+                  "\"tokens_per_s\": %.2f, \"tokens_per_s_sd\": %.2f, \"check\": \"%s\"",
+                  r->pos, r->reps, r->steps, r->median_ms, r->p10_ms, r->p90_ms, r->gbs,
+                  r->pct_read_bw, r->tps_mean, r->tps_sd, r->check);
+    if (gpu)
+      amk_sb_printf(&out,
+                    ", \"max_abs_diff\": %.6g, \"logit_scale\": %.6g, \"ref_token\": %d, "
+                    "\"gpu_token\": %d",
+                    r->cr.max_abs, r->cr.scale, r->cr.ref_token, r->cr.gpu_token);
+    amk_sb_puts(&out, lines ? "}\n" : "}");
+  }
+  if (!lines)
+    amk_sb_puts(&out, "]}\n");
+  fputs(out.data ? out.data : "", stdout);
+  amk_sb_free(&out);
+}
+
+/* --bench: for each position, on the GPU one step checked against the
+ * reference VM, then warm-up and -r repetitions of timed steps (kernel
+ * time by CUDA events; on the CPU, the VM's wall time per step). Returns
+ * the exit status. */
 int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
   const RunOptions *o = rc->o;
   AmkEngine *engine = rc->engine, *reference = rc->reference;
+  bool gpu = strcmp(rc->device, "cuda") == 0;
   int64_t positions[64];
   size_t n_pos = 0;
   const char *p = o->bench_pos ? o->bench_pos : "0";
@@ -52,13 +157,16 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
   }
   bool low = amk_engine_plan(engine)->low_precision;
   int32_t token = rc->text->prompt[0];
-  double read_bw = amk_engine_measure_read_bw(engine, 0, 20, diag);
+  double read_bw = gpu ? amk_engine_measure_read_bw(engine, 0, 20, diag) : 0;
   int64_t wbytes = amk_engine_weight_bytes(engine);
-  double *times = amk_xmalloc((size_t)o->bench_steps * sizeof *times);
-  amk_engine_set_tracing(engine, false);
-  AmkStrBuf rows, js;
-  amk_sb_init(&rows);
-  amk_sb_init(&js);
+  size_t reps = (size_t)(o->bench_reps > 0 ? o->bench_reps : 1), steps = (size_t)o->bench_steps;
+  double *times = amk_xmalloc(reps * steps * sizeof *times);
+  double *rep_times = amk_xmalloc(steps * sizeof *rep_times);
+  double *tps = amk_xmalloc(reps * sizeof *tps);
+  BenchRow *rows = amk_xcalloc(n_pos, sizeof *rows);
+  size_t n_rows = 0;
+  if (gpu)
+    amk_engine_set_tracing(engine, false);
   int status = 0;
   for (size_t k = 0; k < n_pos && status == 0; k++) {
     int64_t pos = positions[k];
@@ -69,27 +177,43 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
       status = 1;
       break;
     }
-    /* The correctness check of this run. */
-    AmkStepStatus st = amk_engine_step(engine, token, pos, NULL, diag);
-    if (st != AMK_STEP_OK) {
-      status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
-      break;
-    }
-    if (amk_engine_step(reference, token, pos, NULL, diag) != AMK_STEP_OK) {
-      status = 1;
-      break;
-    }
-    size_t nv = 0, ng = 0;
-    const float *ref = amk_engine_logits(reference, &nv);
-    const float *got = amk_engine_logits(engine, &ng);
-    AmkLogitCheck cr = amk_check_logits(ref, got, nv < ng ? nv : ng, low);
-    for (int64_t i = 0; i < o->bench_warmup + o->bench_steps && status == 0; i++) {
-      float ms = 0;
-      st = amk_engine_step(engine, token, pos, &ms, diag);
-      if (st != AMK_STEP_OK)
+    BenchRow *row = &rows[n_rows];
+    *row = (BenchRow){.pos = pos, .reps = reps, .steps = steps, .check = "-"};
+    AmkStepStatus st;
+    if (reference) { /* the correctness check of this run */
+      st = amk_engine_step(engine, token, pos, NULL, diag);
+      if (st != AMK_STEP_OK) {
         status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
-      else if (i >= o->bench_warmup)
-        times[i - o->bench_warmup] = ms;
+        break;
+      }
+      if (amk_engine_step(reference, token, pos, NULL, diag) != AMK_STEP_OK) {
+        status = 1;
+        break;
+      }
+      size_t nv = 0, ng = 0;
+      const float *ref = amk_engine_logits(reference, &nv);
+      const float *got = amk_engine_logits(engine, &ng);
+      row->cr = amk_check_logits(ref, got, nv < ng ? nv : ng, low);
+      row->check = row->cr.pass ? "PASS" : "FAIL";
+    }
+    bool kernel_time = amk_engine_measures_kernel_time(engine);
+    for (size_t r = 0; r < reps && status == 0; r++) {
+      for (int64_t i = 0; i < (r == 0 ? o->bench_warmup : 0) + (int64_t)steps && status == 0;
+           i++) {
+        float ms = 0;
+        double t0 = run_now_ms();
+        st = amk_engine_step(engine, token, pos, kernel_time ? &ms : NULL, diag);
+        double wall = run_now_ms() - t0;
+        int64_t timed = i - (r == 0 ? o->bench_warmup : 0);
+        if (st != AMK_STEP_OK)
+          status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+        else if (timed >= 0)
+          rep_times[timed] = times[r * steps + (size_t)timed] = kernel_time ? ms : wall;
+      }
+      if (status == 0) {
+        double med = median_of(rep_times, steps);
+        tps[r] = med > 0 ? 1e3 / med : 0;
+      }
     }
     if (status)
       break;
@@ -106,48 +230,40 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
         break;
       }
     }
-    size_t n = (size_t)o->bench_steps;
+    size_t n = reps * steps;
     qsort(times, n, sizeof *times, cmp_double);
-    double med = times[n / 2], p10 = times[n / 10], p90 = times[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
-    double gbs = med > 0 ? (double)wbytes / (med * 1e-3) / 1e9 : 0;
-    double pct = read_bw > 0 ? 100.0 * gbs / read_bw : 0;
-    amk_sb_printf(&rows, "| %6" PRId64 " | %5zu | %9.4f | %8.4f | %8.4f | %8.1f | %6.1f%% | %9.1f | %s |\n",
-                  pos, n, med, p10, p90, gbs, pct, med > 0 ? 1e3 / med : 0,
-                  cr.pass ? "PASS" : "FAIL");
-    amk_sb_printf(&js,
-                  "%s{\"pos\": %" PRId64 ", \"steps\": %zu, \"median_ms\": %.5f, \"p10_ms\": %.5f, "
-                  "\"p90_ms\": %.5f, \"gbs\": %.2f, \"pct_read_bw\": %.2f, \"tokens_per_s\": %.2f, "
-                  "\"check\": \"%s\", \"max_abs_diff\": %.6g, \"logit_scale\": %.6g, "
-                  "\"ref_token\": %d, \"gpu_token\": %d}",
-                  k ? ", " : "", pos, n, med, p10, p90, gbs, pct, med > 0 ? 1e3 / med : 0,
-                  cr.pass ? "PASS" : "FAIL", cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
-    if (!cr.pass) {
-      if (cr.got_nonfinite > cr.ref_nonfinite)
+    row->median_ms = times[n / 2];
+    row->p10_ms = times[n / 10];
+    row->p90_ms = times[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+    double sum = 0, sq = 0;
+    for (size_t r = 0; r < reps; r++)
+      sum += tps[r];
+    row->tps_mean = sum / (double)reps;
+    for (size_t r = 0; r < reps; r++)
+      sq += (tps[r] - row->tps_mean) * (tps[r] - row->tps_mean);
+    row->tps_sd = reps > 1 ? sqrt(sq / (double)(reps - 1)) : 0;
+    row->gbs = row->median_ms > 0 ? (double)wbytes / (row->median_ms * 1e-3) / 1e9 : 0;
+    row->pct_read_bw = read_bw > 0 ? 100.0 * row->gbs / read_bw : 0;
+    n_rows++;
+    const AmkLogitCheck *cr = &row->cr;
+    if (reference && !cr->pass) {
+      if (cr->got_nonfinite > cr->ref_nonfinite)
         fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": %zu GPU logits "
                         "are not finite (NaN or Inf); the reference VM has %zu\n",
-                pos, cr.got_nonfinite, cr.ref_nonfinite);
+                pos, cr->got_nonfinite, cr->ref_nonfinite);
       else
         fprintf(stderr, "amk-run: CHECK FAILED at bench position %" PRId64 ": max |diff| %.6g, "
                         "logit scale %.6g, tokens ref %d gpu %d\n",
-                pos, cr.max_abs, cr.scale, cr.ref_token, cr.gpu_token);
+                pos, cr->max_abs, cr->scale, cr->ref_token, cr->gpu_token);
       status = 2;
     }
   }
-  if (o->json) {
-    printf("{\"device\": \"cuda\", \"gpu\": \"%s\", \"weight_bytes\": %" PRId64
-           ", \"read_bw_gbs\": %.2f, \"results\": [%s]}\n",
-           amk_engine_describe(engine), wbytes, read_bw, js.data ? js.data : "");
-  } else if (rows.data) {
-    printf("AMK CUDA bench: %s\n", amk_engine_describe(engine));
-    printf("weights %.3f GB; read bandwidth %.1f GB/s (measured in this run, 1 GiB read, median "
-           "of 20)\n",
-           (double)wbytes / 1e9, read_bw);
-    printf("|    pos | steps | median ms |   p10 ms |   p90 ms |     GB/s | %% read bw |  tokens/s | check |\n");
-    printf("|--------|-------|-----------|----------|----------|----------|-----------|-----------|-------|\n");
-    fputs(rows.data, stdout);
-  }
-  amk_sb_free(&rows);
-  amk_sb_free(&js);
+  if (n_rows)
+    print_rows(rc, rows, n_rows, read_bw, wbytes,
+               o->bench_format ? o->bench_format : o->json ? "json" : "md");
+  free(rows);
+  free(tps);
+  free(rep_times);
   free(times);
   return status;
 }

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/cli.h"
 #include "amk/pass.h"
 #include "amk/pipeline.h"
 #include "amk/strutil.h"
+#include "amk/version.h"
 #include "run.h"
 
 static void usage(FILE *out) {
@@ -79,7 +81,12 @@ static void usage(FILE *out) {
         "  --bench                  time the GPU megakernel: warm-up, then per-token\n"
         "                           kernel time (CUDA events) over --bench-steps steps at\n"
         "                           each --bench-pos position, achieved GB/s against the\n"
-        "                           card's read bandwidth measured in the same run\n"
+        "                           card's read bandwidth measured in the same run; with\n"
+        "                           --device cpu, the reference VM's wall time per step\n"
+        "  -r, --repetitions N      --bench: timed runs of --bench-steps per position\n"
+        "                           (default 1); tokens/s is their mean and std. dev.\n"
+        "  -o, --output md|csv|json|jsonl  --bench: the results as a Markdown table\n"
+        "                           (default), CSV, one JSON object or JSON lines\n"
         "  --bench-pos P,Q          positions to time (default 0)\n"
         "  --bench-steps N          timed steps per position (default 128)\n"
         "  --bench-warmup N         untimed steps first (default 10)\n"
@@ -91,6 +98,7 @@ static void usage(FILE *out) {
         "                           one extra traced launch per position after the\n"
         "                           untraced timed ones; FILE holds the last position's)\n"
         "  -v, --verbose            print GPU, engine, model-folder and compile facts\n"
+        "  --version                show the version\n"
         "  -h, --help               show this help\n\n"
         "CHAT:\n"
         "  -cnv, --chat             a conversation: read a line from standard input after\n"
@@ -249,6 +257,14 @@ static bool read_random_weights(RunOptions *o, const char *flag, const char *val
   return true;
 }
 
+static bool read_bench_format(RunOptions *o, const char *flag, const char *value) {
+  if (strcmp(value, "md") && strcmp(value, "csv") && strcmp(value, "json") &&
+      strcmp(value, "jsonl"))
+    return bad_value(flag, "md, csv, json or jsonl", value);
+  o->bench_format = value;
+  return true;
+}
+
 /* Reads opt's value (NULL for a switch) into *o. */
 static bool apply_option(RunOptions *o, const Option *opt, const char *flag, const char *value) {
   for (size_t k = 0; k < 3 && opt->compile_only && !o->compile_flag && opt->names[k]; k++)
@@ -348,9 +364,13 @@ static int check_combination(RunOptions *o) {
       return 1;
     }
   }
-  if ((o->check || o->bench || o->trace) && strcmp(o->device, "cpu") == 0) {
-    fprintf(stderr, "amk-run: error: --check, --bench and --trace need the GPU; not with "
+  if ((o->check || o->trace) && strcmp(o->device, "cpu") == 0) {
+    fprintf(stderr, "amk-run: error: --check and --trace need the GPU; not with "
                     "--device cpu\n");
+    return 1;
+  }
+  if ((o->bench_format || o->bench_reps) && !o->bench) {
+    fprintf(stderr, "amk-run: error: -o/--output and -r/--repetitions apply to --bench\n");
     return 1;
   }
   if (o->weights && o->random_weights) {
@@ -409,6 +429,9 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--bench-pos"}, OPT_TEXT, .text = &o->bench_pos},
       {{"--bench-steps"}, OPT_INT, .count = &o->bench_steps, .min = 1, .max = 100000,
        .takes = "a count (1 to 100000)"},
+      {{"-r", "--repetitions"}, OPT_INT, .count = &o->bench_reps, .min = 1, .max = 1000,
+       .takes = "a count (1 to 1000)"},
+      {{"-o", "--output"}, OPT_CUSTOM, .custom = read_bench_format},
       {{"--bench-warmup"}, OPT_INT, .count = &o->bench_warmup, .min = 0, .max = 100000,
        .takes = "a count (0 to 100000)"},
       {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
@@ -428,11 +451,21 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       usage(stdout);
       return 2;
     }
-    /* --name=value, or the value in the next argument. */
+    if (strcmp(arg, "--version") == 0) {
+      amk_version_print(stdout, "amk-run");
+      return 2;
+    }
+    /* --name=value, or the value in the next argument (include/amk/cli.h,
+     * as amk-opt takes them). */
+    AmkCliFlag f;
+    if (!amk_cli_flag(arg, &f)) {
+      fprintf(stderr, "amk-run: error: unknown option '%s'; see 'amk-run --help'\n", arg);
+      return 1;
+    }
     char name[64];
     const char *value = NULL;
-    const char *eq = arg[1] == '-' ? strchr(arg, '=') : NULL;
-    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *eq = f.value ? f.value - 1 : NULL;
+    size_t name_len = (size_t)f.dashes + f.name_len;
     const Option *opt = NULL;
     if (name_len < sizeof name) {
       memcpy(name, arg, name_len);
@@ -453,13 +486,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       fprintf(stderr, "amk-run: error: '%s' takes no value\n", name);
       return 1;
     }
-    if (opt->kind != OPT_SWITCH && !value) {
-      if (i + 1 == argc) {
-        fprintf(stderr, "amk-run: error: '%s' needs a value\n", name);
-        return 1;
-      }
-      value = argv[++i];
-    }
+    if (opt->kind != OPT_SWITCH && !(value = amk_cli_value(&f, argc, argv, &i, "amk-run")))
+      return 1;
     if (!apply_option(o, opt, name, value))
       return 1;
   }

@@ -52,6 +52,8 @@ typedef struct {
   bool bench;
   const char *bench_pos;
   int64_t bench_steps, bench_warmup;
+  int64_t bench_reps;       /* -r: timed repetitions per position */
+  const char *bench_format; /* -o md|csv|json|jsonl (NULL: md, or json with --json) */
   double timeout_ms;
   const char *trace; /* --trace FILE: Chrome trace of the last launch */
   bool verbose;

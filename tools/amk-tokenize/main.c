@@ -12,11 +12,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "amk/cli.h"
 #include "amk/fileio.h"
 #include "amk/io.h"
 #include "amk/json_strict.h"
 #include "amk/strutil.h"
 #include "amk/tokenizer.h"
+#include "amk/version.h"
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
 
@@ -57,6 +59,7 @@ static void print_help(FILE *out) {
       "  --skip-special         Decode: leave out special tokens\n"
       "  --repeat <n>           --bench: rounds, the best one is reported (default 5)\n"
       "  -o <file>              Write output to <file> (written only on success)\n"
+      "  --version              Show the version\n"
       "  -h, --help             Show this help\n\n"
       "Exit status: 0 on success, 1 on any error.\n",
       out);
@@ -66,7 +69,7 @@ static void print_help(FILE *out) {
 
 static const char *const flags[] = {
     "tokenizer", "input", "batch", "decode", "bench", "info", "no-special",
-    "tokens", "skip-special", "repeat", "o", "help", NULL};
+    "tokens", "skip-special", "repeat", "o", "help", "version", NULL};
 
 static void suggest_flag(const char *name, size_t len) {
   size_t n = 0;
@@ -101,11 +104,12 @@ static int parse_args(int argc, char **argv, Options *o) {
       }
       continue;
     }
-    const char *flag = arg + 1 + (arg[1] == '-');
-    const char *eq = strchr(flag, '=');
-    size_t name_len = eq ? (size_t)(eq - flag) : strlen(flag);
-    const char *value = eq ? eq + 1 : NULL;
-#define IS(s) (name_len == strlen(s) && strncmp(flag, s, name_len) == 0)
+    AmkCliFlag f; /* --name=value or --name value (include/amk/cli.h) */
+    amk_cli_flag(arg, &f);
+    const char *flag = f.name;
+    size_t name_len = f.name_len;
+    const char *value = f.value;
+#define IS(s) amk_cli_is(&f, s)
     const char **text_flag = IS("tokenizer") ? &o->tokenizer
                              : IS("input")   ? &o->input
                              : IS("batch")   ? &o->batch
@@ -120,6 +124,10 @@ static int parse_args(int argc, char **argv, Options *o) {
                                              : NULL;
     if (IS("h") || IS("help")) {
       print_help(stdout);
+      return 2;
+    }
+    if (IS("version")) {
+      amk_version_print(stdout, "amk-tokenize");
       return 2;
     }
     if (switch_flag) {
@@ -138,13 +146,8 @@ static int parse_args(int argc, char **argv, Options *o) {
               "of options\n");
       return 1;
     }
-    if (!value) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "amk-tokenize: error: '%s' needs a value\n", arg);
-        return 1;
-      }
-      value = argv[++i];
-    }
+    if (!(value = amk_cli_value(&f, argc, argv, &i, "amk-tokenize")))
+      return 1;
     if (text_flag) {
       *text_flag = value;
       continue;
