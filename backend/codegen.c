@@ -152,7 +152,15 @@ static void emit_call(AmkStrBuf *inst, DeviceTemplate tpl, const int64_t *args, 
    emit_call(inst, DEV_##name, (const int64_t[]){__VA_ARGS__}, EMIT_NARGS(__VA_ARGS__)))
 
 /* amk_eltwise's OPK (megakernel.cuh). */
-enum { ELT_SILU_MUL = 0, ELT_ADD = 1, ELT_MUL = 2, ELT_SCALE = 3, ELT_GELU = 4, ELT_COPY = 5 };
+enum {
+  ELT_SILU_MUL = 0,
+  ELT_ADD = 1,
+  ELT_MUL = 2,
+  ELT_SCALE = 3,
+  ELT_GELU = 4,
+  ELT_COPY = 5,
+  ELT_GELU_TANH = 6,
+};
 
 static void need_smem(Gen *g, size_t floats) {
   size_t bytes = (floats * 4 + 15) & ~(size_t)15;
@@ -578,8 +586,11 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
         !need_numeric(g, t, &o, "output"))
       return false;
     need_smem(g, (size_t)(g->nt / 32));
+    bool plus_one = !layer && amk_inst_param_has(&p, AMK_PARAM_flags) &&
+                    (p.flags.i & AMK_FLAG_NORM_PLUS_ONE);
     EMIT(inst, norm, a.dtype, b.dtype, o.dtype, layer && t->n_inputs > 2 ? (int)bias.dtype : 0,
-         hidden, a.numel / hidden, layer ? 1 : 0, layer && t->n_inputs > 2 ? 1 : 0);
+         hidden, a.numel / hidden, layer ? 1 : plus_one ? 2 : 0,
+         layer && t->n_inputs > 2 ? 1 : 0);
     return true;
   }
   case AMK_OP_ROPE: {
@@ -611,7 +622,12 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
   case AMK_OP_MUL:
     return gen_eltwise(g, t, &p, t->n_inputs >= 2 ? ELT_MUL : ELT_SCALE, inst);
   case AMK_OP_GELU:
-    return gen_eltwise(g, t, &p, ELT_GELU, inst);
+    return gen_eltwise(g, t, &p,
+                       amk_inst_param_has(&p, AMK_PARAM_flags) &&
+                               (p.flags.i & AMK_FLAG_GELU_TANH)
+                           ? ELT_GELU_TANH
+                           : ELT_GELU,
+                       inst);
   case AMK_OP_COPY: {
     if (t->n_inputs != 1 || t->n_outputs != 1)
       return fail(g, t, "takes one input");

@@ -1611,6 +1611,8 @@ __device__ void amk_embed(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem)
   }
 }
 
+// LAYER: 0 RMSNorm, 1 LayerNorm, 2 RMSNorm by (1 + w). ROWS rows of HIDDEN
+// (Qwen3's per-head q/k norms: one row per head).
 template <int XDT, int WDT, int ODT, int BDT, int HIDDEN, long long ROWS, int LAYER, int BIAS>
 __device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *x = amk_in(A, 0), *w = amk_in(A, 1);
@@ -1621,7 +1623,7 @@ __device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   for (long long r = 0; r < ROWS; r++) {
     long long base = r * HIDDEN;
     float mean = 0.0f;
-    if constexpr (LAYER) {
+    if constexpr (LAYER == 1) {
       float s = 0.0f;
       for (int j = threadIdx.x; j < HIDDEN; j += AMK_NT)
         s += amk_ld<XDT>(x, base + j);
@@ -1635,7 +1637,9 @@ __device__ void amk_norm(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
     ss = amk_block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)HIDDEN + eps);
     for (int j = threadIdx.x; j < HIDDEN; j += AMK_NT) {
-      float y = (amk_ld<XDT>(x, base + j) - mean) * inv * amk_ld<WDT>(w, j);
+      // LAYER 2: Gemma's RMSNorm, scaled by (1 + w) in fp32 (flags bit 2).
+      float g = (LAYER == 2) ? 1.0f + amk_ld<WDT>(w, j) : amk_ld<WDT>(w, j);
+      float y = (amk_ld<XDT>(x, base + j) - mean) * inv * g;
       if constexpr (BIAS)
         y += amk_ld<BDT>(b, j);
       amk_st<ODT>(out, base + j, y);
@@ -1666,7 +1670,8 @@ __device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   }
 }
 
-// Elementwise: OPK 0 silu_mul, 1 add, 2 mul, 3 mul by scale, 4 gelu, 5 copy.
+// Elementwise: OPK 0 silu_mul, 1 add, 2 mul, 3 mul by scale, 4 gelu, 5 copy,
+// 6 gelu's tanh approximation (gelu_pytorch_tanh).
 // TILED: only columns [n_off, n_off + N_tile) of each row of WIDTH.
 template <int OPK, int ADT, int BDT, int ODT, long long NUMEL, long long WIDTH, int TILED>
 __device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
@@ -1698,6 +1703,8 @@ __device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
       r = v * scale;
     } else if constexpr (OPK == 4) {
       r = v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+    } else if constexpr (OPK == 6) {
+      r = 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
     } else {
       r = v;
     }

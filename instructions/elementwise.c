@@ -119,8 +119,19 @@ int amk_kernel_MUL(const AmkInstCall *call) {
   return run_unary(call, scale_f32, scale);
 }
 
+/* The tanh approximation (torch's gelu(approximate="tanh"), transformers'
+ * gelu_pytorch_tanh): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static float gelu_tanh_f32(float x, float unused) {
+  (void)unused;
+  const float sqrt_2_over_pi = 0.79788456080286535588f, kappa = 0.044715f;
+  float inner = sqrt_2_over_pi * (x + kappa * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/* Exact GELU, or with flags bit AMK_FLAG_GELU_TANH the tanh approximation. */
 int amk_kernel_GELU(const AmkInstCall *call) {
-  return run_unary(call, gelu_f32, 0.0f);
+  bool tanh_form = (inst_int_or(call, AMK_PARAM_flags, 0) & AMK_FLAG_GELU_TANH) != 0;
+  return run_unary(call, tanh_form ? gelu_tanh_f32 : gelu_f32, 0.0f);
 }
 
 /* Softmax along `dim` (default the last): max subtraction, then

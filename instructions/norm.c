@@ -33,10 +33,13 @@ static int check_norm(const AmkInstCall *call, int64_t *hidden_out) {
   return AMK_INST_OK;
 }
 
-/* One row of `hidden` elements from `base`: out = x * rsqrt(mean(x^2) + eps) * w */
+/* One row of `hidden` elements from `base`: out = x * rsqrt(mean(x^2) + eps) * w,
+ * or * (1 + w) with flags bit AMK_FLAG_NORM_PLUS_ONE (Gemma: 1 + w in fp32,
+ * then the product, rounded once to the output's dtype). */
 static void rmsnorm_row(const AmkInstCall *call, int64_t base, int64_t hidden, float eps) {
   const AmkTensorView *x = &call->in[0], *w = &call->in[1];
   AmkTensorView *out = &call->out[0];
+  float offset = (inst_int_or(call, AMK_PARAM_flags, 0) & AMK_FLAG_NORM_PLUS_ONE) ? 1.0f : 0.0f;
   float sum_sq = 0.0f;
   for (int64_t j = 0; j < hidden; j++) {
     float v = inst_load(x, base + j);
@@ -44,7 +47,8 @@ static void rmsnorm_row(const AmkInstCall *call, int64_t base, int64_t hidden, f
   }
   float inv_rms = 1.0f / sqrtf(sum_sq / (float)hidden + eps);
   for (int64_t j = 0; j < hidden; j++)
-    inst_store(out, base + j, inst_load(x, base + j) * inv_rms * inst_load(w, j));
+    inst_store(out, base + j,
+               inst_load(x, base + j) * inv_rms * (offset + inst_load(w, j)));
 }
 
 /* One row: out = (x - mean) * rsqrt(var + eps) * w (+ b), with the biased

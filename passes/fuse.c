@@ -511,6 +511,11 @@ static bool same_reduction(const Fuser *f, const TileSet *sets, size_t n) {
           amk_rw_pattern(t) != amk_rw_pattern(ref) ||
           !amk_task_param_int(t, "K", &k) || k != k_ref)
         return false;
+      if (t->n_inputs == 3 && amk_rw_pattern(t) == AMK_PATTERN_PLAIN) {
+        /* A bias (Qwen2's q/k/v): each projection's own, concatenated with
+         * the weights (tile_bias checks it). */
+        continue;
+      }
       if (t->n_inputs == 3) {
         const AmkValue *a = amk_task_param(t, "eps"), *b = amk_task_param(ref, "eps");
         if (t->inputs[2] != ref->inputs[2] || !a || !b || !amk_value_equal(a, b))
@@ -533,6 +538,28 @@ static uint32_t tile_weight(const Fuser *f, const TileSet *s) {
              : AMK_NO_INDEX;
 }
 
+/* The bias (input 2) every plain tile of a set reads, a rank-1 WEIGHT with
+ * a source read by those tiles alone; its position. NO_INDEX when the tiles
+ * have no bias; *ok false when they have one that cannot be concatenated. */
+static uint32_t tile_bias(const Fuser *f, const TileSet *s, bool *ok) {
+  const AmkTask *first = &f->m->tasks[s->tiles.at[0]];
+  *ok = true;
+  if (s->pattern != AMK_PATTERN_PLAIN || first->n_inputs != 3)
+    return AMK_NO_INDEX;
+  for (uint32_t i = 1; i < s->tiles.n; i++)
+    if (f->m->tasks[s->tiles.at[i]].n_inputs != 3 ||
+        f->m->tasks[s->tiles.at[i]].inputs[2] != first->inputs[2])
+      *ok = false;
+  uint32_t p = bufpos(f, first->inputs[2]);
+  if (!*ok || p == AMK_NO_INDEX || f->m->buffers[p].kind != AMK_KIND_WEIGHT ||
+      f->m->buffers[p].rank != 1 || !f->m->buffers[p].source ||
+      !span_equal(span(&f->ix.readers, p), s->tiles)) {
+    *ok = false;
+    return AMK_NO_INDEX;
+  }
+  return p;
+}
+
 /* ---- rmsnorm + gemv ---------------------------------------------------------------- */
 
 /* The task at `pos` when it is live and a two-input, one-output `op`; else
@@ -550,8 +577,13 @@ static void fuse_norms(Fuser *f) {
   for (uint32_t pos = 0; pos < n; pos++) {
     const AmkTask *norm = live_binary(f, pos, AMK_OP_RMSNORM);
     const AmkValue *eps = norm ? amk_task_param(norm, "eps") : NULL;
-    int64_t hidden;
-    if (!eps || !amk_task_param_int(norm, "hidden", &hidden))
+    int64_t hidden, flags = 0;
+    /* The norm pattern computes rmsnorm(x) * g over the whole input: a
+     * (1 + w) norm (flags) or one over rows narrower than the input (Qwen3's
+     * per-head q/k norms) stays a task. */
+    if (!eps || !amk_task_param_int(norm, "hidden", &hidden) ||
+        (amk_task_param_int(norm, "flags", &flags) && flags != 0) ||
+        width_of(f, norm->inputs[0]) != hidden)
       continue;
     uint32_t y;
     Span readers;
@@ -825,6 +857,7 @@ typedef struct {
   uint32_t q_raw, k_raw, v_raw, q, k_rot, kc, vc; /* buffer positions */
   TileSet proj[3];                                /* q, k, v */
   uint32_t weight[3];
+  uint32_t bias[3]; /* NO_INDEX, or all three (Qwen2) */
   Span attention;
   int64_t head_dim, n_heads, n_kv, max_seq;
 } AttentionBlock;
@@ -890,6 +923,10 @@ static bool match_attention_block(const Fuser *f, const AmkTask *a, AttentionBlo
     if (blk->weight[i] == AMK_NO_INDEX ||
         !span_equal(span(&f->ix.readers, blk->weight[i]), blk->proj[i].tiles))
       return false;
+    bool bias_ok;
+    blk->bias[i] = tile_bias(f, &blk->proj[i], &bias_ok);
+    if (!bias_ok || (i > 0 && (blk->bias[i] == AMK_NO_INDEX) != (blk->bias[0] == AMK_NO_INDEX)))
+      return false;
   }
   if (blk->q_raw == blk->k_raw || blk->k_raw == blk->v_raw || blk->q_raw == blk->v_raw ||
       blk->weight[0] == blk->weight[1] || blk->weight[1] == blk->weight[2] ||
@@ -946,6 +983,14 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
   rename_part(wq->name, "q_proj", "qkv_proj", ".qkv", name, sizeof name);
   int64_t w_dims[2] = {width, dim(wq, 1)};
   int32_t w_qkv = add_buffer(f, name, AMK_KIND_WEIGHT, wq->dtype, 2, w_dims, src);
+  int32_t b_qkv = -1;
+  if (blk->bias[0] != AMK_NO_INDEX) {
+    const AmkBuffer *bq = &m->buffers[blk->bias[0]];
+    snprintf(src, sizeof src, "%s+%s+%s", bq->source, m->buffers[blk->bias[1]].source,
+             m->buffers[blk->bias[2]].source);
+    rename_part(bq->name, "q_proj", "qkv_proj", ".qkv_bias", name, sizeof name);
+    b_qkv = add_buffer(f, name, AMK_KIND_WEIGHT, bq->dtype, 1, &width, src);
+  }
   const AmkBuffer *q_raw = &m->buffers[blk->q_raw];
   snprintf(name, sizeof name, "%skv", q_raw->name ? q_raw->name : "q");
   int64_t qkv_dims[2] = {1, width};
@@ -993,7 +1038,8 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
       int64_t off = 0;
       amk_task_param_int(t, "n_off", &off);
       amk_task_set_param(m, t, "n_off", amk_value_int(off + shift[p]));
-      int32_t in[3] = {t->inputs[0], w_qkv, t->n_inputs == 3 ? t->inputs[2] : 0};
+      int32_t in[3] = {t->inputs[0], w_qkv,
+                       b_qkv >= 0 ? b_qkv : t->n_inputs == 3 ? t->inputs[2] : 0};
       set_inputs(m, t, in, t->n_inputs);
       t->outputs = amk_arena_memdup(&m->arena, &qkv, sizeof qkv);
       t->out_counter = c_qkv;
@@ -1066,6 +1112,8 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
                                blk->weight[2]};
   for (int i = 0; i < 10; i++)
     amk_rw_kill_buffer(&f->edit, dead_buffers[i]);
+  for (int i = 0; i < 3 && b_qkv >= 0; i++)
+    amk_rw_kill_buffer(&f->edit, blk->bias[i]);
   for (int p = 0; p < 3; p++)
     amk_rw_kill_counter(&f->edit, blk->proj[p].counter);
   f->done[FUSION_QKV]++;

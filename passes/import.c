@@ -9,6 +9,7 @@
 
 #include "amk/builder.h"
 #include "amk/model.h"
+#include "amk/numerics.h"
 #include "amk/pass.h"
 #include "amk/path.h"
 #include "amk/rope.h"
@@ -95,30 +96,49 @@ static void param_real(Builder *b, AmkTask *t, const char *key, double v) {
 
 /* A whole projection as one GEMV task (N_tile = N, n_off = 0); `tile`
  * splits it later. */
-static Value gemv(Builder *b, const char *label, Value x, int32_t w, int64_t k,
-                  int64_t n, const char *out_name) {
+static Value gemv_bias(Builder *b, const char *label, Value x, int32_t w,
+                       int32_t bias, int64_t k, int64_t n, const char *out_name) {
   Value out;
-  int32_t inputs[2] = {x.buffer, w};
-  AmkTask *t = add_task(b, AMK_OP_GEMV_TILE, label, inputs, 2,
+  /* A bias is GEMV_TILE's optional third input (the plain pattern):
+   * out[c] = x . W[c] + bias[c]. */
+  int32_t inputs[3] = {x.buffer, w, bias};
+  uint32_t n_inputs = bias >= 0 ? 3 : 2;
+  AmkTask *t = add_task(b, AMK_OP_GEMV_TILE, label, inputs, n_inputs,
                         activation(b, out_name, n), &x.counter, 1,
-                        (k * n + k + n) * b->elem_bytes, 2 * k * n, &out);
+                        (k * n + k + n * (n_inputs - 1)) * b->elem_bytes,
+                        2 * k * n, &out);
   param_int(b, t, "K", k);
   param_int(b, t, "N_tile", n);
   param_int(b, t, "n_off", 0);
   return out;
 }
 
-static Value rmsnorm(Builder *b, const char *label, Value x, int32_t w,
-                     const AmkModelConfig *cfg, const char *out_name) {
+static Value gemv(Builder *b, const char *label, Value x, int32_t w, int64_t k,
+                  int64_t n, const char *out_name) {
+  return gemv_bias(b, label, x, w, -1, k, n, out_name);
+}
+
+/* RMSNORM over rows of `hidden` elements of a [1, width] vector: the whole
+ * hidden state, or (Qwen3's q/k norms) each head. Gemma's norms scale by
+ * (1 + w): flags bit AMK_FLAG_NORM_PLUS_ONE. */
+static Value rmsnorm_rows(Builder *b, const char *label, Value x, int32_t w,
+                          const AmkModelConfig *cfg, int64_t hidden,
+                          int64_t width, const char *out_name) {
   Value out;
   int32_t inputs[2] = {x.buffer, w};
-  int64_t h = cfg->hidden;
   AmkTask *t = add_task(b, AMK_OP_RMSNORM, label, inputs, 2,
-                        activation(b, out_name, h), &x.counter, 1,
-                        3 * h * b->elem_bytes, 4 * h, &out);
+                        activation(b, out_name, width), &x.counter, 1,
+                        (2 * width + hidden) * b->elem_bytes, 4 * width, &out);
   param_real(b, t, "eps", cfg->rms_norm_eps);
-  param_int(b, t, "hidden", h);
+  param_int(b, t, "hidden", hidden);
+  if (cfg->norm_plus_one)
+    param_int(b, t, "flags", AMK_FLAG_NORM_PLUS_ONE);
   return out;
+}
+
+static Value rmsnorm(Builder *b, const char *label, Value x, int32_t w,
+                     const AmkModelConfig *cfg, const char *out_name) {
+  return rmsnorm_rows(b, label, x, w, cfg, cfg->hidden, cfg->hidden, out_name);
 }
 
 static Value binary(Builder *b, AmkOp op, const char *label, Value x, Value y,
@@ -161,6 +181,14 @@ static Value kv_append(Builder *b, const char *label, Value x, int32_t cache,
                         &x.counter, 1, 2 * row * b->elem_bytes, 0, &out);
   param_int(b, t, "pos", 0); /* the run's position; see docs/Import.md */
   return out;
+}
+
+/* A value as a tensor of `dtype` holds it (torch.tensor(v, dtype=...)). */
+static double round_to_dtype(AmkDType dtype, double v) {
+  float f = (float)v;
+  return dtype == AMK_DTYPE_BF16  ? amk_round_bf16(f)
+         : dtype == AMK_DTYPE_F16 ? amk_round_f16(f)
+                                  : f;
 }
 
 /* ---- meta, target, config ------------------------------------------------- */
@@ -208,7 +236,7 @@ static void format_shape(char *out, size_t size, uint32_t rank,
 /* Every tensor the model needs, with its HF shape ([out, in] for
  * projections). */
 static Expected *expected_weights(const AmkModelConfig *cfg, size_t *count) {
-  size_t cap = 3 + 9 * (size_t)cfg->n_layers, n = 0;
+  size_t cap = 3 + 14 * (size_t)cfg->n_layers, n = 0;
   Expected *list = amk_xcalloc(cap, sizeof *list);
   int64_t h = cfg->hidden, q = cfg->n_heads * cfg->head_dim,
           kv = cfg->n_kv_heads * cfg->head_dim, inter = cfg->intermediate;
@@ -223,14 +251,35 @@ static Expected *expected_weights(const AmkModelConfig *cfg, size_t *count) {
   EXPECT(2, cfg->vocab, h, "model.embed_tokens.weight");
   for (int64_t l = 0; l < cfg->n_layers; l++) {
     EXPECT(1, h, 0, "model.layers.%lld.input_layernorm.weight", (long long)l);
-    EXPECT(2, q, h, "model.layers.%lld.self_attn.q_proj.weight", (long long)l);
-    EXPECT(2, kv, h, "model.layers.%lld.self_attn.k_proj.weight", (long long)l);
-    EXPECT(2, kv, h, "model.layers.%lld.self_attn.v_proj.weight", (long long)l);
+    if (cfg->fused_proj) {
+      EXPECT(2, q + 2 * kv, h, "model.layers.%lld.self_attn.qkv_proj.weight",
+             (long long)l);
+    } else {
+      EXPECT(2, q, h, "model.layers.%lld.self_attn.q_proj.weight", (long long)l);
+      EXPECT(2, kv, h, "model.layers.%lld.self_attn.k_proj.weight", (long long)l);
+      EXPECT(2, kv, h, "model.layers.%lld.self_attn.v_proj.weight", (long long)l);
+    }
+    if (cfg->qkv_bias) {
+      EXPECT(1, q, 0, "model.layers.%lld.self_attn.q_proj.bias", (long long)l);
+      EXPECT(1, kv, 0, "model.layers.%lld.self_attn.k_proj.bias", (long long)l);
+      EXPECT(1, kv, 0, "model.layers.%lld.self_attn.v_proj.bias", (long long)l);
+    }
+    if (cfg->qk_norm) {
+      EXPECT(1, cfg->head_dim, 0, "model.layers.%lld.self_attn.q_norm.weight",
+             (long long)l);
+      EXPECT(1, cfg->head_dim, 0, "model.layers.%lld.self_attn.k_norm.weight",
+             (long long)l);
+    }
     EXPECT(2, h, q, "model.layers.%lld.self_attn.o_proj.weight", (long long)l);
     EXPECT(1, h, 0, "model.layers.%lld.post_attention_layernorm.weight",
            (long long)l);
-    EXPECT(2, inter, h, "model.layers.%lld.mlp.gate_proj.weight", (long long)l);
-    EXPECT(2, inter, h, "model.layers.%lld.mlp.up_proj.weight", (long long)l);
+    if (cfg->fused_proj) {
+      EXPECT(2, 2 * inter, h, "model.layers.%lld.mlp.gate_up_proj.weight",
+             (long long)l);
+    } else {
+      EXPECT(2, inter, h, "model.layers.%lld.mlp.gate_proj.weight", (long long)l);
+      EXPECT(2, inter, h, "model.layers.%lld.mlp.up_proj.weight", (long long)l);
+    }
     EXPECT(2, h, inter, "model.layers.%lld.mlp.down_proj.weight", (long long)l);
   }
   EXPECT(1, h, 0, "model.norm.weight");
@@ -247,17 +296,27 @@ static bool check_weights(const AmkSafetensors *st, const AmkModelConfig *cfg,
                           const char *dir, AmkStDType *ckpt_dtype,
                           AmkDiagEngine *diag) {
   size_t n_tensors = amk_safetensors_count(st);
+  size_t n_expected = 0;
+  Expected *expected = expected_weights(cfg, &n_expected);
+  /* A bias the family does not have would be silently dropped: refuse it
+   * (Qwen2's q/k/v biases are expected, so they pass). */
   for (size_t i = 0; i < n_tensors; i++) {
     const AmkStTensor *t = amk_safetensors_at(st, i);
-    if (amk_str_ends_with(t->name, ".bias")) {
+    if (!amk_str_ends_with(t->name, ".bias"))
+      continue;
+    bool wanted = false;
+    for (size_t e = 0; e < n_expected && !wanted; e++)
+      wanted = strcmp(expected[e].key, t->name) == 0;
+    if (!wanted) {
       amk_error(diag, no_loc(), "%s: unsupported model: the checkpoint has a "
-                "bias tensor '%s' (projections with biases are not supported)",
-                t->file, t->name);
+                "bias tensor '%s' (model_type '%s' has no bias there%s)",
+                t->file, t->name, amk_model_family_name(cfg->family),
+                cfg->qkv_bias ? "; only q_proj, k_proj and v_proj have biases"
+                              : "; its config has no attention_bias");
+      free(expected);
       return false;
     }
   }
-  size_t n_expected = 0;
-  Expected *expected = expected_weights(cfg, &n_expected);
   bool *used = amk_xcalloc(n_tensors ? n_tensors : 1, sizeof *used);
   int problems = 0;
   const int max_problems = 20;
@@ -361,9 +420,21 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
   Value hidden;
   int32_t embed_in[2] = {token.buffer, embed_w};
   AmkTask *t = add_task(b, AMK_OP_EMBED, "embed", embed_in, 2,
-                        activation(b, "h0", h), NULL, 0,
-                        2 * h * b->elem_bytes + 4, 0, &hidden);
+                        activation(b, cfg->embed_scale ? "emb" : "h0", h), NULL,
+                        0, 2 * h * b->elem_bytes + 4, 0, &hidden);
   param_int(b, t, "hidden", h);
+  if (cfg->embed_scale) {
+    /* Gemma: times sqrt(hidden) as a tensor of the model's dtype, i.e. the
+     * factor rounded to the dtype first (transformers' GemmaModel). MUL of
+     * one input scales by its `scale` param. */
+    Value scaled;
+    t = add_task(b, AMK_OP_MUL, "embed_scale", &hidden.buffer, 1,
+                 activation(b, "h0", h), &hidden.counter, 1,
+                 2 * h * b->elem_bytes, h, &scaled);
+    param_real(b, t, "scale",
+               round_to_dtype(b->dtype, sqrt((double)cfg->hidden)));
+    hidden = scaled;
+  }
 
   for (int64_t l = 0; l < cfg->n_layers; l++) {
     long long L = (long long)l;
@@ -373,15 +444,49 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
                                KEY("input_layernorm.weight"), h, 0);
     Value an = rmsnorm(b, NAME("input_norm"), hidden, in_norm_w, cfg,
                        NAME("an"));
-    int32_t q_w = weight(b, NAME("q_proj.w"), KEY("self_attn.q_proj.weight"),
+    /* Phi-3 stores q|k|v and gate|up as one tensor each: the buffers take
+     * their rows (a source `KEY[begin:end]`, docs/Import.md). */
+    const char *qkv_key = KEY("self_attn.qkv_proj.weight");
+    const char *gate_up_key = KEY("mlp.gate_up_proj.weight");
+    int32_t q_w = weight(b, NAME("q_proj.w"),
+                         cfg->fused_proj ? fmt(b, "%s[0:%lld]", qkv_key,
+                                               (long long)q_width)
+                                         : KEY("self_attn.q_proj.weight"),
                          q_width, h);
-    int32_t k_w = weight(b, NAME("k_proj.w"), KEY("self_attn.k_proj.weight"),
+    int32_t k_w = weight(b, NAME("k_proj.w"),
+                         cfg->fused_proj
+                             ? fmt(b, "%s[%lld:%lld]", qkv_key,
+                                   (long long)q_width,
+                                   (long long)(q_width + kv_width))
+                             : KEY("self_attn.k_proj.weight"),
                          kv_width, h);
-    int32_t v_w = weight(b, NAME("v_proj.w"), KEY("self_attn.v_proj.weight"),
+    int32_t v_w = weight(b, NAME("v_proj.w"),
+                         cfg->fused_proj
+                             ? fmt(b, "%s[%lld:%lld]", qkv_key,
+                                   (long long)(q_width + kv_width),
+                                   (long long)(q_width + 2 * kv_width))
+                             : KEY("self_attn.v_proj.weight"),
                          kv_width, h);
-    Value q = gemv(b, NAME("q_proj"), an, q_w, h, q_width, NAME("q"));
-    Value k = gemv(b, NAME("k_proj"), an, k_w, h, kv_width, NAME("k"));
-    Value v = gemv(b, NAME("v_proj"), an, v_w, h, kv_width, NAME("v"));
+    int32_t q_b = -1, k_b = -1, v_b = -1;
+    if (cfg->qkv_bias) {
+      q_b = weight(b, NAME("q_proj.b"), KEY("self_attn.q_proj.bias"), q_width, 0);
+      k_b = weight(b, NAME("k_proj.b"), KEY("self_attn.k_proj.bias"), kv_width, 0);
+      v_b = weight(b, NAME("v_proj.b"), KEY("self_attn.v_proj.bias"), kv_width, 0);
+    }
+    Value q = gemv_bias(b, NAME("q_proj"), an, q_w, q_b, h, q_width, NAME("q"));
+    Value k = gemv_bias(b, NAME("k_proj"), an, k_w, k_b, h, kv_width, NAME("k"));
+    Value v = gemv_bias(b, NAME("v_proj"), an, v_w, v_b, h, kv_width, NAME("v"));
+    if (cfg->qk_norm) {
+      /* Qwen3: RMSNorm of each head of q and k (rows of head_dim) before
+       * RoPE. */
+      int32_t qn_w = weight(b, NAME("q_norm.w"), KEY("self_attn.q_norm.weight"),
+                            hd, 0);
+      int32_t kn_w = weight(b, NAME("k_norm.w"), KEY("self_attn.k_norm.weight"),
+                            hd, 0);
+      q = rmsnorm_rows(b, NAME("q_norm"), q, qn_w, cfg, hd, q_width, NAME("qn"));
+      k = rmsnorm_rows(b, NAME("k_norm"), k, kn_w, cfg, hd, kv_width,
+                       NAME("kn"));
+    }
     Value qr = rope(b, NAME("rope_q"), q, pos, cfg->n_heads, cfg, NAME("qr"));
     Value kr = rope(b, NAME("rope_k"), k, pos, cfg->n_kv_heads, cfg,
                     NAME("kr"));
@@ -417,14 +522,35 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
                                  KEY("post_attention_layernorm.weight"), h, 0);
     Value mn = rmsnorm(b, NAME("post_norm"), h_attn, post_norm_w, cfg,
                        NAME("mn"));
-    int32_t gate_w = weight(b, NAME("gate_proj.w"), KEY("mlp.gate_proj.weight"),
+    int32_t gate_w = weight(b, NAME("gate_proj.w"),
+                            cfg->fused_proj
+                                ? fmt(b, "%s[0:%lld]", gate_up_key, (long long)inter)
+                                : KEY("mlp.gate_proj.weight"),
                             inter, h);
-    int32_t up_w = weight(b, NAME("up_proj.w"), KEY("mlp.up_proj.weight"),
+    int32_t up_w = weight(b, NAME("up_proj.w"),
+                          cfg->fused_proj
+                              ? fmt(b, "%s[%lld:%lld]", gate_up_key,
+                                    (long long)inter, (long long)(2 * inter))
+                              : KEY("mlp.up_proj.weight"),
                           inter, h);
     Value gate = gemv(b, NAME("gate_proj"), mn, gate_w, h, inter, NAME("gate"));
     Value up = gemv(b, NAME("up_proj"), mn, up_w, h, inter, NAME("up"));
-    Value act = binary(b, AMK_OP_SILU_MUL, NAME("swiglu"), gate, up, inter, 4,
-                       NAME("act"));
+    Value act;
+    if (cfg->act == AMK_ACT_SILU) {
+      act = binary(b, AMK_OP_SILU_MUL, NAME("swiglu"), gate, up, inter, 4,
+                   NAME("act"));
+    } else {
+      /* GeGLU: gelu(gate) rounded to the dtype, then times up, as
+       * transformers' act_fn(gate_proj(x)) * up_proj(x). */
+      Value gelu;
+      t = add_task(b, AMK_OP_GELU, NAME("gelu"), &gate.buffer, 1,
+                   activation(b, NAME("gate_act"), inter), &gate.counter, 1,
+                   2 * inter * b->elem_bytes, 8 * inter, &gelu);
+      if (cfg->act == AMK_ACT_GELU_TANH)
+        param_int(b, t, "flags", AMK_FLAG_GELU_TANH);
+      act = binary(b, AMK_OP_MUL, NAME("geglu"), gelu, up, inter, 1,
+                   NAME("act"));
+    }
     int32_t down_w = weight(b, NAME("down_proj.w"), KEY("mlp.down_proj.weight"),
                             h, inter);
     Value down = gemv(b, NAME("down_proj"), act, down_w, inter, h, NAME("d"));
@@ -503,6 +629,10 @@ static void set_meta(AmkModule *m, const AmkModelConfig *cfg, const char *name,
            str_value(m, cfg->rope.kind == AMK_ROPE_LLAMA3 ? "llama3" : "default"));
   meta_put(&ml, "tie_word_embeddings", bool_value(cfg->tie_word_embeddings));
   meta_put(&ml, "weights", str_value(m, has_weights ? "safetensors" : "none"));
+  /* The model_type, for every family but Llama (whose programs predate
+   * the key). */
+  if (cfg->family != AMK_FAMILY_LLAMA)
+    meta_put(&ml, "family", str_value(m, amk_model_family_name(cfg->family)));
   m->meta.kind = AMK_VALUE_OBJECT;
   m->meta.count = ml.n;
   m->meta.as.members = amk_arena_memdup(&m->arena, ml.items,
@@ -608,6 +738,18 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
     amk_warning(diag, no_loc(), "import: --max-seq=%lld exceeds the model's "
                 "max_position_embeddings (%lld)", (long long)max_seq,
                 (long long)cfg.max_position_embeddings);
+  }
+
+  /* A window at least as long as the cache never hides a position: plain
+   * attention. A shorter one would, and is refused (no windowed kernel). */
+  if (cfg.sliding_window > 0 && cfg.sliding_window < max_seq) {
+    amk_error(diag, no_loc(), "%s/config.json: unsupported model: "
+              "'sliding_window' is %lld, shorter than the KV cache (%lld "
+              "positions%s); sliding-window attention is not supported: give "
+              "--max-seq=%lld or less", dir, (long long)cfg.sliding_window,
+              (long long)max_seq, max_seq_given ? ", --max-seq" : ", from "
+              "max_position_embeddings", (long long)cfg.sliding_window);
+    goto done;
   }
 
   AmkModelSize size;

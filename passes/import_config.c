@@ -95,47 +95,191 @@ static bool refuse_feature(const char *path, const cJSON *root,
   (const char *const[]){__VA_ARGS__},                                          \
       sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
 
-static bool check_family(const char *path, const cJSON *root,
-                         AmkDiagEngine *diag) {
+/* model_type, its architectures entry and its family, in one table. */
+static const struct {
+  const char *model_type, *architecture;
+  AmkModelFamily family;
+} families[] = {
+    {"llama", "LlamaForCausalLM", AMK_FAMILY_LLAMA},
+    {"mistral", "MistralForCausalLM", AMK_FAMILY_MISTRAL},
+    {"qwen2", "Qwen2ForCausalLM", AMK_FAMILY_QWEN2},
+    {"qwen3", "Qwen3ForCausalLM", AMK_FAMILY_QWEN3},
+    {"phi3", "Phi3ForCausalLM", AMK_FAMILY_PHI3},
+    {"gemma", "GemmaForCausalLM", AMK_FAMILY_GEMMA},
+};
+enum { N_FAMILIES = sizeof families / sizeof families[0] };
+
+const char *amk_model_family_name(AmkModelFamily family) {
+  for (size_t i = 0; i < N_FAMILIES; i++)
+    if (families[i].family == family)
+      return families[i].model_type;
+  return "?";
+}
+
+static void supported_types(char *out, size_t size) {
+  size_t at = 0;
+  for (size_t i = 0; i < N_FAMILIES && at < size; i++)
+    at += (size_t)snprintf(out + at, size - at, "%s'%s'", i ? ", " : "",
+                           families[i].model_type);
+}
+
+/* The activation of the MLP's gate. Gemma names it `hidden_activation`
+ * (transformers' GemmaMLP reads that key), older files `hidden_act`; the
+ * other families use `hidden_act` and only SiLU. */
+static bool read_activation(const char *path, const cJSON *root,
+                            AmkModelConfig *out, AmkDiagEngine *diag) {
   char reason[512];
-  const cJSON *model_type = member(root, "model_type");
-  if (!cJSON_IsString(model_type))
-    return unsupported(path, diag, "no 'model_type' (only 'llama' is supported)");
-  if (strcmp(model_type->valuestring, "llama") != 0) {
+  const cJSON *act = member(root, "hidden_act");
+  const char *key = "hidden_act";
+  if (out->family == AMK_FAMILY_GEMMA) {
+    const cJSON *activation = member(root, "hidden_activation");
+    if (is_set(activation)) {
+      if (is_set(act) && cJSON_IsString(act) && cJSON_IsString(activation) &&
+          strcmp(act->valuestring, activation->valuestring) != 0) {
+        snprintf(reason, sizeof reason,
+                 "hidden_activation '%.100s' and hidden_act '%.100s' differ "
+                 "(refusing rather than guessing which one the MLP uses)",
+                 activation->valuestring, act->valuestring);
+        return unsupported(path, diag, reason);
+      }
+      act = activation;
+      key = "hidden_activation";
+    }
+    /* transformers' legacy default for a Gemma without the key. */
+    if (!is_set(act)) {
+      out->act = AMK_ACT_GELU_TANH;
+      return true;
+    }
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu_pytorch_tanh") == 0) {
+      out->act = AMK_ACT_GELU_TANH;
+      return true;
+    }
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "gelu") == 0) {
+      out->act = AMK_ACT_GELU;
+      return true;
+    }
     snprintf(reason, sizeof reason,
-             "model_type '%.200s' (only 'llama' is supported)",
-             model_type->valuestring);
+             "%s '%.200s' (a gemma MLP supports 'gelu_pytorch_tanh' and 'gelu')",
+             key, cJSON_IsString(act) ? act->valuestring : "?");
     return unsupported(path, diag, reason);
   }
+  out->act = AMK_ACT_SILU;
+  if (is_set(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
+    snprintf(reason, sizeof reason,
+             "hidden_act '%.200s' (a %s MLP supports only 'silu')",
+             cJSON_IsString(act) ? act->valuestring : "?",
+             amk_model_family_name(out->family));
+    return unsupported(path, diag, reason);
+  }
+  return true;
+}
+
+/* The attention window, when the model uses one: Mistral, Phi-3 and the
+ * others whenever `sliding_window` is set; Qwen2/Qwen3 only with
+ * `use_sliding_window` true (their configs carry a window they do not use);
+ * `layer_types` of only "full_attention" turns it off. Whether the cache is
+ * short enough for it to be plain attention is import's check, which knows
+ * the cache length. */
+static bool read_sliding_window(const char *path, const cJSON *root,
+                                AmkModelConfig *out, AmkDiagEngine *diag) {
+  out->sliding_window = 0;
+  const cJSON *window = member(root, "sliding_window");
+  const cJSON *use = member(root, "use_sliding_window");
+  if (is_set(use) && !cJSON_IsBool(use)) {
+    amk_error(diag, no_loc(), "%s: 'use_sliding_window' must be true or false",
+              path);
+    return false;
+  }
+  bool uses = is_set(window);
+  if (out->family == AMK_FAMILY_QWEN2 || out->family == AMK_FAMILY_QWEN3)
+    uses = cJSON_IsTrue(use);
+  else if (cJSON_IsTrue(use))
+    uses = true;
+  const cJSON *types = member(root, "layer_types");
+  if (is_set(types)) {
+    if (!cJSON_IsArray(types)) {
+      amk_error(diag, no_loc(), "%s: 'layer_types' must be a list", path);
+      return false;
+    }
+    bool any_sliding = false;
+    int i = 0;
+    for (const cJSON *t = types->child; t; t = t->next, i++) {
+      bool full = cJSON_IsString(t) && strcmp(t->valuestring, "full_attention") == 0;
+      bool sliding = cJSON_IsString(t) && strcmp(t->valuestring, "sliding_attention") == 0;
+      if (!full && !sliding) {
+        char reason[256];
+        snprintf(reason, sizeof reason,
+                 "layer_types[%d] is '%.100s' (only 'full_attention' and "
+                 "'sliding_attention' layers are supported)",
+                 i, cJSON_IsString(t) ? t->valuestring : "?");
+        return unsupported(path, diag, reason);
+      }
+      any_sliding = any_sliding || sliding;
+    }
+    uses = any_sliding;
+  }
+  if (!uses)
+    return true;
+  if (!is_set(window))
+    return unsupported(path, diag,
+                       "sliding-window attention is on but 'sliding_window' is "
+                       "not set");
+  int64_t w = 0;
+  if (!read_int(path, root, "sliding_window", true, 0, 1, INT64_C(1) << 40, &w,
+                diag))
+    return false;
+  out->sliding_window = w;
+  return true;
+}
+
+static bool check_family(const char *path, const cJSON *root,
+                         AmkModelConfig *out, AmkDiagEngine *diag) {
+  char reason[512], known[160];
+  supported_types(known, sizeof known);
+  const cJSON *model_type = member(root, "model_type");
+  if (!cJSON_IsString(model_type)) {
+    snprintf(reason, sizeof reason, "no 'model_type' (supported: %s)", known);
+    return unsupported(path, diag, reason);
+  }
+  size_t f = 0;
+  while (f < N_FAMILIES && strcmp(model_type->valuestring, families[f].model_type))
+    f++;
+  if (f == N_FAMILIES) {
+    snprintf(reason, sizeof reason, "model_type '%.200s' (supported: %s)",
+             model_type->valuestring, known);
+    return unsupported(path, diag, reason);
+  }
+  out->family = families[f].family;
   const cJSON *archs = member(root, "architectures");
   if (cJSON_IsArray(archs)) {
     for (const cJSON *a = archs->child; a; a = a->next)
-      if (!cJSON_IsString(a) || strcmp(a->valuestring, "LlamaForCausalLM") != 0) {
+      if (!cJSON_IsString(a) ||
+          strcmp(a->valuestring, families[f].architecture) != 0) {
         snprintf(reason, sizeof reason,
-                 "architecture '%.200s' (only 'LlamaForCausalLM' is supported)",
-                 cJSON_IsString(a) ? a->valuestring : "?");
+                 "architecture '%.200s' (model_type '%s' supports only '%s')",
+                 cJSON_IsString(a) ? a->valuestring : "?",
+                 families[f].model_type, families[f].architecture);
         return unsupported(path, diag, reason);
       }
   }
+  /* Qwen2 always has q/k/v biases; no family here has o_proj or MLP
+   * biases, so `attention_bias` (q, k, v and o) is refused everywhere. */
   if (refuse_feature(path, root, diag,
-                     "is true (projections with biases are not supported)",
-                     KEYS("attention_bias", "mlp_bias")))
-    return false;
-  const cJSON *act = member(root, "hidden_act");
-  if (is_set(act) && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu") != 0)) {
-    snprintf(reason, sizeof reason,
-             "hidden_act '%.200s' (only 'silu' is supported)",
-             cJSON_IsString(act) ? act->valuestring : "?");
-    return unsupported(path, diag, reason);
-  }
-  if (is_set(member(root, "sliding_window")))
-    return unsupported(path, diag,
-                       "'sliding_window' is set (sliding-window attention is "
-                       "not supported)");
-  if (refuse_feature(path, root, diag,
-                     "is true (sliding-window attention is not supported)",
-                     KEYS("use_sliding_window")) ||
+                     "is true (biases on every attention projection, o_proj "
+                     "included, are not supported)",
+                     KEYS("attention_bias")) ||
       refuse_feature(path, root, diag,
+                     "is true (MLP projections with biases are not supported)",
+                     KEYS("mlp_bias")))
+    return false;
+  out->qkv_bias = out->family == AMK_FAMILY_QWEN2;
+  out->qk_norm = out->family == AMK_FAMILY_QWEN3;
+  out->fused_proj = out->family == AMK_FAMILY_PHI3;
+  out->norm_plus_one = out->embed_scale = out->family == AMK_FAMILY_GEMMA;
+  if (!read_activation(path, root, out, diag) ||
+      !read_sliding_window(path, root, out, diag))
+    return false;
+  if (refuse_feature(path, root, diag,
                      "is set (mixture-of-experts models are not supported)",
                      KEYS("num_local_experts", "num_experts", "n_routed_experts",
                           "num_experts_per_tok", "n_shared_experts",
@@ -145,7 +289,10 @@ static bool check_family(const char *path, const cJSON *root,
                      KEYS("kv_lora_rank", "q_lora_rank")) ||
       refuse_feature(path, root, diag,
                      "is true (only the rotate-half rotary layout is supported)",
-                     KEYS("rope_interleaved")))
+                     KEYS("rope_interleaved")) ||
+      refuse_feature(path, root, diag,
+                     "is true (bidirectional attention is not a decoder)",
+                     KEYS("use_bidirectional_attention")))
     return false;
   if (is_set(member(root, "quantization_config")))
     return unsupported(path, diag,
@@ -320,7 +467,7 @@ bool amk_model_config_parse(const char *path, const char *text, size_t len,
   bool ok = cJSON_IsObject(root);
   if (!ok)
     amk_error(diag, no_loc(), "%s: the top level must be a JSON object", path);
-  ok = ok && check_family(path, root, diag);
+  ok = ok && check_family(path, root, out, diag);
   ok = ok && read_int(path, root, "hidden_size", true, 0, 1, 1 << 20,
                       &out->hidden, diag);
   ok = ok && read_int(path, root, "num_hidden_layers", true, 0, 1, 4096,
@@ -404,6 +551,10 @@ void amk_model_size(const AmkModelConfig *cfg, AmkDType dtype, int64_t max_seq,
   /* As expected_weights in import.c: two norms, four attention and three
    * MLP projections per layer; the embedding, the final norm and the head. */
   int64_t per_layer = 2 * h + q * h + 2 * kv * h + h * q + 3 * inter * h;
+  if (cfg->qkv_bias)
+    per_layer += q + 2 * kv;
+  if (cfg->qk_norm)
+    per_layer += 2 * cfg->head_dim;
   int64_t heads = cfg->tie_word_embeddings ? 1 : 2;
   out->params = cfg->n_layers * per_layer + heads * cfg->vocab * h + h;
   /* Bytes per element times elements: amk_dtype_nbytes counts bits, which
@@ -411,8 +562,26 @@ void amk_model_size(const AmkModelConfig *cfg, AmkDType dtype, int64_t max_seq,
   int64_t elem_bytes = amk_dtype_nbytes(dtype, 1);
   out->weight_bytes = elem_bytes * out->params;
   out->kv_cache_bytes = elem_bytes * 2 * cfg->n_layers * max_seq * kv;
-  out->tasks = 17 * cfg->n_layers + 3;
   /* Per layer: 9 weights, 2 caches and 15 activations; token_id, pos,
-   * embed.w, h0, final_norm.w, hf, lm_head.w and logits. */
-  out->buffers = 26 * cfg->n_layers + 8;
+   * embed.w, h0, final_norm.w, hf, lm_head.w and logits. Qwen2 adds 3 bias
+   * weights a layer; Qwen3 2 norm weights and 2 normed activations (and 2
+   * tasks); Gemma a GELU task and its output a layer, and the embedding
+   * scale's task and output. */
+  int64_t layer_tasks = 17, layer_buffers = 26, tasks = 3, buffers = 8;
+  if (cfg->qkv_bias)
+    layer_buffers += 3;
+  if (cfg->qk_norm) {
+    layer_tasks += 2;
+    layer_buffers += 4;
+  }
+  if (cfg->act != AMK_ACT_SILU) {
+    layer_tasks += 1;
+    layer_buffers += 1;
+  }
+  if (cfg->embed_scale) {
+    tasks += 1;
+    buffers += 1;
+  }
+  out->tasks = layer_tasks * cfg->n_layers + tasks;
+  out->buffers = layer_buffers * cfg->n_layers + buffers;
 }

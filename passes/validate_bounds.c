@@ -599,6 +599,21 @@ static void check_attention(AmkValidator *v, const AmkTask *t,
   }
 }
 
+/* RMSNORM and GELU read flags bit 2 as their variant (AMK_FLAG_NORM_PLUS_ONE,
+ * AMK_FLAG_GELU_TANH); any other bit set would be ignored by the kernels,
+ * which would then compute something the program did not ask for. */
+static void check_variant_flags(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                                int64_t allowed) {
+  int64_t flags;
+  if (!pt->v[AMK_PARAM_flags] || !amk_validator_int(pt->v[AMK_PARAM_flags], &flags))
+    return;
+  if (flags & ~allowed)
+    bound_error(v, t,
+                "flags=%" PRId64 " sets bits this op does not have (%s)", flags,
+                allowed ? "only bit 2, the variant (docs/LangRef.md), is defined"
+                        : "none are defined");
+}
+
 static void check_task_bounds(AmkValidator *v, uint32_t task) {
   const AmkTask *t = &v->m->tasks[task];
   AmkParamTable params;
@@ -631,14 +646,24 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
     break;
   case AMK_OP_RMSNORM:
   case AMK_OP_LAYERNORM:
+    /* Each row of `hidden` elements is normalized: the whole hidden state,
+     * or (Qwen3's q/k norms) every head of a [1, heads * head_dim] vector. */
     if (param_at_least(v, t, pt, AMK_PARAM_hidden, 1, &x)) {
       const Shape *in = shape_of(v, t->inputs[0]);
       const Shape *weight = shape_of(v, t->inputs[1]);
       const Shape *out = shape_of(v, t->outputs[0]);
-      require_width(v, t, "input", "hidden", x, in);
+      if (in->ok && last_dim(in) % x != 0)
+        bound_error(v, t,
+                    "hidden=%" PRId64 " does not divide the width %" PRId64
+                    " of input buffer #%" PRId32 " ('%s') into rows",
+                    x, last_dim(in), in->id, in->name);
       require_numel(v, t, "weight", x, "hidden", weight);
-      require_width(v, t, "output", "hidden", x, out);
+      if (in->ok) {
+        require_width(v, t, "output", "the input's width", last_dim(in), out);
+        require_numel(v, t, "output", in->numel, "the input's size", out);
+      }
     }
+    check_variant_flags(v, t, pt, t->op == AMK_OP_RMSNORM ? AMK_FLAG_NORM_PLUS_ONE : 0);
     break;
   case AMK_OP_ROPE:
     /* Rows of whole heads: [n, head_dim] as the reference reshapes them, or
@@ -688,6 +713,8 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
       const Shape *in = shape_of(v, t->inputs[i]);
       require_numel(v, t, "input", out->numel, "the output's size", in);
     }
+    if (t->op == AMK_OP_GELU)
+      check_variant_flags(v, t, pt, AMK_FLAG_GELU_TANH);
     break;
   }
   case AMK_OP_NOP:

@@ -390,8 +390,39 @@ static void format_dims(char *out, size_t size, const int64_t *dims, uint32_t ra
     snprintf(out + strlen(out), size - strlen(out), "%s%" PRId64, d ? ", " : "", dims[d]);
 }
 
-/* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key, or
- * several joined by '+' whose tensors are stacked along dimension 0. */
+/* A part `KEY[BEGIN:END]` names rows [BEGIN, END) of tensor KEY (Phi-3's
+ * qkv_proj and gate_up_proj, sliced by import): cuts the suffix off `key`
+ * and sets the range; a part without one leaves both -1. False when the
+ * suffix is malformed. */
+static bool split_row_slice(char *key, int64_t *begin, int64_t *end) {
+  size_t len = strlen(key);
+  char *open = strrchr(key, '[');
+  if (len == 0 || key[len - 1] != ']' || !open)
+    return !open && !strchr(key, ']');
+  const char *p = open + 1;
+  int64_t v[2] = {0, 0};
+  for (int i = 0; i < 2; i++) {
+    if (*p < '0' || *p > '9')
+      return false;
+    while (*p >= '0' && *p <= '9') {
+      if (v[i] > (INT64_MAX - 9) / 10)
+        return false;
+      v[i] = v[i] * 10 + (*p++ - '0');
+    }
+    if (*p++ != (i == 0 ? ':' : ']'))
+      return false;
+  }
+  if (*p != '\0' || v[0] >= v[1] || open == key)
+    return false;
+  *open = '\0';
+  *begin = v[0];
+  *end = v[1];
+  return true;
+}
+
+/* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or its
+ * rows KEY[BEGIN:END]), or several joined by '+' whose tensors are stacked
+ * along dimension 0. */
 static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, AmkDiagEngine *diag) {
   const AmkBuffer *buf = &w->plan->m->buffers[b];
   const AmkPlanBuffer *pb = &w->plan->buffers[b];
@@ -425,11 +456,35 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
     }
     memcpy(key, part, len);
     key[len] = '\0';
+    int64_t slice_begin = -1, slice_end = -1;
+    if (!split_row_slice(key, &slice_begin, &slice_end)) {
+      amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s' (a row slice is "
+                "KEY[BEGIN:END] with BEGIN < END)", buf->name, buf->source);
+      return false;
+    }
     const AmkStTensor *t = amk_safetensors_find(st, key);
     if (!t) {
       amk_error(diag, no_loc(), "tensor '%s' (for buffer '%s') is not in the checkpoint", key,
                 buf->name);
       return false;
+    }
+    AmkStTensor slice;
+    if (slice_begin >= 0) {
+      if (t->rank < 1 || slice_end > t->shape[0]) {
+        amk_error(diag, no_loc(), "%s: tensor '%s' has %" PRId64 " rows; buffer '%s' takes "
+                  "rows [%" PRId64 ", %" PRId64 ")", t->file, key,
+                  t->rank ? t->shape[0] : 0, buf->name, slice_begin, slice_end);
+        return false;
+      }
+      /* A view of the rows: the same bytes per row, fewer rows. */
+      size_t t_row_bytes = t->nbytes / (size_t)t->shape[0];
+      int64_t row_numel = t->numel / t->shape[0];
+      slice = *t;
+      slice.shape[0] = slice_end - slice_begin;
+      slice.numel = slice.shape[0] * row_numel;
+      slice.data = (const char *)t->data + (size_t)slice_begin * t_row_bytes;
+      slice.nbytes = (size_t)slice.shape[0] * t_row_bytes;
+      t = &slice;
     }
     FillKind kind;
     int64_t width;

@@ -195,6 +195,28 @@ def hidden_mismatch(p):
     by_label(p, "L0.input_norm")["params"]["hidden"] //= 2
 
 
+def norm_rows(p):
+    """An RMSNORM whose rows do not tile its input (hidden does not divide
+    the width): only whole rows of `hidden` are normalized."""
+    norm = by_label(p, "L0.input_norm")
+    norm["params"]["hidden"] = norm["params"]["hidden"] * 3 // 4
+
+
+def norm_flags(p):
+    """An RMSNORM flag bit that no variant defines (bit 2 is (1 + w))."""
+    by_label(p, "L0.input_norm")["params"]["flags"] = 8
+
+
+def norm_plus_one(p):
+    """SAFE: Gemma's (1 + w) RMSNORM variant, flags bit 2."""
+    by_label(p, "L0.input_norm")["params"]["flags"] = 4
+
+
+def gelu_flags(p):
+    """A GELU flag bit that no variant defines (bit 2 is the tanh form)."""
+    by_label(p, "L0.gelu")["params"]["flags"] = 5
+
+
 def rope_odd_head_dim(p):
     by_label(p, "L0.rope_q")["params"]["head_dim"] -= 1
 
@@ -549,6 +571,10 @@ MUTATIONS = {
     "heads-not-divisible": heads_not_divisible,
     "head-dim-mismatch": head_dim_mismatch,
     "hidden-mismatch": hidden_mismatch,
+    "norm-rows": norm_rows,
+    "norm-flags": norm_flags,
+    "norm-plus-one": norm_plus_one,
+    "gelu-flags": gelu_flags,
     "rope-odd-head-dim": rope_odd_head_dim,
     "shape-float": shape_float,
     "shape-zero": shape_zero,

@@ -8,7 +8,8 @@
 # as a CUDA graph, and cuBLAS's linears alone. Prints one table, then each
 # shape's --trace report (where the time went).
 #
-#   utils/bench-gpu.sh [SHAPE ...]      (default: llama-3.2-1b smollm2-135m llama-3.1-8b)
+#   utils/bench-gpu.sh [SHAPE ...]      (default: llama-3.2-1b smollm2-135m llama-3.1-8b
+#                                        qwen2.5-0.5b qwen3-0.6b)
 #
 # Environment: AMK_BUILD (build folder, default build), AMK_ANCHORS (the path
 # of anchors.py; default ../shared/bench/anchors.py, else shared/bench/...;
@@ -20,7 +21,7 @@ LOG=${OUT:-/tmp/amk-bench-gpu}
 mkdir -p "$LOG"
 export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
 SHAPES=("$@")
-[ ${#SHAPES[@]} -eq 0 ] && SHAPES=(llama-3.2-1b smollm2-135m llama-3.1-8b)
+[ ${#SHAPES[@]} -eq 0 ] && SHAPES=(llama-3.2-1b smollm2-135m llama-3.1-8b qwen2.5-0.5b qwen3-0.6b)
 ANCHORS=${AMK_ANCHORS-}
 if [ -z "${AMK_ANCHORS+set}" ]; then
   for a in ../shared/bench/anchors.py shared/bench/anchors.py; do
@@ -42,7 +43,12 @@ done
 
 if [ -n "$ANCHORS" ] && [ -f "$ANCHORS" ]; then
   echo "== anchors: $ANCHORS"
-  timeout 380 python3 "$ANCHORS" "$LOG/anchors.json" "${SHAPES[@]}" >"$LOG/anchors.log" 2>&1
+  # anchors.py knows the Llama shapes only (the Qwen ones are ours alone).
+  ANCHOR_SHAPES=()
+  for shape in "${SHAPES[@]}"; do
+    case $shape in llama-3.2-1b | smollm2-135m | llama-3.1-8b) ANCHOR_SHAPES+=("$shape") ;; esac
+  done
+  timeout 380 python3 "$ANCHORS" "$LOG/anchors.json" "${ANCHOR_SHAPES[@]}" >"$LOG/anchors.log" 2>&1
   echo "rc=$?"
 else
   echo "== anchors: anchors.py not found (set AMK_ANCHORS); ours alone"

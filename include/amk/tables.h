@@ -175,6 +175,12 @@
   X("l40s", 89, 142, 102400, 101376, 1536, 100663296, 51539607552LL, 864.0,   \
     362.0, 2.52, 0, 0.0, "Ada")
 
+/* Low flag bits (flags param) of ops other than GEMV_TILE's patterns: bit 0
+ * causal and bit 1 partial write (ATTENTION_TILE, the reference's), bit 2
+ * the variant of RMSNORM and GELU below (docs/LangRef.md). */
+#define AMK_FLAG_NORM_PLUS_ONE 4 /* RMSNORM: y = x * rsqrt(mean(x^2) + eps) * (1 + w) */
+#define AMK_FLAG_GELU_TANH 4     /* GELU: the tanh approximation */
+
 /* Fused GEMV patterns. A tiled fused task stays a GEMV_TILE, so the
  * reference validator still sees a tiled writer with the column footprint
  * [n_off, n_off + N_tile), and names its pattern in flags bits 16-31:
