@@ -232,13 +232,65 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
 
 /* ---- per-op instantiations ------------------------------------------------ */
 
+/* A weight-only quantized GEMV tile (docs/Quantization.md): inputs x, qW
+ * (i8 or i4 [N, K]) and its scales [N, ceil(K / group)]; one input row. */
+static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
+                           bool gemm, int64_t pattern) {
+  int64_t qdtype = p->qdtype.i;
+  if (gemm)
+    return fail(g, t, "quantized GEMM tiles (prefill) are not supported by the CUDA backend "
+                      "yet");
+  if (pattern != AMK_PATTERN_PLAIN)
+    return fail(g, t, "quantized GEMV tiles take no fused pattern (%" PRId64 ")", pattern);
+  if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+      !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_group))
+    return fail(g, t, "a quantized GEMV needs params K, N_tile, n_off and group");
+  if (t->n_inputs != 3 || t->n_outputs != 1)
+    return fail(g, t, "a quantized GEMV reads x, qW and scales and writes one output");
+  BufInfo x, w, sc, o;
+  if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &w) ||
+      !buf_info(g, t, t->inputs[2], &sc) || !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  if (!is_float(x.dtype) || !is_float(o.dtype) || !is_float(sc.dtype))
+    return fail(g, t, "a quantized GEMV reads f32, f16 or bf16 inputs and scales and writes "
+                      "one of them");
+  AmkDType want = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
+  if (w.dtype != want)
+    return fail(g, t, "weight '%s' is %s but qdtype says %s", w.b->name,
+                amk_dtype_text_name(w.dtype), amk_dtype_text_name(want));
+  int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i, group = p->group.i;
+  if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
+    return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
+  if (w.numel % k != 0 || x.numel != k)
+    return fail(g, t, "weight '%s' is not rows of K = %" PRId64 ", or the input is not one row "
+                      "of K (the CUDA quantized GEMV decodes one token)",
+                w.b->name, k);
+  int64_t w_rows = w.numel / k, n_groups = (k + group - 1) / group, n_out = o.width;
+  if (sc.numel != w_rows * n_groups)
+    return fail(g, t, "scales '%s' have %" PRId64 " elements, want %" PRId64 " rows of %" PRId64,
+                sc.b->name, sc.numel, w_rows, n_groups);
+  int64_t stack = 1;
+  if (n_out > 0 && o.numel > n_out && o.numel % n_out == 0 && w_rows == o.numel)
+    stack = o.numel / n_out;
+  if (stack == 1 && o.numel != n_out)
+    return fail(g, t, "output has %" PRId64 " elements, want one row of %" PRId64, o.numel,
+                n_out);
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > n_out || n_off + n_tile > w_rows / stack)
+    return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                      " weight rows or %" PRId64 " output columns",
+                n_off, n_off + n_tile, w_rows / stack, n_out);
+  need_smem(g, (size_t)k + (size_t)(g->nt / 32));
+  EMIT(inst, gemv_quant, x.dtype, w.dtype, o.dtype, sc.dtype, k, n_out, stack, group);
+  return true;
+}
+
 static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
                      bool gemm) {
   int64_t pattern = (int64_t)(uint32_t)(amk_inst_param_has(p, AMK_PARAM_flags) ? p->flags.i : 0) >>
                     AMK_PATTERN_SHIFT;
-  if (amk_inst_param_has(p, AMK_PARAM_qdtype) && (p->qdtype.i == 6 || p->qdtype.i == 7))
-    return fail(g, t, "quantized (qdtype %d) GEMV is not supported by the CUDA backend yet",
-                p->qdtype.i);
+  if (amk_inst_param_has(p, AMK_PARAM_qdtype) &&
+      (p->qdtype.i == AMK_QDTYPE_INT8 || p->qdtype.i == AMK_QDTYPE_INT4))
+    return gen_gemv_quant(g, t, p, inst, gemm, pattern);
   if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
       !amk_inst_param_has(p, AMK_PARAM_n_off))
     return fail(g, t, "needs params K, N_tile and n_off");

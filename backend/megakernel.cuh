@@ -1091,6 +1091,196 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
   }
 }
 
+// ---- weight-only quantized GEMV (W8A16, W4A16) ------------------------------------
+//
+// Inputs x, qW [N, K] and scales [N, ceil(K / GROUP)] (the quantize pass's
+// format, docs/Quantization.md): i8 is one signed byte per column; i4 is
+// q + 8 nibbles, column 2b in the low nibble of byte b. A 16-byte piece of
+// a row holds 16 (i8) or 32 (i4) columns; when GROUP is a multiple of that
+// the piece lies in one group, so its dot with x is taken on the integers
+// and scaled once (the reference VM dequantizes every weight first: the sums
+// differ by rounding only). Integers become floats through the magic number
+// 2^23: 0x4B0000uu is 2^23 + uu exactly, so no conversion instruction is
+// needed (an H100 converts a quarter as fast as it adds).
+template <int QDT> struct AmkQuant {
+  static constexpr int COLS = QDT == AMK_ABI_DTYPE_I8 ? 16 : 32; // columns per 16 bytes
+  static constexpr long long row_bytes(long long k) {
+    return QDT == AMK_ABI_DTYPE_I8 ? k : (k + 1) / 2;
+  }
+};
+
+// The 16 (i8) or 32 (i4) integers of q times the matching floats of x
+// (shared memory, 16-byte aligned).
+template <int QDT> __device__ __forceinline__ float amk_qdot16(uint4 q, const float *x) {
+  unsigned int w[4] = {q.x, q.y, q.z, q.w};
+  float s = 0.0f;
+  if constexpr (QDT == AMK_ABI_DTYPE_I8) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      unsigned int u = w[k] ^ 0x80808080u; // each byte + 128, unsigned
+      float4 xv = *(const float4 *)(x + 4 * k);
+      float f0 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
+      float f1 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
+      float f2 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
+      float f3 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
+      s += f0 * xv.x + f1 * xv.y + f2 * xv.z + f3 * xv.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float4 xa = *(const float4 *)(x + 8 * k), xb = *(const float4 *)(x + 8 * k + 4);
+      float f[8];
+#pragma unroll
+      for (int e = 0; e < 8; e++)
+        f[e] = __int_as_float(((w[k] >> (4 * e)) & 0xFu) | 0x4B000000u) - 8388616.0f;
+      s += f[0] * xa.x + f[1] * xa.y + f[2] * xa.z + f[3] * xa.w + f[4] * xb.x + f[5] * xb.y +
+           f[6] * xb.z + f[7] * xb.w;
+    }
+  }
+  return s;
+}
+
+// Column k of quantized row `row` as a float (the general path).
+template <int QDT>
+__device__ __forceinline__ float amk_qelem(const unsigned char *row, long long k) {
+  if constexpr (QDT == AMK_ABI_DTYPE_I8) {
+    return (float)(signed char)row[k];
+  } else {
+    unsigned int b = row[k >> 1];
+    return (float)((int)((k & 1) ? (b >> 4) : (b & 0xFu)) - 8);
+  }
+}
+
+// Whether the 16-byte path applies: whole pieces per row, aligned rows, one
+// group per piece.
+template <int QDT, int K, int GROUP> __device__ constexpr bool amk_qvec_ok() {
+  return K % AmkQuant<QDT>::COLS == 0 && GROUP % AmkQuant<QDT>::COLS == 0 &&
+         AmkQuant<QDT>::row_bytes(K) % 16 == 0;
+}
+
+// R rows of a warp at once (rows r0 + i * AMK_NWARPS, those below `rows`),
+// U 16-byte loads of each in flight, their scales loaded beside them.
+template <int QDT, int SDT, int K, int GROUP, int R>
+__device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, const long long *wrow,
+                                              int valid, const float *xs, float *out) {
+  int lane = threadIdx.x & 31;
+  constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS, NG = (K + GROUP - 1) / GROUP;
+  constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  constexpr int PER = (NV + 31) / 32, U = amk_gemv_unroll(PER);
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    acc[i] = 0.0f;
+  int v = lane;
+  for (; v + 32 * (U - 1) < NV; v += 32 * U) {
+    uint4 q[R][U];
+    float sc[R][U];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      if (i < valid) {
+        const char *base = (const char *)Q + wrow[i] * RB;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          q[i][u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
+          sc[i][u] = amk_ld<SDT>(S, wrow[i] * NG + (long long)(v + 32 * u) * COLS / GROUP);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      if (i < valid) {
+#pragma unroll
+        for (int u = 0; u < U; u++)
+          acc[i] += amk_qdot16<QDT>(q[i][u], xs + (v + 32 * u) * COLS) * sc[i][u];
+      }
+    }
+  }
+  for (; v < NV; v += 32) {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      if (i < valid) {
+        uint4 q = amk_ldw16((const char *)Q + wrow[i] * RB + (long long)v * 16);
+        float sc = amk_ld<SDT>(S, wrow[i] * NG + (long long)v * COLS / GROUP);
+        acc[i] += amk_qdot16<QDT>(q, xs + v * COLS) * sc;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; i++)
+    out[i] = amk_warp_sum(acc[i]);
+}
+
+// The general path: one column at a time, each dequantized with its scale.
+template <int QDT, int SDT, int K, int GROUP>
+__device__ __forceinline__ float amk_qrow_dot_any(const void *Q, const void *S, long long wrow,
+                                                  const float *xs) {
+  constexpr int NG = (K + GROUP - 1) / GROUP;
+  const unsigned char *row =
+      (const unsigned char *)Q + wrow * AmkQuant<QDT>::row_bytes(K);
+  float acc = 0.0f;
+  for (int k = threadIdx.x & 31; k < K; k += 32)
+    acc += amk_qelem<QDT>(row, k) * amk_ld<SDT>(S, wrow * NG + k / GROUP) * xs[k];
+  return amk_warp_sum(acc);
+}
+
+// A quantized GEMV tile (decode: one input row): inputs x (XDT), qW (QDT),
+// scales (SDT); rows [n_off, n_off + N_tile) of each of STACK stacked
+// matrices.
+template <int XDT, int QDT, int ODT, int SDT, int K, int NOUT, int STACK, int GROUP>
+__device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  float *xs = smem, *red = smem + K;
+  if (!amk_gemv_prologue16<AMK_ABI_PATTERN_PLAIN, XDT, ODT, XDT, K, 1>(x, nullptr, 0.0f, xs, red))
+    amk_gemv_prologue<AMK_ABI_PATTERN_PLAIN, XDT, ODT, XDT, K, 1>(x, nullptr, 0.0f, xs, red);
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = STACK * n_tile;
+  if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
+    // Rows short enough to leave loads to spare go several to a warp.
+    constexpr int NV = K / AmkQuant<QDT>::COLS, U = amk_gemv_unroll((NV + 31) / 32);
+    constexpr int R = 16 / U > 4 ? 4 : 16 / U < 1 ? 1 : 16 / U;
+    for (int r0 = warp; r0 < rows; r0 += AMK_NWARPS * R) {
+      long long wrow[R];
+      int valid = 0;
+#pragma unroll
+      for (int i = 0; i < R; i++) {
+        int r = r0 + i * AMK_NWARPS;
+        if (r < rows)
+          valid = i + 1;
+        int rr = r < rows ? r : r0;
+        int s = rr / n_tile;
+        wrow[i] = (long long)s * NOUT + n_off + (rr - s * n_tile);
+      }
+      float sum[R];
+      amk_qrows_dot<QDT, SDT, K, GROUP, R>(Q, S, wrow, valid, xs, sum);
+      if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+          if (i < valid) {
+            int r = r0 + i * AMK_NWARPS, s = r / n_tile;
+            amk_st<ODT>(out, STACK > 1 ? wrow[i] : (long long)(n_off + r - s * n_tile), sum[i]);
+          }
+        }
+      }
+    }
+  } else {
+    for (int r = warp; r < rows; r += AMK_NWARPS) {
+      int s = r / n_tile;
+      long long wrow = (long long)s * NOUT + n_off + (r - s * n_tile);
+      float sum = amk_qrow_dot_any<QDT, SDT, K, GROUP>(Q, S, wrow, xs);
+      if (lane == 0)
+        amk_st<ODT>(out, STACK > 1 ? wrow : (long long)(n_off + r - s * n_tile), sum);
+    }
+  }
+}
+
 // ---- attention ---------------------------------------------------------------
 
 // s[q] = dot(qs[q * HD ..], cache[off .. off + HD]) for GQ query heads.
