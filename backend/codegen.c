@@ -233,25 +233,33 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
 /* ---- per-op instantiations ------------------------------------------------ */
 
 /* A weight-only quantized GEMV tile (docs/Quantization.md): inputs x, qW
- * (i8 or i4 [N, K]) and its scales [N, ceil(K / group)]; one input row. */
+ * (i8 or i4 [N, K]), its scales [N, ceil(K / group)] and, for the fused
+ * patterns, the norm weight, residual or bias as input 3; one input row. */
 static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
                            bool gemm, int64_t pattern) {
   int64_t qdtype = p->qdtype.i;
   if (gemm)
     return fail(g, t, "quantized GEMM tiles (prefill) are not supported by the CUDA backend "
                       "yet");
-  if (pattern != AMK_PATTERN_PLAIN)
-    return fail(g, t, "quantized GEMV tiles take no fused pattern (%" PRId64 ")", pattern);
+  bool silu = pattern == AMK_PATTERN_SILU || pattern == AMK_PATTERN_SILU_RESIDUAL;
+  bool norm = pattern == AMK_PATTERN_NORM;
+  bool residual = pattern == AMK_PATTERN_RESIDUAL || pattern == AMK_PATTERN_SILU_RESIDUAL;
+  if (pattern > AMK_PATTERN_SILU_RESIDUAL)
+    return fail(g, t, "GEMV pattern %" PRId64 " takes no quantized weights", pattern);
   if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
       !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_group))
     return fail(g, t, "a quantized GEMV needs params K, N_tile, n_off and group");
-  if (t->n_inputs != 3 || t->n_outputs != 1)
-    return fail(g, t, "a quantized GEMV reads x, qW and scales and writes one output");
-  BufInfo x, w, sc, o;
+  bool aux_in = t->n_inputs == 4;
+  if ((t->n_inputs != 3 && !aux_in) || t->n_outputs != 1 || ((norm || residual) && !aux_in))
+    return fail(g, t, "a quantized GEMV reads x, qW, scales (and the pattern's operand) and "
+                      "writes one output");
+  BufInfo x, w, sc, o, a = {0};
   if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &w) ||
-      !buf_info(g, t, t->inputs[2], &sc) || !buf_info(g, t, t->outputs[0], &o))
+      !buf_info(g, t, t->inputs[2], &sc) || !buf_info(g, t, t->outputs[0], &o) ||
+      (aux_in && !buf_info(g, t, t->inputs[3], &a)))
     return false;
-  if (!is_float(x.dtype) || !is_float(o.dtype) || !is_float(sc.dtype))
+  if (!is_float(x.dtype) || !is_float(o.dtype) || !is_float(sc.dtype) ||
+      (aux_in && !is_float(a.dtype)))
     return fail(g, t, "a quantized GEMV reads f32, f16 or bf16 inputs and scales and writes "
                       "one of them");
   AmkDType want = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
@@ -261,10 +269,10 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i, group = p->group.i;
   if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
     return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
-  if (w.numel % k != 0 || x.numel != k)
+  if (w.numel % k != 0 || x.numel != (silu ? 2 * k : k))
     return fail(g, t, "weight '%s' is not rows of K = %" PRId64 ", or the input is not one row "
-                      "of K (the CUDA quantized GEMV decodes one token)",
-                w.b->name, k);
+                      "of %s (the CUDA quantized GEMV decodes one token)",
+                w.b->name, k, silu ? "[2, K]" : "K");
   int64_t w_rows = w.numel / k, n_groups = (k + group - 1) / group, n_out = o.width;
   if (sc.numel != w_rows * n_groups)
     return fail(g, t, "scales '%s' have %" PRId64 " elements, want %" PRId64 " rows of %" PRId64,
@@ -279,8 +287,22 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
     return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
                       " weight rows or %" PRId64 " output columns",
                 n_off, n_off + n_tile, w_rows / stack, n_out);
-  need_smem(g, (size_t)k + (size_t)(g->nt / 32));
-  EMIT(inst, gemv_quant, x.dtype, w.dtype, o.dtype, sc.dtype, k, n_out, stack, group);
+  bool bias = false;
+  if (norm) {
+    if (a.numel < k || !amk_inst_param_has(p, AMK_PARAM_eps))
+      return fail(g, t, "norm takes its weight of K = %" PRId64 " elements and param eps", k);
+  } else if (residual) {
+    if (a.numel != o.numel)
+      return fail(g, t, "the residual must have the output's %" PRId64 " elements", o.numel);
+  } else if (aux_in) {
+    bias = true;
+    if (a.numel < stack * n_out || a.numel < w_rows)
+      return fail(g, t, "bias has %" PRId64 " elements, want %" PRId64, a.numel, w_rows);
+  }
+  /* The staged input has a 16-byte gap after every piece (amk_xpad). */
+  need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32));
+  EMIT(inst, gemv_quant, pattern, x.dtype, w.dtype, o.dtype, aux_in ? (int)a.dtype : 0,
+       sc.dtype, k, n_out, stack, group, bias ? 1 : 0);
   return true;
 }
 
@@ -360,6 +382,8 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
   }
   size_t xs = (size_t)(m_rows * k);
   need_smem(g, xs + (size_t)(g->nt / 32));
+  if (m_rows == 1)
+    need_smem(g, xs + (size_t)(k / 2) + (size_t)(g->nt / 32)); /* AMK_GEMV_XS_PAD's gaps */
   int64_t row_bytes = amk_dtype_nbytes(w.dtype, k);
   if (!gemm && m_rows == 1 && row_bytes % 16 == 0 && row_bytes <= RING_MAX_SLOT_BYTES) {
     if (row_bytes > g->max_stream_row_bytes)
@@ -861,6 +885,13 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     o->gemv_xs_scalar = xs_vec == 0;
   if (!env_int("AMK_CUDA_GEMV_PAIR_BYTES", 1 << 20, &o->gemv_pair_max_bytes, &set, diag))
     return false;
+  if (!env_int("AMK_CUDA_QGEMV_LOADS", 64, &o->qgemv_loads, &set, diag))
+    return false;
+  int pad;
+  if (!env_int("AMK_CUDA_GEMV_XS_PAD", 1, &pad, &set, diag))
+    return false;
+  if (set)
+    o->gemv_xs_unpadded = pad == 0;
   int threads;
   if (!env_int("AMK_CUDA_THREADS", 1024, &threads, &set, diag))
     return false;
@@ -948,6 +979,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_GEMV_PAIR_MAX_BYTES %d\n", opt->gemv_pair_max_bytes);
   if (opt && opt->gemv_xs_scalar)
     amk_sb_puts(&s, "#define AMK_GEMV_XS_VEC 0\n");
+  if (opt && opt->qgemv_loads > 0)
+    amk_sb_printf(&s, "#define AMK_QGEMV_LOADS %d\n", opt->qgemv_loads);
+  if (opt && opt->gemv_xs_unpadded)
+    amk_sb_puts(&s, "#define AMK_GEMV_XS_PAD 0\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_backoff_ns > 0)

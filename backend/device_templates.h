@@ -16,7 +16,7 @@
   X(nop, "")                                                                   \
   X(gemv, "iiiiiiiiiii")                                                       \
   X(gemv_combine, "iiiiiiii")                                                  \
-  X(gemv_quant, "iiiiiiii")                                                    \
+  X(gemv_quant, "iiiiiiiiiii")                                                 \
   X(attention, "iiiiiiiiii")                                                   \
   X(combine, "iiiii")                                                          \
   X(rope_kv, "iiiiiiii")                                                       \

@@ -647,6 +647,12 @@ template <int WDT> __device__ __forceinline__ float amk_dot16_smem(uint4 q, cons
 #ifndef AMK_GEMV_XS_VEC
 #define AMK_GEMV_XS_VEC 1
 #endif
+// GEMV inputs staged with a 16-byte gap after each 16-byte weight piece's
+// inputs (amk_xpad; AMK_CUDA_GEMV_XS_PAD=0 turns it off). H100, one call:
+// 1B 1.2599 -> 1.2581 ms, 8B 6.2589 -> 6.2344, SmolLM2 0.8614 -> 0.8540.
+#ifndef AMK_GEMV_XS_PAD
+#define AMK_GEMV_XS_PAD 1
+#endif
 template <int WDT> __device__ __forceinline__ float amk_dotx(uint4 q, const float *x) {
   if constexpr (AMK_GEMV_XS_VEC != 0)
     return amk_dot16_smem<WDT>(q, x);
@@ -661,7 +667,7 @@ __device__ constexpr int amk_gemv_unroll(int per) {
 }
 
 // One warp's dot of weight row `row` (K elements) with xs (fp32 in smem).
-template <int WDT, int K>
+template <int WDT, int K, int XC = 0>
 __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const float *xs) {
   int lane = threadIdx.x & 31;
   float acc = 0.0f;
@@ -674,6 +680,7 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
     constexpr int U = amk_gemv_unroll(PER);
     const char *base = (const char *)W + row * (long long)K * ESZ;
     int v = lane;
+    constexpr int XS = VEC + (XC ? 4 : 0); // floats from one piece's inputs to the next
     for (; v + 32 * (U - 1) < NV; v += 32 * U) {
       uint4 q[U];
 #pragma unroll
@@ -681,10 +688,10 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
         q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
 #pragma unroll
       for (int u = 0; u < U; u++)
-        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * VEC);
+        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * XS);
     }
     for (; v < NV; v += 32)
-      acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * VEC);
+      acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * XS);
   } else {
     for (int k = lane; k < K; k += 32)
       acc += amk_ld<WDT>(W, row * (long long)K + k) * xs[k];
@@ -857,7 +864,7 @@ template <int WDT, int K> __device__ constexpr bool amk_row_dot2_ok() {
          K % (16 / ESZ) == 0 &&
          (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
 }
-template <int WDT, int K>
+template <int WDT, int K, int XC = 0>
 __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long long rb,
                                              const float *xs, float &sa, float &sb) {
   int lane = threadIdx.x & 31;
@@ -868,6 +875,7 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
   constexpr int U = amk_gemv_unroll(PER);
   const char *ba = (const char *)W + ra * (long long)K * ESZ;
   const char *bb = (const char *)W + rb * (long long)K * ESZ;
+  constexpr int XS = VEC + (XC ? 4 : 0);
   float acc_a = 0.0f, acc_b = 0.0f;
   int v = lane;
   for (; v + 32 * (U - 1) < NV; v += 32 * U) {
@@ -879,15 +887,15 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
     }
 #pragma unroll
     for (int u = 0; u < U; u++)
-      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * VEC);
+      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * XS);
 #pragma unroll
     for (int u = 0; u < U; u++)
-      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * VEC);
+      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * XS);
   }
   for (; v < NV; v += 32) {
     uint4 qa = amk_ldw16(ba + (long long)v * 16), qb = amk_ldw16(bb + (long long)v * 16);
-    acc_a += amk_dotx<WDT>(qa, xs + v * VEC);
-    acc_b += amk_dotx<WDT>(qb, xs + v * VEC);
+    acc_a += amk_dotx<WDT>(qa, xs + v * XS);
+    acc_b += amk_dotx<WDT>(qb, xs + v * XS);
   }
   sa = amk_warp_sum(acc_a);
   sb = amk_warp_sum(acc_b);
@@ -896,30 +904,39 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
 // The input vector(s) of a GEMV tile staged in fp32 in xs, with the fused
 // prologue (NORM: RMSNorm with aux as its weight; SILU: silu(gate) * up of
 // the two halves of x), one element at a time.
-template <int PAT, int XDT, int ODT, int ADT, int K, int M>
+// With XCOLS, element i of the staged input lies at i + (i / XCOLS) * 4: a
+// 16-byte gap after every XCOLS floats (amk_gemv_quant: lanes reading
+// consecutive pieces of XCOLS floats then hit distinct banks).
+template <int XCOLS> __device__ __forceinline__ int amk_xpad(int i) {
+  return XCOLS ? i + (i / (XCOLS ? XCOLS : 1)) * 4 : i;
+}
+
+template <int PAT, int XDT, int ODT, int ADT, int K, int M, int XCOLS = 0>
 __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux, float eps,
                                                   float *xs, float *red) {
+  static_assert(XCOLS == 0 || M == 1, "a padded input is one row");
   if constexpr (PAT == AMK_ABI_PATTERN_NORM) {
     for (int m = 0; m < M; m++) {
       float ss = 0.0f;
       for (int k = threadIdx.x; k < K; k += AMK_NT) {
         float v = amk_ld<XDT>(x, (long long)m * K + k);
-        xs[m * K + k] = v;
+        xs[m * K + amk_xpad<XCOLS>(k)] = v;
         ss += v * v;
       }
       ss = amk_block_sum(ss, red);
       float inv = 1.0f / sqrtf(ss / (float)K + eps);
       for (int k = threadIdx.x; k < K; k += AMK_NT)
-        xs[m * K + k] = amk_round<ODT>(xs[m * K + k] * inv * amk_ld<ADT>(aux, k));
+        xs[m * K + amk_xpad<XCOLS>(k)] =
+            amk_round<ODT>(xs[m * K + amk_xpad<XCOLS>(k)] * inv * amk_ld<ADT>(aux, k));
     }
   } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
     for (int k = threadIdx.x; k < K; k += AMK_NT) {
       float g = amk_ld<XDT>(x, k), u = amk_ld<XDT>(x, (long long)K + k);
-      xs[k] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
+      xs[amk_xpad<XCOLS>(k)] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
     }
   } else {
     for (int k = threadIdx.x; k < M * K; k += AMK_NT)
-      xs[k] = amk_ld<XDT>(x, k);
+      xs[amk_xpad<XCOLS>(k)] = amk_ld<XDT>(x, k);
   }
 }
 
@@ -928,9 +945,10 @@ __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux
 // element a thread stages: --trace on an H100 showed a 1B down_proj tile
 // (8192 gate and up pairs, 32 per thread) taking 19 us for 11 us of
 // weights. False (nothing done) where the layout does not allow it.
-template <int PAT, int XDT, int ODT, int ADT, int K, int M>
+template <int PAT, int XDT, int ODT, int ADT, int K, int M, int XCOLS = 0>
 __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *aux, float eps,
                                                     float *xs, float *red) {
+  static_assert(XCOLS % 4 == 0, "padding keeps float4 groups whole");
   constexpr bool NORM = PAT == AMK_ABI_PATTERN_NORM;
   constexpr bool SILU = PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
   constexpr int VE = AmkVec<XDT>::VE, NC = K / VE, PER = (NC + AMK_NT - 1) / AMK_NT;
@@ -986,14 +1004,15 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
         }
 #pragma unroll
         for (int e = 0; e < VE; e += 4)
-          *(float4 *)(xs + c * VE + e) = make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+          *(float4 *)(xs + amk_xpad<XCOLS>(c * VE + e)) =
+              make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
       }
     }
     return true;
   }
 }
 
-template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC = 0>
 __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
                                               const float *xs, int n_off, int n_tile,
                                               int m_begin, int m_count);
@@ -1021,27 +1040,34 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
       amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
     return;
   }
-  float *xs = smem;                // M * K (SILU: K)
-  float *red = smem + M * K;       // AMK_NWARPS
+  // With AMK_GEMV_XS_PAD, one input row is staged with a 16-byte gap after
+  // each 16-byte piece's inputs (amk_xpad), so the lanes of a quarter-warp
+  // read distinct banks.
+  // (16-bit weights: 32-byte pieces; f32's 16-byte pieces do not conflict.)
+  constexpr int XC = AMK_GEMV_XS_PAD && M == 1 && AmkVec<WDT>::OK && AmkVec<WDT>::ESZ == 2 &&
+                             K % AmkVec<WDT>::VE == 0
+                         ? AmkVec<WDT>::VE : 0;
+  float *xs = smem;                // M * K (SILU: K), padded with XC
+  float *red = smem + M * K + (XC ? K / XC * 4 : 0); // AMK_NWARPS
   // Stage the input vector(s) in fp32, applying the fused prologue: with
   // every 16-byte load in flight at once where the layout allows, else one
   // element at a time.
-  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red))
-    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M>(x, aux, I.params.eps.f, xs, red);
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, M, XC>(x, aux, I.params.eps.f, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M, XC>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
-  if constexpr (AMK_STREAM_MODE == 2 && amk_gemv_streams<WDT, K, M, GEMM>()) {
+  if constexpr (AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>()) {
     amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(P, aux, out, n_off, n_tile, xs,
                                                                 red, smem);
     return;
   }
-  amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(W, aux, out, xs, n_off, n_tile,
-                                                          m_begin, m_count);
+  amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC>(W, aux, out, xs, n_off, n_tile,
+                                                              m_begin, m_count);
 }
 
 // The rows of a GEMV tile against the staged input rows xs [m_begin,
 // m_begin + m_count): each warp takes rows (two at once where
 // amk_row_dot2_ok), its lane 0 adds the bias or residual and stores.
-template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC>
 __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
                                               const float *xs, int n_off, int n_tile,
                                               int m_begin, int m_count) {
@@ -1063,13 +1089,13 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
           if (lane == 0)
             e2 = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow2, n_off + j2);
           float acc, acc2;
-          amk_row_dot2<WDT, K>(W, wrow, wrow2, xs + m * K, acc, acc2);
+          amk_row_dot2<WDT, K, XC>(W, wrow, wrow2, xs + m * K, acc, acc2);
           if (lane == 0) {
             amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
             amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e2, acc2, m, wrow2, n_off + j2);
           }
         } else {
-          float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
+          float acc = amk_row_dot<WDT, K, XC>(W, wrow, xs + m * K);
           if (lane == 0)
             amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
         }
@@ -1084,7 +1110,7 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
       AmkGemvExtra e = none;
       if (lane == 0)
         e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow, n_off + j);
-      float acc = amk_row_dot<WDT, K>(W, wrow, xs + m * K);
+      float acc = amk_row_dot<WDT, K, XC>(W, wrow, xs + m * K);
       if (lane == 0)
         amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
     }
@@ -1102,6 +1128,12 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
 // differ by rounding only). Integers become floats through the magic number
 // 2^23: 0x4B0000uu is 2^23 + uu exactly, so no conversion instruction is
 // needed (an H100 converts a quarter as fast as it adds).
+// 16-byte loads in flight per lane of a quantized GEMV (0: 8 for i8, 4 for
+// i4; measured on an H100, 8B shape: i4 6.76 ms with 4, 8.51 with 8 (spills);
+// i8 6.87 with 8, 7.24 with 4).
+#ifndef AMK_QGEMV_LOADS
+#define AMK_QGEMV_LOADS 0
+#endif
 template <int QDT> struct AmkQuant {
   static constexpr int COLS = QDT == AMK_ABI_DTYPE_I8 ? 16 : 32; // columns per 16 bytes
   static constexpr long long row_bytes(long long k) {
@@ -1126,15 +1158,23 @@ template <int QDT> __device__ __forceinline__ float amk_qdot16(uint4 q, const fl
       s += f0 * xv.x + f1 * xv.y + f2 * xv.z + f3 * xv.w;
     }
   } else {
+    // The even columns' nibbles as bytes, then the odd ones': one byte
+    // permute and one add per column (an H100 streamed i4 rows at 13 GB/s
+    // per SM, bound by these instructions, with a shift and a mask each).
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       float4 xa = *(const float4 *)(x + 8 * k), xb = *(const float4 *)(x + 8 * k + 4);
-      float f[8];
-#pragma unroll
-      for (int e = 0; e < 8; e++)
-        f[e] = __int_as_float(((w[k] >> (4 * e)) & 0xFu) | 0x4B000000u) - 8388616.0f;
-      s += f[0] * xa.x + f[1] * xa.y + f[2] * xa.z + f[3] * xa.w + f[4] * xb.x + f[5] * xb.y +
-           f[6] * xb.z + f[7] * xb.w;
+      unsigned int lo = w[k] & 0x0F0F0F0Fu, hi = (w[k] >> 4) & 0x0F0F0F0Fu;
+      float f0 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7440)) - 8388616.0f;
+      float f1 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7440)) - 8388616.0f;
+      float f2 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7441)) - 8388616.0f;
+      float f3 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7441)) - 8388616.0f;
+      float f4 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7442)) - 8388616.0f;
+      float f5 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7442)) - 8388616.0f;
+      float f6 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7443)) - 8388616.0f;
+      float f7 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7443)) - 8388616.0f;
+      s += f0 * xa.x + f1 * xa.y + f2 * xa.z + f3 * xa.w + f4 * xb.x + f5 * xb.y + f6 * xb.z +
+           f7 * xb.w;
     }
   }
   return s;
@@ -1159,7 +1199,10 @@ template <int QDT, int K, int GROUP> __device__ constexpr bool amk_qvec_ok() {
 }
 
 // R rows of a warp at once (rows r0 + i * AMK_NWARPS, those below `rows`),
-// U 16-byte loads of each in flight, their scales loaded beside them.
+// U 16-byte loads of each in flight, their scales loaded beside them. xs is
+// staged with a 16-byte gap after each piece's COLS floats (amk_xpad): with
+// pieces 64 or 128 bytes apart the lanes of a quarter-warp all read one
+// group of banks (8-way conflicts for i4: an 8B int4 step took 13.4 ms).
 template <int QDT, int SDT, int K, int GROUP, int R>
 __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, const long long *wrow,
                                               int valid, const float *xs, float *out) {
@@ -1191,7 +1234,7 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
       if (i < valid) {
 #pragma unroll
         for (int u = 0; u < U; u++)
-          acc[i] += amk_qdot16<QDT>(q[i][u], xs + (v + 32 * u) * COLS) * sc[i][u];
+          acc[i] += amk_qdot16<QDT>(q[i][u], xs + (v + 32 * u) * (COLS + 4)) * sc[i][u];
       }
     }
   }
@@ -1201,7 +1244,7 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
       if (i < valid) {
         uint4 q = amk_ldw16((const char *)Q + wrow[i] * RB + (long long)v * 16);
         float sc = amk_ld<SDT>(S, wrow[i] * NG + (long long)v * COLS / GROUP);
-        acc[i] += amk_qdot16<QDT>(q, xs + v * COLS) * sc;
+        acc[i] += amk_qdot16<QDT>(q, xs + v * (COLS + 4)) * sc;
       }
     }
   }
@@ -1224,11 +1267,15 @@ __device__ __forceinline__ float amk_qrow_dot_any(const void *Q, const void *S, 
 }
 
 // A quantized GEMV tile (decode: one input row): inputs x (XDT), qW (QDT),
-// scales (SDT); rows [n_off, n_off + N_tile) of each of STACK stacked
-// matrices.
-template <int XDT, int QDT, int ODT, int SDT, int K, int NOUT, int STACK, int GROUP>
+// scales (SDT) and, for the fused patterns, input 3 (ADT): the norm weight
+// (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
+// rows [n_off, n_off + N_tile) of each of STACK stacked matrices. The
+// prologue and the store are the bf16 GEMV's.
+template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
+          int GROUP, int BIAS>
 __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
+  const void *aux = I.n_inputs > 3 ? amk_in(A, 3) : nullptr;
   void *out = amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
   if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT) {
@@ -1236,19 +1283,25 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
       amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
     return;
   }
-  float *xs = smem, *red = smem + K;
-  if (!amk_gemv_prologue16<AMK_ABI_PATTERN_PLAIN, XDT, ODT, XDT, K, 1>(x, nullptr, 0.0f, xs, red))
-    amk_gemv_prologue<AMK_ABI_PATTERN_PLAIN, XDT, ODT, XDT, K, 1>(x, nullptr, 0.0f, xs, red);
+  constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
+  float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = STACK * n_tile;
+  constexpr AmkGemvExtra none = {0.0f, 0.0f};
   if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
-    // Rows short enough to leave loads to spare go several to a warp.
+    // Rows short enough to leave loads to spare go several to a warp, up to
+    // LOADS 16-byte loads in flight per lane (16 spilled: the integer
+    // unpacking keeps more values live than the bf16 dot).
+    constexpr int LOADS = AMK_QGEMV_LOADS > 0 ? AMK_QGEMV_LOADS : QDT == AMK_ABI_DTYPE_I8 ? 8 : 4;
     constexpr int NV = K / AmkQuant<QDT>::COLS, U = amk_gemv_unroll((NV + 31) / 32);
-    constexpr int R = 16 / U > 4 ? 4 : 16 / U < 1 ? 1 : 16 / U;
+    constexpr int R = LOADS / U > 4 ? 4 : LOADS / U < 1 ? 1 : LOADS / U;
     for (int r0 = warp; r0 < rows; r0 += AMK_NWARPS * R) {
       long long wrow[R];
       int valid = 0;
+      AmkGemvExtra e[R];
 #pragma unroll
       for (int i = 0; i < R; i++) {
         int r = r0 + i * AMK_NWARPS;
@@ -1257,6 +1310,10 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
         int rr = r < rows ? r : r0;
         int s = rr / n_tile;
         wrow[i] = (long long)s * NOUT + n_off + (rr - s * n_tile);
+        e[i] = none;
+        if (lane == 0 && r < rows)
+          e[i] = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow[i],
+                                                            n_off + (rr - s * n_tile));
       }
       float sum[R];
       amk_qrows_dot<QDT, SDT, K, GROUP, R>(Q, S, wrow, valid, xs, sum);
@@ -1265,7 +1322,8 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
         for (int i = 0; i < R; i++) {
           if (i < valid) {
             int r = r0 + i * AMK_NWARPS, s = r / n_tile;
-            amk_st<ODT>(out, STACK > 1 ? wrow[i] : (long long)(n_off + r - s * n_tile), sum[i]);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e[i], sum[i], 0, wrow[i],
+                                                        n_off + (r - s * n_tile));
           }
         }
       }
@@ -1274,9 +1332,12 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     for (int r = warp; r < rows; r += AMK_NWARPS) {
       int s = r / n_tile;
       long long wrow = (long long)s * NOUT + n_off + (r - s * n_tile);
+      AmkGemvExtra e = none;
+      if (lane == 0)
+        e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow, n_off + (r - s * n_tile));
       float sum = amk_qrow_dot_any<QDT, SDT, K, GROUP>(Q, S, wrow, xs);
       if (lane == 0)
-        amk_st<ODT>(out, STACK > 1 ? wrow : (long long)(n_off + r - s * n_tile), sum);
+        amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, sum, 0, wrow, n_off + (r - s * n_tile));
     }
   }
 }

@@ -41,6 +41,8 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_THREADS");
   unsetenv("AMK_CUDA_GEMV_XS_VEC");
   unsetenv("AMK_CUDA_GEMV_PAIR_BYTES");
+  unsetenv("AMK_CUDA_GEMV_XS_PAD");
+  unsetenv("AMK_CUDA_QGEMV_LOADS");
 }
 
 static void test_env(UnitCounts *c) {
@@ -80,7 +82,21 @@ static void test_wait_knobs(UnitCounts *c) {
   clear_env();
   AmkCodegenOptions o = {0};
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 0 && !o.no_wait_cache &&
-               o.threads_per_block == 0 && !o.gemv_xs_scalar && o.gemv_pair_max_bytes == 0);
+               o.threads_per_block == 0 && !o.gemv_xs_scalar && o.gemv_pair_max_bytes == 0 &&
+               !o.gemv_xs_unpadded && o.qgemv_loads == 0);
+  setenv("AMK_CUDA_GEMV_XS_PAD", "0", 1);
+  setenv("AMK_CUDA_QGEMV_LOADS", "16", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16);
+  setenv("AMK_CUDA_QGEMV_LOADS", "65", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_QGEMV_LOADS must be an integer in [0, 64], not '65'"));
+  amk_diag_free(d);
+  d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  o = (AmkCodegenOptions){0};
   setenv("AMK_CUDA_WAIT_BACKOFF_NS", "256", 1);
   setenv("AMK_CUDA_WAIT_CACHE", "0", 1);
   setenv("AMK_CUDA_THREADS", "512", 1);
@@ -110,10 +126,15 @@ static void test_wait_knobs(UnitCounts *c) {
     CHECK(c, dflt && !strstr(dflt, "#define AMK_WAIT_CACHE 0") &&
                  !strstr(dflt, "#define AMK_WAIT_BACKOFF_NS 128") &&
                  strstr(dflt, "#define AMK_NT 256\n"));
+    CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_XS_PAD 0\n") &&
+                 !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n"));
     AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_backoff_ns = 128,
                                .no_wait_cache = true, .gemv_xs_scalar = true,
-                               .gemv_pair_max_bytes = 2048};
+                               .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
+                               .qgemv_loads = 4};
     char *k = generate(m, &knobs);
+    CHECK(c, k && strstr(k, "#define AMK_GEMV_XS_PAD 0\n") &&
+                 strstr(k, "#define AMK_QGEMV_LOADS 4\n"));
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
                  strstr(k, "#define AMK_GEMV_XS_VEC 0\n") &&
                  strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
