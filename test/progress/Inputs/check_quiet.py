@@ -4,7 +4,7 @@ import sys
 
 for path in sys.argv[1:]:
     data = open(path, "rb").read()
-    for bad in (b"\r", b"amk: loading", b"evaluating the prompt", b"quantizing", b"% ("):
+    for bad in (b"\r", b"amk: loading", b"evaluating the prompt", b"quantizing", b"compiling", b"% ("):
         if bad in data:
             sys.exit(f"{path}: progress output {bad!r} in {data!r}")
 print(f"quiet: {len(sys.argv) - 1} files")
