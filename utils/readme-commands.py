@@ -4,7 +4,7 @@
     utils/readme-commands.py [--build DIR] [--keep] [--list] README.md
 
 Commands are the lines of the README's code blocks (indented by four spaces,
-or fenced with ```), a line ending in a backslash joined with the next, a
+or fenced with ``` and no language or sh, bash, shell), a line ending in a backslash joined with the next, a
 trailing `   # comment` dropped. Each runs with bash in a scratch folder that
 holds a symbolic link to every top-level entry of the README's folder (the
 source tree) and `build` -> --build (default: the tree's own build), so
@@ -46,16 +46,19 @@ def code_blocks(lines):
     as block separators (None)."""
     out = []
     fenced = False
+    shell = False  # the fenced block is shell (no language, sh, bash, shell)
     prev_blank = True
     in_indented = False
     for number, raw in enumerate(lines, 1):
         line = raw.rstrip("\n")
         if line.lstrip().startswith("```"):
             fenced = not fenced
+            shell = fenced and line.strip()[3:].strip() in ("", "sh", "bash", "shell")
             out.append((number, None))
             continue
         if fenced:
-            out.append((number, line))
+            if shell:
+                out.append((number, line))
             continue
         if line.startswith("    ") and (prev_blank or in_indented) and line.strip():
             in_indented = True
