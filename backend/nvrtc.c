@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "amk/backend.h"
+#include "amk/progress.h"
 #include "cuda_api.h"
 
 #define SOURCE_NAME "amk_megakernel.cu"
@@ -139,7 +140,14 @@ bool amk_nvrtc_compile(const char *source, const char *arch, bool use_cache, voi
     amk_nvrtc_close(&n);
     return false;
   }
+  /* One blocking call of seconds to minutes: the progress line's own
+   * thread shows the time going by. */
+  char label[128];
+  snprintf(label, sizeof label, "amk: compiling the megakernel for %s (NVRTC %d.%d)", arch, major,
+           minor);
+  AmkProgress *progress = amk_progress_begin(label, AMK_PROGRESS_ITEMS, NULL, 0);
   r = n.nvrtcCompileProgram(prog, n_opts, opts);
+  amk_progress_end(progress);
   size_t log_size = 0;
   n.nvrtcGetProgramLogSize(prog, &log_size);
   char *log = amk_xmalloc(log_size + 1);

@@ -1205,7 +1205,16 @@ static bool read_section(Reader *r, const cJSON *root, const char *key,
 static bool read_meta(Reader *r, const cJSON *node) {
   if (!cJSON_IsObject(node))
     return expected(r, node, "an object");
-  return read_object_value(r, node, &r->module->meta, 1); /* meta is one level */
+  AmkModule *m = r->module;
+  if (!read_object_value(r, node, &m->meta, 1)) /* meta is one level */
+    return false;
+  /* Our writer's record of the model folder (amk/io.h); the reference's
+   * meta is free-form, so anything but a string there is only meta. */
+  for (uint32_t i = 0; i < m->meta.count; i++)
+    if (strcmp(m->meta.as.members[i].key, AMK_JSON_MODEL_DIR_KEY) == 0 &&
+        m->meta.as.members[i].value.kind == AMK_VALUE_STRING)
+      m->model_dir = m->meta.as.members[i].value.as.s;
+  return true;
 }
 
 /* ---- counter names -------------------------------------------------------------- */

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "amk/io.h"
@@ -369,6 +370,37 @@ static void write_list(Container *top, const char *name, const void *records,
   close_container(&list);
 }
 
+/* The meta object, carrying the module's model folder as "model_dir" (the
+ * reference has no place for it; `model` in the text form): in place of a
+ * "model_dir" the meta already has, else as its last member. A
+ * module read from JSON got its folder from that member, so its meta is
+ * written back as it was read. */
+static void write_meta(const AmkModule *m, AmkStrBuf *out) {
+  const AmkValue *meta = &m->meta;
+  if (!m->model_dir) {
+    if (meta->kind == AMK_VALUE_NULL)
+      amk_sb_puts(out, "{}"); /* a module built in memory: the reference's default */
+    else
+      amk_write_json_value(meta, 1, out);
+    return;
+  }
+  uint32_t n = meta->kind == AMK_VALUE_OBJECT ? meta->count : 0;
+  AmkMember *members = amk_xcalloc((size_t)n + 1, sizeof *members);
+  if (n)
+    memcpy(members, meta->as.members, n * sizeof *members);
+  AmkValue dir = {.kind = AMK_VALUE_STRING};
+  dir.as.s = m->model_dir;
+  uint32_t at = n;
+  for (uint32_t i = 0; i < n && at == n; i++)
+    if (strcmp(members[i].key, AMK_JSON_MODEL_DIR_KEY) == 0)
+      at = i;
+  members[at] = (AmkMember){AMK_JSON_MODEL_DIR_KEY, dir};
+  AmkValue with_dir = {.kind = AMK_VALUE_OBJECT, .count = at == n ? n + 1 : n};
+  with_dir.as.members = members;
+  amk_write_json_value(&with_dir, 1, out);
+  free(members);
+}
+
 void amk_write_json(const AmkModule *m, AmkStrBuf *out) {
   Container top = open_container(out, 0, '{');
   string_field(&top, "ir_version",
@@ -376,12 +408,7 @@ void amk_write_json(const AmkModule *m, AmkStrBuf *out) {
   string_field(&top, "abi_version",
                m->abi_version ? m->abi_version : AMK_ABI_VERSION);
   key(&top, "meta");
-  if (m->meta.kind == AMK_VALUE_NULL) {
-    /* A module built in memory with no meta: the reference's default {}. */
-    amk_sb_puts(out, "{}");
-  } else {
-    amk_write_json_value(&m->meta, 1, out);
-  }
+  write_meta(m, out);
   write_nullable(&top, "target", m->target, write_target);
   write_list(&top, "buffers", m->buffers, sizeof *m->buffers, m->n_buffers,
              write_buffer);

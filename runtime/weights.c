@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "amk/numerics.h"
+#include "amk/progress.h"
 #include "amk/quantize.h"
 #include "amk/safetensors.h"
 #include "amk/sampling.h"
@@ -189,6 +190,7 @@ typedef struct {
   char *scales;  /* its scales */
   pthread_mutex_t lock;
   int64_t bad_row; /* the first row that has no quantized form, or -1 */
+  AmkProgress *progress; /* counts each row's weight and scale bytes */
 } QuantJob;
 
 static void quantize_range(void *arg, int64_t begin, int64_t end) {
@@ -219,6 +221,7 @@ static void quantize_range(void *arg, int64_t begin, int64_t end) {
       else
         memcpy(dst + g * 4, &f, 4);
     }
+    amk_progress_add(j->progress, j->row_bytes + j->groups * scale_bytes);
   }
   free(scales);
   free(row);
@@ -229,7 +232,8 @@ static void quantize_range(void *arg, int64_t begin, int64_t end) {
  * both host copies on first use. Returns the first row (of the stretch)
  * with no quantized form, or -1. */
 static int64_t quantize_rows(AmkWeights *w, uint32_t b, const AmkStTensor *tensor,
-                             const AmkRandomRule *rule, int64_t row0, int64_t rows) {
+                             const AmkRandomRule *rule, int64_t row0, int64_t rows,
+                             AmkProgress *progress) {
   const AmkPlanBuffer *pb = &w->plan->buffers[b];
   const AmkPlanQuant *quant = &pb->quant;
   uint32_t s = (uint32_t)quant->partner;
@@ -246,7 +250,8 @@ static int64_t quantize_rows(AmkWeights *w, uint32_t b, const AmkStTensor *tenso
                   .row_bytes = amk_quant_row_bytes(bits, quant->cols),
                   .bits = bits,
                   .scales_dtype = w->plan->buffers[s].dtype,
-                  .bad_row = -1};
+                  .bad_row = -1,
+                  .progress = progress};
   job.q = (uint8_t *)w->buffers[b].owned + row0 * job.row_bytes;
   job.scales = (char *)w->buffers[s].owned +
                row0 * job.groups * amk_dtype_nbytes(job.scales_dtype, 1);
@@ -284,9 +289,25 @@ static void report_unquantizable(const char *what, int64_t row, AmkDiagEngine *d
             what, row);
 }
 
+/* The bytes of the quantized weights and their scales, which are made as
+ * the weights load (the slow part of a load). */
+static int64_t quantized_bytes(const AmkPlan *plan) {
+  int64_t total = 0;
+  for (uint32_t b = 0; b < plan->n_buffers; b++)
+    if (is_loaded(&plan->buffers[b]) && plan->buffers[b].quant.role != AMK_PLAN_QUANT_NONE)
+      total += plan->buffers[b].nbytes;
+  return total;
+}
+
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag) {
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);
+  /* Only quantizing takes time here; the rest is made on demand. */
+  int64_t to_quantize = quantized_bytes(plan);
+  AmkProgress *progress =
+      to_quantize > 0 ? amk_progress_begin("amk: quantizing random weights", AMK_PROGRESS_BYTES,
+                                           NULL, to_quantize)
+                      : NULL;
   /* One stream over the buffers in list order: a buffer starts where the
    * previous one's elements left the state. Only the rules are made here;
    * the bytes come when an engine asks for them (the GPU fills its own).
@@ -307,12 +328,14 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
     };
     if (pb->quant.role == AMK_PLAN_QUANT_WEIGHT) {
       if (!quant_layout_fits(w, b, diag)) {
+        amk_progress_end(progress);
         amk_weights_free(w);
         return NULL;
       }
       int64_t rows = pb->shape[0];
-      int64_t bad = quantize_rows(w, b, NULL, &rule, 0, rows);
+      int64_t bad = quantize_rows(w, b, NULL, &rule, 0, rows, progress);
       if (bad >= 0) { /* random weights are finite and small: never */
+        amk_progress_end(progress);
         report_unquantizable(plan->m->buffers[b].name, bad, diag);
         amk_weights_free(w);
         return NULL;
@@ -324,6 +347,7 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
                                    .rule = rule};
     state += (uint64_t)pb->numel * SPLITMIX64_GAMMA;
   }
+  amk_progress_end(progress);
   return w;
 }
 
@@ -423,7 +447,8 @@ static bool split_row_slice(char *key, int64_t *begin, int64_t *end) {
 /* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or its
  * rows KEY[BEGIN:END]), or several joined by '+' whose tensors are stacked
  * along dimension 0. */
-static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, AmkDiagEngine *diag) {
+static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
+                        AmkProgress *progress, AmkDiagEngine *diag) {
   const AmkBuffer *buf = &w->plan->m->buffers[b];
   const AmkPlanBuffer *pb = &w->plan->buffers[b];
   if (!buf->source) {
@@ -540,7 +565,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st, Amk
     }
     if (kind == FILL_QUANTIZE) {
       quantized = true;
-      int64_t bad = quantize_rows(w, b, t, NULL, rows - part_rows, part_rows);
+      int64_t bad = quantize_rows(w, b, t, NULL, rows - part_rows, part_rows, progress);
       if (bad >= 0) {
         char what[600];
         snprintf(what, sizeof what, "%s: tensor '%s'", t->file, key);
@@ -613,6 +638,15 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
   }
   bool ok = true;
   bool mapped = false;
+  /* The bytes of every buffer bound below: a quantized one counts its rows
+   * (and its scales') as they are made, any other its bytes once bound. */
+  int64_t total = 0;
+  for (uint32_t b = 0; b < plan->n_buffers; b++)
+    if (is_loaded(&plan->buffers[b]) && w->buffers[b].origin == AMK_WEIGHTS_NONE)
+      total += plan->buffers[b].nbytes;
+  AmkProgress *progress = amk_progress_begin(
+      quantized_bytes(plan) > 0 ? "amk: loading and quantizing weights" : "amk: loading weights",
+      AMK_PROGRESS_BYTES, NULL, total);
   /* Quantized weights first: one quantized as it loads fills its scales,
    * which then need no tensor of their own. */
   for (int round = 0; round < 2; round++)
@@ -621,10 +655,14 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
       if (!is_loaded(pb) || (pb->quant.role == AMK_PLAN_QUANT_WEIGHT) != (round == 0) ||
           w->buffers[b].origin != AMK_WEIGHTS_NONE)
         continue;
-      ok = bind_weight(w, b, w->checkpoint, diag);
+      ok = bind_weight(w, b, w->checkpoint, progress, diag);
+      if (ok && w->buffers[b].origin != AMK_WEIGHTS_QUANTIZED)
+        amk_progress_add(progress, pb->nbytes);
       mapped |= w->buffers[b].origin == AMK_WEIGHTS_MAPPED ||
                 w->buffers[b].origin == AMK_WEIGHTS_JOINED;
     }
+  /* The line ends before an error is reported. */
+  amk_progress_end(progress);
   if (!ok) {
     amk_weights_free(w);
     return NULL;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "amk/diag.h"
+#include "amk/progress.h"
 
 struct AmkDiagEngine {
   FILE *out;
@@ -165,6 +166,8 @@ void amk_diag_v(AmkDiagEngine *d, AmkSeverity s, AmkLoc loc, const char *fmt,
     d->captured[d->n_captured++] = (AmkDiagnostic){s, loc, msg};
     return;
   }
+  /* A progress line being drawn on the same stream ends first. */
+  amk_progress_break_line(d->out);
   const char *bold = d->color ? SGR_BOLD : "", *reset = d->color ? SGR_RESET : "";
   const char *sev = d->color ? severity_color(s) : "";
   if (loc.line)

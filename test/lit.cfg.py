@@ -57,6 +57,8 @@ import ctypes
 
 def _load_first(names):
     for name in names:
+        if not name:
+            continue  # CDLL("") loads the running program: no library at all
         try:
             return ctypes.CDLL(name)
         except OSError:

@@ -16,8 +16,14 @@
 AmkModule *amk_parse_text(const char *name, const char *text, size_t len,
                           AmkDiagEngine *diag);
 
+/* The meta member that carries a module's model folder in JSON (the text
+ * form's `model` line; the reference's JSON has no place for it). */
+#define AMK_JSON_MODEL_DIR_KEY "model_dir"
+
 /* Parse the reference's JSON. Errors name the JSON path
- * (`tasks[12].waits[0].threshold`) and the line:col. NULL on any error. */
+ * (`tasks[12].waits[0].threshold`) and the line:col. NULL on any error.
+ * A string meta.model_dir becomes the module's model_dir (and stays in
+ * meta, so that the module writes back the JSON it was read from). */
 AmkModule *amk_read_json(const char *name, const char *text, size_t len,
                          AmkDiagEngine *diag);
 
@@ -25,7 +31,9 @@ AmkModule *amk_read_json(const char *name, const char *text, size_t len,
 void amk_print_text(const AmkModule *m, AmkStrBuf *out);
 
 /* Write the module as the reference's JSON, byte for byte as Python's
- * json.dumps(indent=2) writes it (no trailing newline). */
+ * json.dumps(indent=2) writes it (no trailing newline). A module with a
+ * model folder writes it as meta.model_dir: in place of the meta's own
+ * model_dir, else last. */
 void amk_write_json(const AmkModule *m, AmkStrBuf *out);
 
 /* Write a JSON value the way json.dumps(indent=2) would at nesting `depth`. */

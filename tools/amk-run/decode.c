@@ -10,6 +10,7 @@
 
 #include "amk/fileio.h"
 #include "amk/numerics.h"
+#include "amk/progress.h"
 #include "amk/strbuf.h"
 #include "run.h"
 
@@ -36,7 +37,19 @@ typedef struct {
   double worst_rel;
   bool on_device;
   AmkSampler *sampler; /* one over the whole run: a chat's turns draw on */
+  /* The prompt's text waits until the prompt is evaluated, so that the
+   * progress line drawn meanwhile does not overwrite it on the terminal. */
+  bool prompt_unprinted;
 } Decoder;
+
+/* The prompt's text (or nothing, for ids), once. False after reporting. */
+static bool print_prompt(Decoder *d) {
+  if (!d->prompt_unprinted)
+    return true;
+  d->prompt_unprinted = false;
+  const TokenPrinter *p = &d->text->printer;
+  return !p->begin || p->begin(p->ctx, d->text->prompt, d->text->n_prompt);
+}
 
 /* Whether `token` ends this decode: an end-of-sequence id (unless
  * --ignore-eos), or in chat mode also the template's end of turn. */
@@ -53,6 +66,10 @@ static bool is_stop(const Decoder *d, int32_t token) {
  * kept; any other is kept and printed. False when no more tokens are
  * wanted. */
 static bool accept_token(Decoder *d, int32_t token) {
+  if (!print_prompt(d)) {
+    d->failed = d->done = true;
+    return false;
+  }
   if (is_stop(d, token)) {
     d->stopped_at_eos = true;
     d->eos_token = token;
@@ -96,6 +113,8 @@ static int decode_on_device(Decoder *d, AmkDiagEngine *diag) {
                    .on_token = device_token,
                    .ctx = d};
   d->first_token_ms = -1;
+  if (!print_prompt(d))
+    return 1;
   double t0 = run_now_ms(), kms = 0;
   AmkStepStatus st = amk_engine_generate(d->rc->engine, &g, &kms, diag);
   double t1 = run_now_ms();
@@ -137,6 +156,7 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
   const float *ref = amk_engine_logits(reference, &nv);
   size_t ref_bad = amk_count_nonfinite(ref, nv), got_bad = amk_count_nonfinite(logits, vocab);
   if (got_bad > ref_bad) {
+    amk_progress_break_line(stderr);
     fprintf(stderr,
             "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 "): %zu of %zu "
             "GPU logits are not finite (NaN or Inf); the reference VM has %zu\n",
@@ -153,6 +173,7 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
   d->checked++;
   if (cr.pass)
     return 0;
+  amk_progress_break_line(stderr);
   fprintf(stderr,
           "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 ", token %d): max "
           "|gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy tokens ref %d, "
@@ -174,6 +195,13 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
   const RunOptions *o = d->o;
   AmkEngine *engine = d->rc->engine;
   int status = 0;
+  /* The prompt's steps before the first new token: on the CPU VM and a
+   * large model each takes seconds. */
+  AmkProgress *progress =
+      d->n_prompt > d->n_fed
+          ? amk_progress_begin("amk-run: evaluating the prompt", AMK_PROGRESS_ITEMS, "tokens",
+                               d->n_prompt - d->n_fed)
+          : NULL;
   for (int64_t pos = d->n_fed; pos < d->n_seq && status == 0; pos++) {
     double t0 = run_now_ms();
     float kms = 0;
@@ -181,6 +209,12 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
     if (st != AMK_STEP_OK) {
       status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
       break;
+    }
+    if (progress && pos < d->n_prompt)
+      amk_progress_add(progress, 1);
+    if (pos + 1 >= d->n_prompt) {
+      amk_progress_end(progress);
+      progress = NULL;
     }
     d->kernel_ms += kms;
     *last_launch = pos;
@@ -194,6 +228,7 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
       break;
     size_t nonfinite = amk_count_nonfinite(logits, vocab);
     if (nonfinite) {
+      amk_progress_break_line(stderr);
       fprintf(stderr,
               "amk-run: error: step %" PRId64 " (position %" PRId64 ", token %d): %zu of %zu "
               "logits are not finite (NaN or Inf); the weights or the program produce "
@@ -219,6 +254,7 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
         break;
     }
   }
+  amk_progress_end(progress);
   return status;
 }
 
@@ -364,9 +400,14 @@ int run_decode(const RunContext *rc, AmkDiagEngine *diag) {
   amk_sb_init(&dump);
   int64_t last_launch = -1; /* the position of the last GPU launch */
   const TokenPrinter *printer = &text->printer;
-  int status = printer->begin && !printer->begin(printer->ctx, text->prompt, text->n_prompt);
+  d.prompt_unprinted = true;
+  int status = 0;
+  if (!amk_progress_wanted(stderr))
+    status = !print_prompt(&d); /* as it always was: the prompt first */
   if (status == 0)
     status = decode_run(&d, &dump, &last_launch, diag);
+  if (status == 0 && !print_prompt(&d)) /* no new token was chosen */
+    status = 1;
   double t_end = run_now_ms();
   /* With text the prompt was printed too: its line ends even with no new
    * token. */

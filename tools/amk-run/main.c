@@ -24,6 +24,7 @@
 #include "amk/path.h"
 #include "amk/pipeline.h"
 #include "amk/plan.h"
+#include "amk/progress.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
 #include "run.h"
@@ -202,6 +203,73 @@ static bool fits_host_memory(const AmkPlan *plan, AmkDiagEngine *diag) {
   return false;
 }
 
+/* "12 ms" under a second, else as progress lines write it ("1.2 s"). */
+static void format_took(char *buf, size_t size, double ms) {
+  if (ms < 999.5)
+    snprintf(buf, size, "%.0f ms", ms);
+  else
+    amk_progress_format_duration(buf, size, ms / 1e3);
+}
+
+/* -v: how long a phase took. */
+static void say_phase(const char *what, double ms) {
+  char took[32];
+  format_took(took, sizeof took, ms);
+  fprintf(stderr, "amk-run: %s in %s\n", what, took);
+}
+
+/* -v: the weights' bytes by where they came from, and the rate of the load
+ * (mapped bytes are read from the file only when an engine touches them). */
+static void say_weights(const AmkPlan *plan, const AmkWeights *w, double ms) {
+  int64_t mapped = 0, converted = 0, quantized = 0, random = 0;
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    int64_t n = plan->buffers[b].nbytes;
+    switch (amk_weights_origin(w, b)) {
+    case AMK_WEIGHTS_MAPPED:
+    case AMK_WEIGHTS_JOINED:
+      mapped += n;
+      break;
+    case AMK_WEIGHTS_CONVERTED:
+      converted += n;
+      break;
+    case AMK_WEIGHTS_QUANTIZED:
+      quantized += n;
+      break;
+    case AMK_WEIGHTS_RANDOM:
+      random += n;
+      break;
+    case AMK_WEIGHTS_NONE:
+    case AMK_WEIGHTS_SYNTHETIC: /* the plan's own tables, not weights */
+      break;
+    }
+  }
+  int64_t total = mapped + converted + quantized + random;
+  char size[32], took[32], rate[32] = "";
+  amk_progress_format_bytes(size, sizeof size, (double)total);
+  format_took(took, sizeof took, ms);
+  if (ms > 0) {
+    amk_progress_format_bytes(rate, sizeof rate, (double)total / (ms / 1e3));
+    strcat(rate, "/s");
+  }
+  fprintf(stderr, "amk-run: loaded %s of weights in %s%s%s%s", size, took, rate[0] ? " (" : "",
+          rate, rate[0] ? ")" : "");
+  const struct {
+    int64_t bytes;
+    const char *how;
+  } parts[] = {{mapped, "mapped from the checkpoint"},
+               {converted, "converted"},
+               {quantized, "quantized"},
+               {random, "random, made when first read"}};
+  const char *sep = ": ";
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+    if (parts[i].bytes > 0) {
+      amk_progress_format_bytes(size, sizeof size, (double)parts[i].bytes);
+      fprintf(stderr, "%s%s %s", sep, size, parts[i].how);
+      sep = ", ";
+    }
+  fputc('\n', stderr);
+}
+
 /* --seed -1: a seed from the system's random source (the clock and the
  * process id where there is none), in [0, 2^32) so that it reads back as
  * --seed. */
@@ -263,6 +331,16 @@ int main(int argc, char **argv) {
   char *text = NULL;
   size_t text_len = 0;
   AmkModule *m = load_program(&o, diag, &text, &text_len);
+  /* -v says where the time goes, phase by phase. */
+  bool say = o.verbose && !o.json;
+  if (m && say) {
+    char what[1200];
+    if (amk_is_directory(o.target))
+      snprintf(what, sizeof what, "compiled %s (%" PRIu32 " tasks)", o.target, m->n_tasks);
+    else
+      snprintf(what, sizeof what, "read %s (%" PRIu32 " tasks)", o.target, m->n_tasks);
+    say_phase(what, run_now_ms() - t_start);
+  }
   char *weights = m ? weights_folder(&o, m) : NULL;
   /* Errors from here on are about weights and runs. One with a place is at
    * a task or buffer of the program file it was read from (a program
@@ -277,7 +355,10 @@ int main(int argc, char **argv) {
    * a text prompt without a tokenizer fails here. */
   RunText run_text = {0};
   bool ok = m && run_text_prepare(&run_text, &o, weights, diag);
+  double t_phase = run_now_ms();
   AmkPlan *plan = ok ? amk_plan_build(m, NULL, diag) : NULL;
+  if (plan && say)
+    say_phase("validated and planned the program", run_now_ms() - t_phase);
   ok = plan && run_text_check_vocab(&run_text, plan->vocab, diag);
   /* The reference VM decodes (no GPU, or beside it with --check/--bench):
    * it needs the whole program in host memory, checked before loading. */
@@ -287,10 +368,14 @@ int main(int argc, char **argv) {
     ok = fits_host_memory(plan, diag);
   }
   AmkWeights *loaded = NULL;
+  t_phase = run_now_ms();
   if (ok)
     loaded = o.random_weights ? amk_weights_random(plan, o.random_weights_seed, diag)
                               : amk_weights_load(plan, weights, diag);
   ok = loaded != NULL;
+  if (ok && say)
+    say_weights(plan, loaded, run_now_ms() - t_phase);
+  t_phase = run_now_ms();
   /* The engine that decodes, and with --check or --bench the reference VM
    * stepping beside it over the same plan and weights. */
   AmkEngineOptions eopt = amk_engine_options_default();
@@ -311,6 +396,10 @@ int main(int argc, char **argv) {
     } else if (!o.json && !o.bench) {
       fprintf(stderr, "amk-run: decoding on the GPU: %s\n", amk_engine_describe(engine));
     }
+    if (engine && say)
+      say_phase("started the CUDA engine (codegen, the NVRTC compile or the cubin cache, "
+                "upload)", run_now_ms() - t_phase);
+    t_phase = run_now_ms();
   }
   /* The CUDA engine refused and the VM takes over: its memory was not
    * checked yet. */
@@ -318,6 +407,8 @@ int main(int argc, char **argv) {
     ok = fits_host_memory(plan, diag);
   if (ok && !engine) {
     ok = (engine = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
+    if (ok && say)
+      say_phase("started the reference VM", run_now_ms() - t_phase);
     if (ok && o.verbose && !o.json)
       fprintf(stderr, "amk-run: decoding on the %s\n", amk_engine_describe(engine));
   }
