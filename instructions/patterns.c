@@ -10,6 +10,11 @@
  * qkv vector's for rotated q and k). So a fused program gives exactly the
  * bits of its unfused form. Every shape, head range and position is checked
  * before the first write to the output.
+ *
+ * norm, residual, silu and silu_residual also take weight-only quantized
+ * weights (params qdtype, group): inputs [x, qW, scales(, operand)], the
+ * scales at input 2 and the pattern's operand after them at input 3. Their
+ * GEMV step is then the quantized plain tile (DEQUANT, then the fp GEMV).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -76,23 +81,46 @@ static int require_inputs(const AmkInstCall *call, int64_t pattern,
                    pattern_text(pattern), want, names, call->n_in);
 }
 
-/* The GEMV-shaped patterns take fp weights only (a quantized weight needs
- * inputs [x, qW, scales], which their inputs do not leave room for). */
+/* Whether the call names a weight-only quantized format (any qdtype param:
+ * the plain tile refuses a value it does not know). */
+static bool quantized(const AmkInstCall *call) {
+  return amk_inst_param_has(call->p, AMK_PARAM_qdtype);
+}
+
+/* The inputs before the pattern's operand: x and W, or x, qW and scales. */
+static uint32_t weight_inputs(const AmkInstCall *call) {
+  return quantized(call) ? 3 : 2;
+}
+
+/* combine_residual takes fp weights only (its inputs after W hold the
+ * residual and the partials, no scales). */
 static int require_fp_weights(const AmkInstCall *call, int64_t pattern) {
-  int32_t qdtype = inst_int_or(call, AMK_PARAM_qdtype, 0);
-  if (qdtype == AMK_QDTYPE_INT8 || qdtype == AMK_QDTYPE_INT4)
+  if (quantized(call))
     return inst_fail(call, AMK_INST_ERR_PARAM,
                      "%s takes fp weights, not qdtype %d", pattern_text(pattern),
-                     (int)qdtype);
+                     (int)inst_int_or(call, AMK_PARAM_qdtype, 0));
   return AMK_INST_OK;
 }
 
-/* The plain GEMV of (x, W) with this call's params, into *out. */
+/* The plain GEMV of (x, W), or of (x, qW, scales), with this call's params,
+ * into *out. */
 static int gemv_step(const AmkInstCall *call, int64_t pattern,
                      const AmkTensorView *x, AmkTensorView *out) {
-  AmkTensorView in[2] = {*x, call->in[1]};
-  return step(call, pattern, AMK_OP_GEMV_TILE, inst_gemv_plain, call->p, in, 2,
-              out);
+  AmkTensorView in[3] = {*x, call->in[1], *x};
+  if (quantized(call))
+    in[2] = call->in[2];
+  return step(call, pattern, AMK_OP_GEMV_TILE, inst_gemv_plain, call->p, in,
+              weight_inputs(call), out);
+}
+
+/* A GEMV-shaped pattern's inputs: its fp form `names` ("x, W, g") with
+ * `operands` operands after W, or the quantized form with the scales
+ * before them. */
+static int require_gemv_inputs(const AmkInstCall *call, int64_t pattern,
+                               uint32_t operands, const char *names,
+                               const char *quantized_names) {
+  return require_inputs(call, pattern, weight_inputs(call) + operands,
+                        quantized(call) ? quantized_names : names);
 }
 
 /* The product (x, W) for the tile's columns, then + r over those columns
@@ -116,8 +144,7 @@ static int gemv_residual(const AmkInstCall *call, int64_t pattern,
 /* x, W, g: out[c] = rmsnorm(x, g, eps) . W[c]. K is the width of x. */
 static int run_norm(const AmkInstCall *call, int64_t pattern) {
   int rc;
-  if ((rc = require_inputs(call, pattern, 3, "x, W, g")) ||
-      (rc = require_fp_weights(call, pattern)) ||
+  if ((rc = require_gemv_inputs(call, pattern, 1, "x, W, g", "x, qW, scales, g")) ||
       (rc = inst_require(call, AMK_PARAM_K)) ||
       (rc = inst_require(call, AMK_PARAM_eps)) ||
       (rc = inst_require_numeric(call, &call->out[0], "output")))
@@ -130,7 +157,7 @@ static int run_norm(const AmkInstCall *call, int64_t pattern) {
   AmkTensorView xn;
   if ((rc = scratch(call, call->out[0].dtype, x->rank, x->shape, &xn)))
     return rc;
-  AmkTensorView norm_in[2] = {*x, call->in[2]};
+  AmkTensorView norm_in[2] = {*x, call->in[weight_inputs(call)]};
   if (!(rc = step(call, pattern, AMK_OP_RMSNORM, amk_kernel_RMSNORM,
                   &norm_params, norm_in, 2, &xn)))
     rc = gemv_step(call, pattern, &xn, &call->out[0]);
@@ -141,11 +168,10 @@ static int run_norm(const AmkInstCall *call, int64_t pattern) {
 /* x, W, r: out[c] = r[c] + x . W[c]. */
 static int run_residual(const AmkInstCall *call, int64_t pattern) {
   int rc;
-  if ((rc = require_inputs(call, pattern, 3, "x, W, r")) ||
-      (rc = require_fp_weights(call, pattern)) ||
+  if ((rc = require_gemv_inputs(call, pattern, 1, "x, W, r", "x, qW, scales, r")) ||
       (rc = inst_require_numeric(call, &call->out[0], "output")))
     return rc;
-  return gemv_residual(call, pattern, &call->in[0], &call->in[2]);
+  return gemv_residual(call, pattern, &call->in[0], &call->in[weight_inputs(call)]);
 }
 
 /* ---- silu, silu_residual ------------------------------------------------ */
@@ -154,9 +180,9 @@ static int run_residual(const AmkInstCall *call, int64_t pattern) {
  * tile needs all of it), then the GEMV (and the residual add). */
 static int run_silu(const AmkInstCall *call, int64_t pattern, bool residual) {
   int rc;
-  if ((rc = require_inputs(call, pattern, residual ? 3 : 2,
-                           residual ? "gu, W, r" : "gu, W")) ||
-      (rc = require_fp_weights(call, pattern)) ||
+  if ((rc = require_gemv_inputs(call, pattern, residual ? 1 : 0,
+                                residual ? "gu, W, r" : "gu, W",
+                                residual ? "gu, qW, scales, r" : "gu, qW, scales")) ||
       (rc = inst_require(call, AMK_PARAM_K)) ||
       (rc = inst_require_numeric(call, &call->in[0], "gu")) ||
       (rc = inst_require_numeric(call, &call->out[0], "output")))
@@ -177,7 +203,7 @@ static int run_silu(const AmkInstCall *call, int64_t pattern, bool residual) {
   rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves,
             2, &act);
   if (!rc)
-    rc = residual ? gemv_residual(call, pattern, &act, &call->in[2])
+    rc = residual ? gemv_residual(call, pattern, &act, &call->in[weight_inputs(call)])
                   : gemv_step(call, pattern, &act, &call->out[0]);
   free(act.data);
   return rc;

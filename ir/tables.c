@@ -153,9 +153,16 @@ int amk_gemv_pattern_from_name(const char *s) {
 }
 
 int amk_op_max_inputs(AmkOp op, int64_t flags) {
-  if (op == AMK_OP_GEMV_TILE && flags >= 0 &&
-      flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_COMBINE_RESIDUAL)
+  int64_t pattern = flags >= 0 ? flags >> AMK_PATTERN_SHIFT : AMK_PATTERN_PLAIN;
+  if (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_COMBINE_RESIDUAL)
     return AMK_MAX_INPUTS;
+  /* A weight-only quantized tile of these patterns reads its scales before
+   * the pattern's operand: [x, qW, scales, g or r] (silu: [gu, qW, scales],
+   * within the table's 3). */
+  if (op == AMK_OP_GEMV_TILE &&
+      (pattern == AMK_PATTERN_NORM || pattern == AMK_PATTERN_RESIDUAL ||
+       pattern == AMK_PATTERN_SILU_RESIDUAL))
+    return 4;
   return (unsigned)op < AMK_OP_COUNT ? op_table[op].max_inputs : 0;
 }
 

@@ -24,8 +24,10 @@
  * Every rewrite is checked against the dataflow before it is made (the
  * intermediate buffer has exactly the expected writers and readers, its
  * counter no other waiters, the wait lists stay within the ABI's cap), so
- * anything fuse does not recognise is left as it was (weight-only quantized
- * tiles among them: the patterns read fp weights). Thresholds follow the
+ * anything fuse does not recognise is left as it was. Weight-only quantized
+ * tiles fuse as fp ones do, except into combine_residual: their scales stay
+ * input 2 and the pattern's operand (norm weight, residual) moves to input 3,
+ * and stacked weights get stacked scales (docs/Quantization.md). Thresholds follow the
  * all-join rule; tiles that share a buffer share one counter with disjoint
  * [n_off, n_off + N_tile), as the reference's write-after-write check needs.
  */
@@ -385,6 +387,30 @@ static void set_pattern(AmkModule *m, AmkTask *t, int64_t pattern) {
                      amk_value_int(pattern << AMK_PATTERN_SHIFT | amk_rw_low_flags(t)));
 }
 
+/* Inputs a tile reads before its pattern's operand (norm weight, residual,
+ * bias): x and W, and a quantized tile's scales. So the operand's slot. */
+static uint32_t base_inputs(const AmkTask *t) { return amk_rw_quantized(t) ? 3 : 2; }
+
+static bool same_param(const AmkTask *a, const AmkTask *b, const char *key) {
+  const AmkValue *x = amk_task_param(a, key), *y = amk_task_param(b, key);
+  return x && y ? amk_value_equal(x, y) : x == y;
+}
+
+/* Both tiles read fp weights, or both read one quantized format (qdtype and
+ * group): what a stacked weight and its scales need. */
+static bool same_quant(const AmkTask *a, const AmkTask *b) {
+  return amk_rw_quantized(a) == amk_rw_quantized(b) && same_param(a, b, "qdtype") &&
+         same_param(a, b, "group");
+}
+
+/* A quantized tile fuse can rewrite: qdtype 6 or 7 and the scales input. */
+static bool quant_form_ok(const AmkTask *t) {
+  int64_t qdtype = 0;
+  return !amk_rw_quantized(t) ||
+         (amk_task_param_int(t, "qdtype", &qdtype) &&
+          (qdtype == AMK_QDTYPE_INT8 || qdtype == AMK_QDTYPE_INT4) && t->n_inputs >= 3);
+}
+
 typedef struct {
   AmkWait w[AMK_MAX_WAITS];
   uint32_t n;
@@ -464,8 +490,8 @@ static void label_prefix(const char *label, char *out, size_t size) {
   snprintf(out, size, "%.*s", dot ? (int)(dot - label + 1) : 0, dot ? label : "");
 }
 
-/* Tiles writing one buffer: all GEMV_TILE with an allowed pattern, one
- * signalled counter whose producers are exactly them. */
+/* Tiles writing one buffer: all GEMV_TILE with an allowed pattern and one
+ * weight format, one signalled counter whose producers are exactly them. */
 typedef struct {
   Span tiles;
   uint32_t counter; /* position */
@@ -487,8 +513,8 @@ static bool tile_set(const Fuser *f, uint32_t buffer, uint64_t allowed_patterns,
     const AmkTask *t = &f->m->tasks[w.at[i]];
     int64_t p = amk_rw_pattern(t);
     if (t->op != AMK_OP_GEMV_TILE || t->n_outputs != 1 || p != out->pattern ||
-        !((allowed_patterns >> p) & 1) || t->n_inputs < 2 || amk_rw_quantized(t) ||
-        t->out_counter != first->out_counter)
+        !((allowed_patterns >> p) & 1) || t->n_inputs < 2 || !quant_form_ok(t) ||
+        !same_quant(t, first) || t->out_counter != first->out_counter)
       return false;
   }
   return true;
@@ -497,7 +523,7 @@ static bool tile_set(const Fuser *f, uint32_t buffer, uint64_t allowed_patterns,
 #define PATTERN_BIT(name) (1ull << AMK_PATTERN_##name)
 
 /* The tiles of several projections agree on what they reduce: the same
- * input vector, pattern, norm weight and eps, and K. */
+ * input vector, pattern, norm weight and eps, K and weight format. */
 static bool same_reduction(const Fuser *f, const TileSet *sets, size_t n) {
   const AmkTask *ref = &f->m->tasks[sets[0].tiles.at[0]];
   int64_t k_ref;
@@ -507,18 +533,19 @@ static bool same_reduction(const Fuser *f, const TileSet *sets, size_t n) {
     for (uint32_t i = 0; i < sets[s].tiles.n; i++) {
       const AmkTask *t = &f->m->tasks[sets[s].tiles.at[i]];
       int64_t k;
+      uint32_t slot = base_inputs(t);
       if (t->n_inputs != ref->n_inputs || t->inputs[0] != ref->inputs[0] ||
-          amk_rw_pattern(t) != amk_rw_pattern(ref) ||
+          amk_rw_pattern(t) != amk_rw_pattern(ref) || !same_quant(t, ref) ||
           !amk_task_param_int(t, "K", &k) || k != k_ref)
         return false;
-      if (t->n_inputs == 3 && amk_rw_pattern(t) == AMK_PATTERN_PLAIN) {
+      if (t->n_inputs == slot + 1 && amk_rw_pattern(t) == AMK_PATTERN_PLAIN) {
         /* A bias (Qwen2's q/k/v): each projection's own, concatenated with
          * the weights (tile_bias checks it). */
         continue;
       }
-      if (t->n_inputs == 3) {
+      if (t->n_inputs == slot + 1) {
         const AmkValue *a = amk_task_param(t, "eps"), *b = amk_task_param(ref, "eps");
-        if (t->inputs[2] != ref->inputs[2] || !a || !b || !amk_value_equal(a, b))
+        if (t->inputs[slot] != ref->inputs[slot] || !a || !b || !amk_value_equal(a, b))
           return false;
       }
     }
@@ -544,8 +571,10 @@ static uint32_t tile_weight(const Fuser *f, const TileSet *s) {
 static uint32_t tile_bias(const Fuser *f, const TileSet *s, bool *ok) {
   const AmkTask *first = &f->m->tasks[s->tiles.at[0]];
   *ok = true;
-  if (s->pattern != AMK_PATTERN_PLAIN || first->n_inputs != 3)
+  if (s->pattern != AMK_PATTERN_PLAIN || first->n_inputs != base_inputs(first) + 1)
     return AMK_NO_INDEX;
+  /* A quantized tile has no bias form (its input 3 would be one). */
+  *ok = !amk_rw_quantized(first);
   for (uint32_t i = 1; i < s->tiles.n; i++)
     if (f->m->tasks[s->tiles.at[i]].n_inputs != 3 ||
         f->m->tasks[s->tiles.at[i]].inputs[2] != first->inputs[2])
@@ -558,6 +587,62 @@ static uint32_t tile_bias(const Fuser *f, const TileSet *s, bool *ok) {
     return AMK_NO_INDEX;
   }
   return p;
+}
+
+/* The scales (input 2) every tile of a quantized set reads: a rank-2
+ * WEIGHT with a source, one row per weight row (`rows`), read by those
+ * tiles alone; its position. NO_INDEX when the set is not quantized or
+ * its scales cannot be stacked. */
+static uint32_t tile_scales(const Fuser *f, const TileSet *s, int64_t rows) {
+  const AmkTask *first = &f->m->tasks[s->tiles.at[0]];
+  if (!amk_rw_quantized(first))
+    return AMK_NO_INDEX;
+  for (uint32_t i = 1; i < s->tiles.n; i++)
+    if (f->m->tasks[s->tiles.at[i]].inputs[2] != first->inputs[2])
+      return AMK_NO_INDEX;
+  uint32_t p = bufpos(f, first->inputs[2]);
+  if (p == AMK_NO_INDEX)
+    return AMK_NO_INDEX;
+  const AmkBuffer *b = &f->m->buffers[p];
+  return b->kind == AMK_KIND_WEIGHT && b->rank == 2 && b->source && dim(b, 0) == rows &&
+                 dim(b, 1) > 0 && span_equal(span(&f->ix.readers, p), s->tiles)
+             ? p
+             : AMK_NO_INDEX;
+}
+
+/* Scales of `n` parts that stack: same dtype and groups per row. */
+static bool scales_stack(const Fuser *f, const uint32_t *scales, int n) {
+  for (int i = 0; i < n; i++) {
+    if (scales[i] == AMK_NO_INDEX)
+      return false;
+    const AmkBuffer *a = &f->m->buffers[scales[i]], *b = &f->m->buffers[scales[0]];
+    if (a->dtype != b->dtype || dim(a, 1) != dim(b, 1))
+      return false;
+    for (int j = 0; j < i; j++)
+      if (scales[j] == scales[i])
+        return false;
+  }
+  return true;
+}
+
+/* The stacked scales of a stacked quantized weight `weight` (a new buffer
+ * id): the parts' scales joined along rows, source "a.scales+b.scales" as
+ * the loader reads it (and as quantize names a stacked weight's scales). */
+static int32_t add_stacked_scales(Fuser *f, const uint32_t *scales, int n, int32_t weight) {
+  AmkModule *m = f->m;
+  char name[300], src[2048];
+  size_t at = 0;
+  int64_t rows = 0;
+  src[0] = '\0';
+  for (int i = 0; i < n; i++) {
+    at += (size_t)snprintf(src + at, at < sizeof src ? sizeof src - at : 0, "%s%s",
+                           i ? "+" : "", m->buffers[scales[i]].source);
+    rows += dim(&m->buffers[scales[i]], 0);
+  }
+  /* fuse made ids positions; the index does not know new buffers. */
+  snprintf(name, sizeof name, "%s.scales", m->buffers[weight].name);
+  int64_t dims[2] = {rows, dim(&m->buffers[scales[0]], 1)};
+  return add_buffer(f, name, AMK_KIND_WEIGHT, m->buffers[scales[0]].dtype, 2, dims, src);
 }
 
 /* ---- rmsnorm + gemv ---------------------------------------------------------------- */
@@ -595,19 +680,22 @@ static void fuse_norms(Fuser *f) {
     for (uint32_t i = 0; i < readers.n && ok; i++) {
       const AmkTask *t = &m->tasks[readers.at[i]];
       ok = t->op == AMK_OP_GEMV_TILE && amk_rw_pattern(t) == AMK_PATTERN_PLAIN &&
-           t->n_inputs == 2 && !amk_rw_quantized(t) && t->n_outputs == 1 &&
+           t->n_inputs == base_inputs(t) && quant_form_ok(t) && t->n_outputs == 1 &&
            t->inputs[0] == norm->outputs[0] &&
-           t->inputs[1] != norm->outputs[0] &&
            merged_waits(t, &drop, 1, norm->waits, norm->n_waits, &sets[i]);
+      for (uint32_t k = 1; k < t->n_inputs && ok; k++)
+        ok = t->inputs[k] != norm->outputs[0];
     }
     if (ok) {
-      int32_t in[3] = {norm->inputs[0], 0, norm->inputs[1]};
       int64_t elem = amk_dtype_nbytes(m->buffers[y].dtype, 1);
       AmkValue eps_value = *eps;
       for (uint32_t i = 0; i < readers.n; i++) {
         AmkTask *t = &m->tasks[readers.at[i]];
-        in[1] = t->inputs[1];
-        set_inputs(m, t, in, 3);
+        /* [x, W, g], or [x, qW, scales, g]: the norm weight after the scales. */
+        int32_t in[4] = {norm->inputs[0], t->inputs[1], t->n_inputs > 2 ? t->inputs[2] : 0, 0};
+        uint32_t slot = base_inputs(t);
+        in[slot] = norm->inputs[1];
+        set_inputs(m, t, in, slot + 1);
         set_waits(m, t, &sets[i]);
         set_pattern(m, t, AMK_PATTERN_NORM);
         amk_task_set_param(m, t, "eps", eps_value);
@@ -645,8 +733,10 @@ static bool fuse_one_residual(Fuser *f, uint32_t pos, int which) {
   bool ok = true;
   for (uint32_t i = 0; i < ts.tiles.n && ok; i++) {
     const AmkTask *t = &m->tasks[ts.tiles.at[i]];
-    ok = t->n_inputs == 2 && t->inputs[0] != y_id && t->inputs[1] != y_id &&
+    ok = t->n_inputs == base_inputs(t) &&
          merged_waits(t, &drop, 1, add->waits, add->n_waits, &sets[i]);
+    for (uint32_t k = 0; k < t->n_inputs && ok; k++)
+      ok = t->inputs[k] != y_id;
   }
   if (ok) {
     int64_t elem = amk_dtype_nbytes(m->buffers[z].dtype, 1);
@@ -655,10 +745,13 @@ static bool fuse_one_residual(Fuser *f, uint32_t pos, int which) {
                                                           : AMK_PATTERN_RESIDUAL;
     for (uint32_t i = 0; i < ts.tiles.n; i++) {
       AmkTask *t = &m->tasks[ts.tiles.at[i]];
-      int32_t in[3] = {t->inputs[0], t->inputs[1], r_id};
+      /* [x, W, r], or [x, qW, scales, r]: the residual after the scales. */
+      int32_t in[4] = {t->inputs[0], t->inputs[1], t->n_inputs > 2 ? t->inputs[2] : 0, 0};
+      uint32_t slot = base_inputs(t);
+      in[slot] = r_id;
       int64_t n_tile = 0;
       amk_task_param_int(t, "N_tile", &n_tile);
-      set_inputs(m, t, in, 3);
+      set_inputs(m, t, in, slot + 1);
       set_waits(m, t, &sets[i]);
       set_pattern(m, t, pattern);
       t->outputs = amk_arena_memdup(&m->arena, &out, sizeof out);
@@ -738,6 +831,15 @@ static void fuse_mlp(Fuser *f) {
         !span_equal(span(&f->ix.readers, wu), sets[1].tiles) ||
         !tiles_cover(m, sets[0].tiles, inter))
       continue;
+    /* Quantized gate and up (one format: same_reduction) stack their scales too. */
+    bool quantized = amk_rw_quantized(&m->tasks[sets[0].tiles.at[0]]);
+    uint32_t scales[2] = {AMK_NO_INDEX, AMK_NO_INDEX};
+    if (quantized) {
+      scales[0] = tile_scales(f, &sets[0], inter);
+      scales[1] = tile_scales(f, &sets[1], inter);
+      if (!scales_stack(f, scales, 2))
+        continue;
+    }
     /* The consumers: GEMV tiles reducing over act. */
     Span down = span(&f->ix.readers, act);
     if (down.n == 0 || !span_equal(span(&f->ix.waiters, c_act), down))
@@ -747,8 +849,8 @@ static void fuse_mlp(Fuser *f) {
       const AmkTask *t = &m->tasks[down.at[i]];
       int64_t p = amk_rw_pattern(t);
       ok = t->op == AMK_OP_GEMV_TILE && t->n_outputs == 1 && t->inputs[0] == s->outputs[0] &&
-           !amk_rw_quantized(t) && (p == AMK_PATTERN_PLAIN || p == AMK_PATTERN_RESIDUAL) &&
-           (t->n_inputs == 2) == (p == AMK_PATTERN_PLAIN);
+           quant_form_ok(t) && (p == AMK_PATTERN_PLAIN || p == AMK_PATTERN_RESIDUAL) &&
+           t->n_inputs == base_inputs(t) + (p == AMK_PATTERN_RESIDUAL);
       for (uint32_t k = 1; k < t->n_inputs && ok; k++)
         ok = t->inputs[k] != s->outputs[0];
     }
@@ -761,6 +863,7 @@ static void fuse_mlp(Fuser *f) {
     int64_t w_dims[2] = {2 * inter, dim(&m->buffers[wg], 1)};
     AmkDType w_dtype = m->buffers[wg].dtype, a_dtype = m->buffers[gate].dtype;
     int32_t w_gu = add_buffer(f, name, AMK_KIND_WEIGHT, w_dtype, 2, w_dims, src);
+    int32_t s_gu = quantized ? add_stacked_scales(f, scales, 2, w_gu) : -1;
     rename_part(m->buffers[gate].name, "gate", "gu", ".gu", name, sizeof name);
     int64_t gu_dims[2] = {2, inter};
     int32_t gu = add_buffer(f, name, AMK_KIND_ACTIVATION, a_dtype, 2, gu_dims, NULL);
@@ -770,7 +873,11 @@ static void fuse_mlp(Fuser *f) {
     int32_t c_gu = add_counter(f, m->buffers[gu].name, note);
     for (uint32_t i = 0; i < sets[0].tiles.n; i++) {
       AmkTask *t = &m->tasks[sets[0].tiles.at[i]];
-      int32_t in[3] = {t->inputs[0], w_gu, t->n_inputs == 3 ? t->inputs[2] : 0};
+      int32_t in[AMK_MAX_INPUTS];
+      memcpy(in, t->inputs, t->n_inputs * sizeof *in);
+      in[1] = w_gu;
+      if (quantized)
+        in[2] = s_gu;
       set_inputs(m, t, in, t->n_inputs);
       t->outputs = amk_arena_memdup(&m->arena, &gu, sizeof gu);
       t->out_counter = c_gu;
@@ -787,7 +894,9 @@ static void fuse_mlp(Fuser *f) {
       /* Dropping one wait and adding one never exceeds the cap. */
       merged_waits(t, &drop, 1, &wait_gu, 1, &ws);
       set_waits(m, t, &ws);
-      int32_t in[3] = {gu, t->inputs[1], t->n_inputs == 3 ? t->inputs[2] : 0};
+      int32_t in[AMK_MAX_INPUTS];
+      memcpy(in, t->inputs, t->n_inputs * sizeof *in);
+      in[0] = gu;
       set_inputs(m, t, in, t->n_inputs);
       set_pattern(m, t, amk_rw_pattern(t) == AMK_PATTERN_RESIDUAL
                             ? AMK_PATTERN_SILU_RESIDUAL
@@ -803,6 +912,8 @@ static void fuse_mlp(Fuser *f) {
     amk_rw_kill_buffer(&f->edit, act);
     amk_rw_kill_buffer(&f->edit, wg);
     amk_rw_kill_buffer(&f->edit, wu);
+    for (int i = 0; i < 2 && quantized; i++)
+      amk_rw_kill_buffer(&f->edit, scales[i]);
     amk_rw_kill_counter(&f->edit, sets[0].counter);
     amk_rw_kill_counter(&f->edit, sets[1].counter);
     amk_rw_kill_counter(&f->edit, c_act);
@@ -858,6 +969,7 @@ typedef struct {
   TileSet proj[3];                                /* q, k, v */
   uint32_t weight[3];
   uint32_t bias[3]; /* NO_INDEX, or all three (Qwen2) */
+  uint32_t scales[3]; /* quantized weights' scales, else NO_INDEX */
   Span attention;
   int64_t head_dim, n_heads, n_kv, max_seq;
 } AttentionBlock;
@@ -932,6 +1044,18 @@ static bool match_attention_block(const Fuser *f, const AmkTask *a, AttentionBlo
       blk->weight[0] == blk->weight[1] || blk->weight[1] == blk->weight[2] ||
       blk->weight[0] == blk->weight[2] || !same_reduction(f, blk->proj, 3))
     return false;
+  /* One dtype to stack; quantized parts (one format: same_reduction) stack
+   * their scales too. */
+  for (int i = 0; i < 3; i++) {
+    const AmkBuffer *w = &m->buffers[blk->weight[i]];
+    if (w->dtype != m->buffers[blk->weight[0]].dtype ||
+        dim(w, 1) != dim(&m->buffers[blk->weight[0]], 1))
+      return false;
+    blk->scales[i] = tile_scales(f, &blk->proj[i], dim(w, 0));
+  }
+  if (amk_rw_quantized(&m->tasks[blk->proj[0].tiles.at[0]]) &&
+      !scales_stack(f, blk->scales, 3))
+    return false;
   /* Every reader of the rotated q is an attention task over the same caches. */
   blk->attention = span(&f->ix.readers, blk->q);
   for (uint32_t i = 0; i < blk->attention.n; i++) {
@@ -991,6 +1115,8 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     rename_part(bq->name, "q_proj", "qkv_proj", ".qkv_bias", name, sizeof name);
     b_qkv = add_buffer(f, name, AMK_KIND_WEIGHT, bq->dtype, 1, &width, src);
   }
+  bool quantized = blk->scales[0] != AMK_NO_INDEX;
+  int32_t s_qkv = quantized ? add_stacked_scales(f, blk->scales, 3, w_qkv) : -1;
   const AmkBuffer *q_raw = &m->buffers[blk->q_raw];
   snprintf(name, sizeof name, "%skv", q_raw->name ? q_raw->name : "q");
   int64_t qkv_dims[2] = {1, width};
@@ -1038,8 +1164,14 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
       int64_t off = 0;
       amk_task_param_int(t, "n_off", &off);
       amk_task_set_param(m, t, "n_off", amk_value_int(off + shift[p]));
-      int32_t in[3] = {t->inputs[0], w_qkv,
-                       b_qkv >= 0 ? b_qkv : t->n_inputs == 3 ? t->inputs[2] : 0};
+      /* [x, W(, b or g)] or [x, qW, scales(, g)]. */
+      int32_t in[AMK_MAX_INPUTS];
+      memcpy(in, t->inputs, t->n_inputs * sizeof *in);
+      in[1] = w_qkv;
+      if (quantized)
+        in[2] = s_qkv;
+      else if (b_qkv >= 0)
+        in[2] = b_qkv;
       set_inputs(m, t, in, t->n_inputs);
       t->outputs = amk_arena_memdup(&m->arena, &qkv, sizeof qkv);
       t->out_counter = c_qkv;
@@ -1114,6 +1246,8 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     amk_rw_kill_buffer(&f->edit, dead_buffers[i]);
   for (int i = 0; i < 3 && b_qkv >= 0; i++)
     amk_rw_kill_buffer(&f->edit, blk->bias[i]);
+  for (int i = 0; i < 3 && quantized; i++)
+    amk_rw_kill_buffer(&f->edit, blk->scales[i]);
   for (int p = 0; p < 3; p++)
     amk_rw_kill_counter(&f->edit, blk->proj[p].counter);
   f->done[FUSION_QKV]++;
@@ -1166,7 +1300,8 @@ static bool foldable_partials(const Fuser *f, const AmkTask *comb, int64_t per_p
 }
 
 /* A reader of the combine's output y that can take the combine in: a
- * residual tile reducing y (K = its n_heads * head_dim elements) into an
+ * residual tile of fp weights (combine_residual has no quantized form: the
+ * combine stays a task before a quantized o_proj) reducing y (K = its n_heads * head_dim elements) into an
  * output of y's dtype (the combine then rounds to the dtype y had), reading
  * no partial as W or r. */
 static bool folds_combine(const Fuser *f, const AmkTask *t, const AmkTask *comb,
@@ -1175,7 +1310,7 @@ static bool folds_combine(const Fuser *f, const AmkTask *t, const AmkTask *comb,
   uint32_t out = t->n_outputs == 1 ? bufpos(f, t->outputs[0]) : AMK_NO_INDEX;
   uint32_t y = bufpos(f, comb->outputs[0]);
   if (t->op != AMK_OP_GEMV_TILE || amk_rw_pattern(t) != AMK_PATTERN_RESIDUAL ||
-      t->n_inputs != 3 || out == AMK_NO_INDEX || t->inputs[0] != comb->outputs[0] ||
+      amk_rw_quantized(t) || t->n_inputs != 3 || out == AMK_NO_INDEX || t->inputs[0] != comb->outputs[0] ||
       t->inputs[1] == comb->outputs[0] || t->inputs[2] == comb->outputs[0] ||
       !amk_task_param_int(t, "K", &k) || k != width ||
       f->m->buffers[out].dtype != f->m->buffers[y].dtype)

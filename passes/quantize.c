@@ -10,9 +10,9 @@
  * the same program runs from the original checkpoint or from the folder
  * `amk-opt --emit-weights` writes.
  *
- * Projections named in --quant-keep stay in their dtype. Fused patterns read
- * fp weights only, so a weight already fused is an error: quantize before
- * -fuse.
+ * Projections named in --quant-keep stay in their dtype. Only plain tiles
+ * are rewritten (fuse then fuses the quantized tiles, docs/Quantization.md),
+ * so an fp weight already fused is an error: quantize before -fuse.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,7 +105,7 @@ typedef struct {
   bool as_plain_weight; /* input 1 of a plain two-input GEMV/GEMM tile */
   bool otherwise;       /* by anything else (another op, input, bias...) */
   uint32_t fused_reader; /* a GEMV with a fused pattern reading it as its
-                            weight, + 1 (0: none) */
+                            fp weight, + 1 (0: none) */
 } Readers;
 
 static bool is_tile(const AmkTask *t) {
@@ -123,7 +123,7 @@ static Readers *find_readers(const AmkModule *m) {
       if (!b)
         continue;
       Readers *rd = &r[b - m->buffers];
-      if (i == 1 && fused && b->kind == AMK_KIND_WEIGHT) {
+      if (i == 1 && fused && b->kind == AMK_KIND_WEIGHT && !amk_rw_quantized(task)) {
         if (!rd->fused_reader)
           rd->fused_reader = t + 1;
       } else if (i == 1 && plain) {
@@ -302,7 +302,8 @@ bool amk_pass_quantize(AmkModule *m, AmkPassContext *ctx) {
       const AmkTask *t = &m->tasks[r->fused_reader - 1];
       amk_error(diag, t->loc,
                 "quantize: weight '%s' is read by task %" PRId32 " ('%s'), a GEMV fused with "
-                "pattern %s; the fused patterns read fp weights: quantize before -fuse",
+                "pattern %s; quantize rewrites plain tiles only (fuse fuses quantized ones): "
+                "quantize before -fuse",
                 b->name, t->id, t->label, amk_gemv_pattern_name(amk_rw_pattern(t)));
       ok = false;
       break;

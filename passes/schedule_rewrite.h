@@ -74,7 +74,8 @@ int64_t amk_rw_pattern(const AmkTask *t);
 int64_t amk_rw_low_flags(const AmkTask *t);
 
 /* Whether a GEMV/GEMM tile reads weight-only quantized weights (a qdtype
- * param): fuse leaves those tiles as they are (docs/Quantization.md). */
+ * param): its scales are input 2, a fused pattern's operand input 3
+ * (docs/Quantization.md). */
 bool amk_rw_quantized(const AmkTask *t);
 
 /* Copy of a task's params into the arena (so a task can edit its own). */

@@ -127,7 +127,8 @@ static void format_shape(const Shape *s, char *buf, size_t size) {
 
 /* Inputs of each pattern, [min, max]; plain tiles take 2 or 3 (a bias, or a
  * quantized tile's scales: the op's arity), combine_residual its 1..6
- * partials besides W and r. */
+ * partials besides W and r. A quantized tile reads one more: its scales at
+ * input 2, before the pattern's operand (quantized_operand). */
 static const struct {
   uint32_t min, max;
 } pattern_inputs[] = {
@@ -144,6 +145,26 @@ static const struct {
 _Static_assert(sizeof pattern_inputs / sizeof pattern_inputs[0] ==
                    AMK_PATTERN_COUNT,
                "pattern_inputs: give a new GEMV pattern its input count");
+
+/* The inputs of a pattern with weight-only quantized weights (the scales
+ * at input 2, the pattern's operand after them); NULL for the patterns with
+ * no quantized form. */
+static const char *quantized_inputs(int64_t pattern) {
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_PLAIN: return "x, qW, scales";
+  case AMK_PATTERN_NORM: return "x, qW, scales, g";
+  case AMK_PATTERN_RESIDUAL: return "x, qW, scales, r";
+  case AMK_PATTERN_SILU: return "gu, qW, scales";
+  case AMK_PATTERN_SILU_RESIDUAL: return "gu, qW, scales, r";
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_ATTENTION_ROPE:
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+  case AMK_PATTERN_COUNT:
+    break;
+  }
+  return NULL;
+}
 
 /* A param the pattern needs: reported when absent, false when absent,
  * mistyped or below `min` (those two reported by param_at_least / the
@@ -230,11 +251,13 @@ static void require_window(AmkValidator *v, const AmkTask *t,
                 cache->name);
 }
 
-/* The residual (input 2) of the residual patterns has the output's size. */
-static void require_residual(AmkValidator *v, const AmkTask *t, const Shape *out) {
+/* The residual (input `slot`: 2, or 3 after a quantized tile's scales) of
+ * the residual patterns has the output's size. */
+static void require_residual(AmkValidator *v, const AmkTask *t, const Shape *out,
+                             uint32_t slot) {
   if (out->ok)
     require_numel(v, t, "residual", out->numel, "the output's size",
-                  shape_of(v, t->inputs[2]));
+                  shape_of(v, t->inputs[slot]));
 }
 
 /* combine_residual: head_dim and n_heads present and >= 1 with
@@ -265,8 +288,8 @@ static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
 }
 
 static void check_pattern(AmkValidator *v, const AmkTask *t,
-                          const AmkParamTable *pt, int64_t flags, bool have_k,
-                          int64_t k, bool have_range, int64_t n_off,
+                          const AmkParamTable *pt, int64_t flags, bool quantized,
+                          bool have_k, int64_t k, bool have_range, int64_t n_off,
                           int64_t n_tile) {
   int64_t pattern = flags >> AMK_PATTERN_SHIFT;
   if (flags < 0 || pattern >= AMK_PATTERN_COUNT) {
@@ -279,15 +302,21 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   if (pattern == AMK_PATTERN_PLAIN)
     return;
   const char *name = amk_gemv_pattern_name(pattern);
-  uint32_t min = pattern_inputs[pattern].min, max = pattern_inputs[pattern].max;
+  /* check_tile reported a quantized tile of another pattern. */
+  uint32_t extra = quantized ? 1 : 0, slot = 2 + extra; /* the operand */
+  uint32_t min = pattern_inputs[pattern].min + extra, max = pattern_inputs[pattern].max + extra;
   if (t->n_inputs < min || t->n_inputs > max) {
     char expected[32];
     if (min == max)
       snprintf(expected, sizeof expected, "%u", min);
     else
       snprintf(expected, sizeof expected, "%u to %u", min, max);
-    bound_error(v, t, "pattern %s reads %u inputs, expected %s (%s)", name,
-                t->n_inputs, expected, amk_gemv_pattern_inputs(pattern));
+    if (quantized)
+      bound_error(v, t, "pattern %s with quantized weights reads %u inputs, expected %s (%s)",
+                  name, t->n_inputs, expected, quantized_inputs(pattern));
+    else
+      bound_error(v, t, "pattern %s reads %u inputs, expected %s (%s)", name,
+                  t->n_inputs, expected, amk_gemv_pattern_inputs(pattern));
     return;
   }
   const Shape *x = shape_of(v, t->inputs[0]);
@@ -295,7 +324,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   switch ((AmkGemvPattern)pattern) {
   case AMK_PATTERN_NORM:
     if (have_k)
-      require_numel(v, t, "norm weight", k, "K", shape_of(v, t->inputs[2]));
+      require_numel(v, t, "norm weight", k, "K", shape_of(v, t->inputs[slot]));
     return;
   case AMK_PATTERN_SILU:
   case AMK_PATTERN_SILU_RESIDUAL:
@@ -306,14 +335,14 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
       require_shape(v, t, name, "gate|up", x, 2, want, expected);
     }
     if (pattern == AMK_PATTERN_SILU_RESIDUAL)
-      require_residual(v, t, out);
+      require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_RESIDUAL:
-    require_residual(v, t, out);
+    require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_COMBINE_RESIDUAL:
     check_combine_inputs(v, t, pt, name, have_k, k);
-    require_residual(v, t, out);
+    require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
@@ -450,17 +479,19 @@ static int64_t quant_weight_rows(AmkValidator *v, const AmkTask *t, int64_t qdty
 }
 
 /* A GEMV/GEMM tile with weight-only quantized weights: inputs [x, qW,
- * scales], params qdtype (6 int8, 7 int4) and group (default K); the
- * scales are a float [N, ceil(K/group)]. */
+ * scales] (a fused pattern's operand after them: check_pattern), params
+ * qdtype (6 int8, 7 int4) and group (default K); the scales are a float
+ * [N, ceil(K/group)]. */
 static void check_quantized_tile(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
-                                 int64_t qdtype, bool have_k, int64_t k) {
+                                 int64_t qdtype, bool fused, bool have_k, int64_t k) {
   if (qdtype != AMK_QDTYPE_INT8 && qdtype != AMK_QDTYPE_INT4) {
     bound_error(v, t, "qdtype=%" PRId64 " names no weight-only format (6: int8, 7: int4)",
                 qdtype);
     return;
   }
-  if (t->n_inputs != 3) {
-    bound_error(v, t, "a quantized tile reads [x, qW, scales], not %u inputs", t->n_inputs);
+  if (fused ? t->n_inputs < 3 : t->n_inputs != 3) {
+    bound_error(v, t, "a quantized tile reads [x, qW, scales%s], not %u inputs",
+                fused ? ", ..." : "", t->n_inputs);
     return;
   }
   int64_t group = k;
@@ -500,10 +531,11 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   bool have_flags = t->op == AMK_OP_GEMV_TILE && pt->v[AMK_PARAM_flags] &&
                     amk_validator_int(pt->v[AMK_PARAM_flags], &flags) &&
                     flags >= INT32_MIN && flags <= INT32_MAX;
-  if (quantized && have_flags && flags >> AMK_PATTERN_SHIFT != AMK_PATTERN_PLAIN) {
+  bool fused = have_flags && flags >> AMK_PATTERN_SHIFT != AMK_PATTERN_PLAIN;
+  if (quantized && fused && !quantized_inputs(flags >> AMK_PATTERN_SHIFT)) {
     const char *pattern = amk_gemv_pattern_name(flags >> AMK_PATTERN_SHIFT);
-    bound_error(v, t, "quantized weights (qdtype=%" PRId64 ") take the plain pattern only, "
-                "not %s (the fused patterns read fp weights)",
+    bound_error(v, t, "quantized weights (qdtype=%" PRId64 ") take the plain, norm, "
+                "residual, silu or silu_residual pattern, not %s",
                 qdtype, pattern ? pattern : "an unknown one");
     return;
   }
@@ -520,7 +552,7 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
       require_width(v, t, "weight", "K", k, w);
   }
   if (quantized)
-    check_quantized_tile(v, t, pt, qdtype, have_k, k);
+    check_quantized_tile(v, t, pt, qdtype, fused, have_k, k);
   if (have_tile && have_off) {
     int64_t end = n_off + n_tile; /* both int32: no overflow */
     if (out->ok && end > last_dim(out))
@@ -547,7 +579,7 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
                   m_off + m_tile, rows, out->id, out->name);
   }
   if (have_flags)
-    check_pattern(v, t, pt, flags, have_k, k, have_tile && have_off, n_off,
+    check_pattern(v, t, pt, flags, quantized, have_k, k, have_tile && have_off, n_off,
                   n_tile);
 }
 

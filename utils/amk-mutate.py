@@ -407,10 +407,11 @@ def pattern_comb_inputs(p):
 
 
 def pattern_comb_arity(p):
-    """A tile reading [p0, W, r, p1] whose flags say residual: 4 inputs are
-    too many for any pattern but combine_residual."""
+    """A tile reading [p0, W, r, p1] whose flags say plain: 4 inputs are too
+    many for a plain tile (only combine_residual and the quantized norm,
+    residual and silu_residual tiles take more than 3)."""
     t = combine_tile(p)
-    t["params"]["flags"] = 2 << 16
+    t["params"]["flags"] = 0
 
 
 def pattern_comb_k(p):
@@ -540,8 +541,51 @@ def quant_scales_dtype(p):
 
 
 def quant_fused(p):
-    """A quantized tile claims the fused norm pattern (fp weights only)."""
+    """A plain quantized tile [x, qW, scales] claims the norm pattern (no g)."""
     quant_tiles(p, "L0.q_proj")[0]["params"]["flags"] = 1 << 16
+
+
+def fused_tile(p, prefix, pattern):
+    for t in p["tasks"]:
+        if t["label"].startswith(prefix) and \
+                t["params"].get("flags", 0) >> 16 == pattern:
+            return t
+    sys.exit(f"amk-mutate: no tile labelled {prefix}* of pattern {pattern}")
+
+
+def quant_pattern_attention(p):
+    """An attention_rope tile of a fused program claims int8 weights."""
+    fused_tile(p, "L0.attention", 7)["params"]["qdtype"] = 6
+
+
+def quant_norm_weight(p):
+    """A quantized norm tile's g (input 3) is its [128, 1] scales."""
+    t = fused_tile(p, "L0.q_proj", 1)
+    t["inputs"][3] = t["inputs"][2]
+
+
+def quant_residual(p):
+    """A quantized residual tile's r (input 3) is the 128-wide qkv vector."""
+    qkv = fused_tile(p, "L0.q_proj", 1)["outputs"][0]
+    fused_tile(p, "L0.o_proj", 2)["inputs"][3] = qkv
+
+
+def quant_operand_order(p):
+    """A quantized norm tile reads g before its scales: [x, qW, g, scales]."""
+    t = fused_tile(p, "L0.q_proj", 1)
+    t["inputs"][2], t["inputs"][3] = t["inputs"][3], t["inputs"][2]
+
+
+def quant_fused_arity(p):
+    """A quantized silu_residual tile without its residual: [gu, qW, scales]."""
+    t = fused_tile(p, "L0.down_proj", 4)
+    t["inputs"] = t["inputs"][:3]
+
+
+def quant_stacked_scales(p):
+    """The stacked gate|up scales keep the rows of gate's alone."""
+    s = buffer_by_id(p, fused_tile(p, "L0.gate_up_proj", 1)["inputs"][2])
+    s["shape"] = [s["shape"][0] // 2, s["shape"][1]]
 
 
 def quant_packed_width(p):
@@ -619,6 +663,12 @@ MUTATIONS = {
     "quant-no-scales": quant_no_scales,
     "quant-scales-dtype": quant_scales_dtype,
     "quant-fused": quant_fused,
+    "quant-pattern-attention": quant_pattern_attention,
+    "quant-norm-weight": quant_norm_weight,
+    "quant-residual": quant_residual,
+    "quant-operand-order": quant_operand_order,
+    "quant-fused-arity": quant_fused_arity,
+    "quant-stacked-scales": quant_stacked_scales,
     "quant-packed-width": quant_packed_width,
 }
 

@@ -187,7 +187,9 @@
  * flags = (pattern << AMK_PATTERN_SHIFT) | the low flag bits.
  * X(NAME, id, text_name, inputs, what the tile computes); docs/Fusion.md has
  * the exact semantics. A pattern reads as many inputs as GEMV_TILE's row in
- * AMK_OPS allows, except combine_residual (amk_op_max_inputs). */
+ * AMK_OPS allows, except combine_residual and the weight-only quantized
+ * forms of norm, residual and silu_residual, which read their scales at
+ * input 2 and the pattern's operand at input 3 (amk_op_max_inputs). */
 #define AMK_PATTERN_SHIFT 16
 #define AMK_GEMV_PATTERNS(X)                                                   \
   X(PLAIN, 0, "plain", "x, W", "out[cols] = x @ W[cols]^T")                   \

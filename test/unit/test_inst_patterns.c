@@ -178,10 +178,11 @@ static void test_norm(UnitCounts *c, AmkDType dt) {
                AMK_INST_ERR_SHAPE);
   CHECK_STR(c, err, "gemv_tile: norm: rmsnorm: input 1 has 23 elements, want hidden = 24");
   CHECK(c, same(&before, &got));
+  /* Quantized, the norm weight follows the scales: 3 inputs are too few. */
   set_int(&fused, "qdtype", 6);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &fused, fin, 3, &got, NULL, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
-  CHECK_STR(c, err, "gemv_tile: norm takes fp weights, not qdtype 6");
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: norm takes 4 inputs (x, qW, scales, g), got 3");
   /* A stacked output needs exactly R * width weight rows. */
   T gu3 = mat(dt, 3, N, 0, &seed);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &all, pin, 2, &gu3, NULL, err, sizeof err) ==
@@ -247,6 +248,112 @@ static void test_residual_silu(UnitCounts *c, AmkDType dt, int64_t pattern) {
   }
   CHECK(c, same(&before, &got));
   DROP_ALL(&x, &w, &r, &act, &y, &want, &got, &before);
+}
+
+/* ---- weight-only quantized norm, residual, silu, silu_residual ----------------- */
+
+/* Random quantized weights [rows, K]: int8 bytes in [-127, 127], or int4
+ * nibbles (any byte); f16 scales [rows, ceil(K/group)] in [2^-6, 2^-3]. */
+static void make_quantized(int qdtype, int64_t rows, int64_t k, int64_t group,
+                           uint32_t *seed, T *q, T *scales) {
+  int64_t q_dims[2] = {rows, k}, s_dims[2] = {rows, (k + group - 1) / group};
+  AmkDType qt = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
+  q->v = amk_tensor_view(NULL, qt, 2, q_dims);
+  size_t q_bytes = (size_t)amk_dtype_nbytes(qt, q->v.numel);
+  q->v.data = calloc(q_bytes + 1, 1);
+  for (size_t i = 0; i < q_bytes; i++) {
+    uint32_t r = next_random(seed);
+    ((uint8_t *)q->v.data)[i] = qdtype == AMK_QDTYPE_INT8 ? (uint8_t)(int8_t)(r % 255 - 127)
+                                                           : (uint8_t)r;
+  }
+  scales->v = amk_tensor_view(NULL, AMK_DTYPE_F16, 2, s_dims);
+  scales->v.data = calloc((size_t)scales->v.numel * 2 + 1, 1);
+  for (int64_t i = 0; i < scales->v.numel; i++) /* exponents -6..-3 */
+    ((uint16_t *)scales->v.data)[i] =
+        (uint16_t)(((9 + next_random(seed) % 4) << 10) | (next_random(seed) & 0x3FF));
+}
+
+/* A quantized tile of each GEMV-shaped pattern, [x, qW, scales(, g or r)],
+ * gives the bits of DEQUANT (to f32) followed by the fp pattern, and of its
+ * unfused quantized steps (norm / silu_mul, the plain quantized tile, add). */
+static void test_quantized(UnitCounts *c, AmkDType dt, int64_t pattern, int qdtype) {
+  uint32_t seed = 31 + (uint32_t)pattern * 7 + (uint32_t)qdtype;
+  char err[256];
+  const int64_t K = 24, N = 20, GROUP = 16; /* K = 24: a full group and a short one */
+  bool silu = pattern == AMK_PATTERN_SILU || pattern == AMK_PATTERN_SILU_RESIDUAL;
+  bool has_operand = pattern != AMK_PATTERN_SILU;
+  T x = mat(dt, silu ? 2 : 1, K, 2.0f, &seed), q, scales;
+  make_quantized(qdtype, N, K, GROUP, &seed, &q, &scales);
+  T operand = pattern == AMK_PATTERN_NORM ? mat(dt, 1, K, 1.0f, &seed)
+                                          : mat(dt, 1, N, 4.0f, &seed);
+  /* DEQUANT, then the fp pattern. */
+  T w = mat(AMK_DTYPE_F32, N, K, 0, &seed);
+  AmkInstParams dq = {0};
+  set_int(&dq, "qdtype", qdtype);
+  set_int(&dq, "group", GROUP);
+  AmkTensorView dq_in[2] = {q.v, scales.v};
+  CHECK(c, exec(AMK_OP_DEQUANT, &dq, dq_in, 2, &w, NULL, err, sizeof err) == 0);
+  T want = mat(dt, 1, N, 0, &seed), got = mat(dt, 1, N, 0, &seed);
+  T steps = mat(dt, 1, N, 0, &seed);
+  for (int64_t off = 0; off < N; off += TILE) {
+    int64_t n = N - off < TILE ? N - off : TILE;
+    AmkInstParams fp = gemv_params(pattern, K, off, n);
+    set_float(&fp, "eps", 1e-5);
+    AmkTensorView fp_in[3] = {x.v, w.v, operand.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fp, fp_in, has_operand ? 3 : 2, &want, NULL, err,
+                  sizeof err) == 0);
+    AmkInstParams qp = fp;
+    set_int(&qp, "qdtype", qdtype);
+    set_int(&qp, "group", GROUP);
+    AmkTensorView q_in[4] = {x.v, q.v, scales.v, operand.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &qp, q_in, has_operand ? 4 : 3, &got, NULL, err,
+                  sizeof err) == 0);
+  }
+  CHECK(c, same(&want, &got));
+  /* The unfused quantized program: the prologue into an activation of dt,
+   * the plain quantized tile, the add. */
+  T act = mat(dt, 1, K, 0, &seed), y = mat(dt, 1, N, 0, &seed);
+  AmkInstParams none = {0};
+  if (pattern == AMK_PATTERN_NORM) {
+    AmkInstParams np = {0};
+    set_int(&np, "hidden", K);
+    set_float(&np, "eps", 1e-5);
+    AmkTensorView norm_in[2] = {x.v, operand.v};
+    CHECK(c, exec(AMK_OP_RMSNORM, &np, norm_in, 2, &act, NULL, err, sizeof err) == 0);
+  } else if (silu) {
+    AmkTensorView halves[2] = {part(&x, 0, K), part(&x, K, K)};
+    CHECK(c, exec(AMK_OP_SILU_MUL, &none, halves, 2, &act, NULL, err, sizeof err) == 0);
+  }
+  AmkInstParams plain = gemv_params(AMK_PATTERN_PLAIN, K, 0, N);
+  set_int(&plain, "qdtype", qdtype);
+  set_int(&plain, "group", GROUP);
+  bool residual = pattern == AMK_PATTERN_RESIDUAL || pattern == AMK_PATTERN_SILU_RESIDUAL;
+  AmkTensorView p_in[3] = {pattern == AMK_PATTERN_RESIDUAL ? x.v : act.v, q.v, scales.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, p_in, 3, residual ? &y : &steps, NULL, err,
+                sizeof err) == 0);
+  if (residual) {
+    AmkTensorView add_in[2] = {y.v, operand.v};
+    CHECK(c, exec(AMK_OP_ADD, &none, add_in, 2, &steps, NULL, err, sizeof err) == 0);
+  }
+  CHECK(c, same(&steps, &got));
+
+  /* Errors, writing nothing: the operand missing, or before the scales. */
+  T before = copy_of(&got);
+  AmkInstParams qp = gemv_params(pattern, K, 0, TILE);
+  set_float(&qp, "eps", 1e-5);
+  set_int(&qp, "qdtype", qdtype);
+  set_int(&qp, "group", GROUP);
+  AmkTensorView short_in[2] = {x.v, q.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &qp, short_in, 2, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK(c, strstr(err, has_operand ? "takes 4 inputs" : "takes 3 inputs") != NULL);
+  CHECK(c, strstr(err, "qW, scales") != NULL);
+  if (has_operand) {
+    AmkTensorView swapped[4] = {x.v, q.v, operand.v, scales.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &qp, swapped, 4, &got, NULL, err, sizeof err) != 0);
+  }
+  CHECK(c, same(&before, &got));
+  DROP_ALL(&x, &q, &scales, &operand, &w, &want, &got, &steps, &act, &y, &before);
 }
 
 /* ---- rope_kv, attention, attention_rope ---------------------------------------- */
@@ -622,10 +729,23 @@ static void test_combine_residual_errors(UnitCounts *c) {
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, AMK_MAX_INPUTS + 1, &got, NULL, err,
                 sizeof err) == AMK_INST_ERR_ARITY);
   CHECK_STR(c, err, "gemv_tile: takes 2 to 8 inputs, got 9");
+  AmkInstParams plain = gemv_params(AMK_PATTERN_PLAIN, CK, 0, TILE);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, in, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: takes 2 to 3 inputs, got 4");
+  /* The dispatch lets a residual tile have 4 (its quantized form); an fp one
+   * takes 3. */
   AmkInstParams residual = gemv_params(AMK_PATTERN_RESIDUAL, CK, 0, TILE);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &residual, in, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_ARITY);
-  CHECK_STR(c, err, "gemv_tile: takes 2 to 3 inputs, got 4");
+  CHECK_STR(c, err, "gemv_tile: residual takes 3 inputs (x, W, r), got 4");
+  /* combine_residual has no quantized form. */
+  n_in = combine_inputs(partials, 2, &w, &r, in);
+  AmkInstParams quantized = combine_params(0, TILE);
+  set_int(&quantized, "qdtype", 6);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, in, n_in, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: combine_residual takes fp weights, not qdtype 6");
   /* K is the combined vector's n_heads x head_dim. */
   n_in = combine_inputs(partials, 2, &w, &r, in);
   AmkInstParams bad_k = combine_params(0, TILE);
@@ -688,6 +808,12 @@ int main(void) {
         test_attention(&c, dt, rope, partial);
     for (uint32_t n = 1; n <= AMK_MAX_INPUTS - 2; n++)
       test_combine_residual(&c, dt, n);
+    const int64_t gemv_patterns[4] = {AMK_PATTERN_NORM, AMK_PATTERN_RESIDUAL,
+                                      AMK_PATTERN_SILU, AMK_PATTERN_SILU_RESIDUAL};
+    for (int i = 0; i < 4; i++) {
+      test_quantized(&c, dt, gemv_patterns[i], AMK_QDTYPE_INT8);
+      test_quantized(&c, dt, gemv_patterns[i], AMK_QDTYPE_INT4);
+    }
   }
   test_combine_residual_errors(&c);
   test_unknown_pattern(&c);

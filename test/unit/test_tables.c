@@ -90,7 +90,18 @@ int main(void) {
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, combine) == AMK_MAX_INPUTS);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, combine | 2) == AMK_MAX_INPUTS);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, 0) == 3);
+  /* [x, qW, scales, r]: quantized residual-type tiles take a fourth input. */
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_RESIDUAL
+                                                    << AMK_PATTERN_SHIFT) == 4);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_NORM
+                                                    << AMK_PATTERN_SHIFT) == 4);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_SILU
+                                                    << AMK_PATTERN_SHIFT) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_SILU_RESIDUAL
+                                                    << AMK_PATTERN_SHIFT) == 4);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ROPE_KV
+                                                    << AMK_PATTERN_SHIFT) == 3);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ATTENTION_ROPE
                                                     << AMK_PATTERN_SHIFT) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, -combine) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMM_TILE, combine) == 3);
