@@ -1117,6 +1117,17 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
   }
 }
 
+// A tile's output rows [n_off, n_off + n_tile) lie in [0, nout); else the
+// launch fails with a shape error (thread 0 reports it).
+__device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int n_tile,
+                                                 int nout) {
+  if (n_off >= 0 && n_tile >= 0 && n_off + n_tile <= nout)
+    return true;
+  if (threadIdx.x == 0)
+    amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+  return false;
+}
+
 // ---- weight-only quantized GEMV (W8A16, W4A16) ------------------------------------
 //
 // Inputs x, qW [N, K] and scales [N, ceil(K / GROUP)] (the quantize pass's
@@ -1278,11 +1289,8 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   const void *aux = I.n_inputs > 3 ? amk_in(A, 3) : nullptr;
   void *out = amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
-  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT) {
-    if (threadIdx.x == 0)
-      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
     return;
-  }
   constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
   float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
   if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
@@ -1775,11 +1783,8 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   const void *res = amk_in(A, 2);
   void *out = amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
-  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT) {
-    if (threadIdx.x == 0)
-      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
     return;
-  }
   float *xs = smem; // K, then the combine's scratch
   amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem + K,
                                     [&](int i, float v) { xs[i] = amk_round<ODT>(v); });

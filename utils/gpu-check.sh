@@ -115,11 +115,18 @@ if [ -n "$FIXTURES" ]; then
 else
   row SKIP "fixtures" "no ../shared/fixtures/hf here (set AMK_FIXTURES); in-tree example only"
 fi
-for fx in "${FIX_LIST[@]}"; do
+# One fixture through each pipeline variant (name|passes...) in f32 and
+# bf16: golden tokens on the GPU (bf16: the first FIRST of them), and
+# --check against the reference VM over the golden prompt and length.
+check_fixture() {
+  local fx=$1 first=$2
+  shift 2
+  local name prompt ngen v vname dt tag prog s
   name=$(basename "$fx")
   prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt'])))" "$fx/golden.json")
   ngen=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['generated']))" "$fx/golden.json")
-  for v in "${VARIANTS[@]}"; do
+  for v in "$@"; do
+    local parts passes
     IFS='|' read -r -a parts <<<"$v"
     vname=${parts[0]}
     passes=("${parts[@]:1}")
@@ -135,7 +142,7 @@ for fx in "${FIX_LIST[@]}"; do
           --golden "$fx/golden.json" --device cuda)
       else
         s=$(run_logged "$tag.golden" python3 utils/check_golden.py "$BIN/amk-run" "$prog" \
-          --golden "$fx/golden.json" --device cuda --first-tokens 4)
+          --golden "$fx/golden.json" --device cuda --first-tokens "$first")
       fi
       row "$s" "$tag: golden tokens on the GPU" "$(grep -h '^PASS\|^FAIL' "$LOG/$tag.golden.log" | tr '\n' ' ' | cut -c1-150)"
       s=$(run_logged "$tag.check" "$BIN/amk-run" "$prog" --device cuda --check \
@@ -143,6 +150,9 @@ for fx in "${FIX_LIST[@]}"; do
       row "$s" "$tag: --check vs the reference VM" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/$tag.check.log" | head -1 | cut -c1-150)"
     done
   done
+}
+for fx in "${FIX_LIST[@]}"; do
+  check_fixture "$fx" 4 "${VARIANTS[@]}"
 done
 
 echo "== 3b. families (Mistral, Qwen2, Qwen3, Phi-3, Gemma) x {fused, split-KV} x {f32, bf16}"
@@ -158,37 +168,11 @@ else
   for fx in "$FAMILIES"/*/; do
     fx=${fx%/}
     [ -f "$fx/golden.json" ] || continue
-    name=$(basename "$fx")
-    prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt'])))" "$fx/golden.json")
-    ngen=$(python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))['generated']))" "$fx/golden.json")
     # mistral-tiny's second token is decided by 2e-4 (below bf16's
     # resolution): its bf16 program is compared on the first token only.
     first=4
-    [ "$name" = mistral-tiny ] && first=1
-    for v in "${FAM_VARIANTS[@]}"; do
-      IFS='|' read -r -a parts <<<"$v"
-      vname=${parts[0]}
-      passes=("${parts[@]:1}")
-      for dt in f32 bf16; do
-        tag="$name-$vname-$dt"
-        prog=$LOG/$tag.amkir
-        if ! timeout 120 "$BIN/amk-opt" "$fx" "${passes[@]}" --dtype=$dt -o "$prog" >"$LOG/$tag.compile.log" 2>&1; then
-          row FAIL "$tag: amk-opt" "$(tail -1 "$LOG/$tag.compile.log")"
-          continue
-        fi
-        if [ $dt = f32 ]; then
-          s=$(run_logged "$tag.golden" python3 utils/check_golden.py "$BIN/amk-run" "$prog" \
-            --golden "$fx/golden.json" --device cuda)
-        else
-          s=$(run_logged "$tag.golden" python3 utils/check_golden.py "$BIN/amk-run" "$prog" \
-            --golden "$fx/golden.json" --device cuda --first-tokens $first)
-        fi
-        row "$s" "$tag: golden tokens on the GPU" "$(grep -h '^PASS\|^FAIL' "$LOG/$tag.golden.log" | tr '\n' ' ' | cut -c1-150)"
-        s=$(run_logged "$tag.check" "$BIN/amk-run" "$prog" --device cuda --check \
-          --prompt-ids "$prompt" -n "$ngen")
-        row "$s" "$tag: --check vs the reference VM" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/$tag.check.log" | head -1 | cut -c1-150)"
-      done
-    done
+    [ "$(basename "$fx")" = mistral-tiny ] && first=1
+    check_fixture "$fx" "$first" "${FAM_VARIANTS[@]}"
   done
 fi
 
