@@ -879,11 +879,6 @@ static bool version_text(Reader *r, const cJSON *node, const char **out) {
   return true;
 }
 
-static bool same_major(const char *a, const char *b) {
-  size_t la = strcspn(a, "."), lb = strcspn(b, ".");
-  return la == lb && memcmp(a, b, la) == 0;
-}
-
 static bool read_versions(Reader *r, const cJSON *root) {
   struct {
     const char *key, *label, *runtime;
@@ -903,7 +898,7 @@ static bool read_versions(Reader *r, const cJSON *root) {
     path_pop(r, saved);
     if (!ok)
       return false;
-    if (!same_major(*versions[i].field, versions[i].runtime))
+    if (!amk_same_major_version(*versions[i].field, versions[i].runtime))
       return node_error(r, node, "%s major version mismatch: file %s vs runtime %s",
                         versions[i].label, *versions[i].field, versions[i].runtime);
   }

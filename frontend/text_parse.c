@@ -147,22 +147,12 @@ static bool id_fits(AmkTextParser *p, int64_t id, AmkLoc loc,
 
 /* ---- header, model, meta ------------------------------------------------ */
 
-/* The major part of a version: the digits before the first '.'. */
-static bool version_major(const char *v, long *major) {
-  char *end;
-  if (!(v[0] >= '0' && v[0] <= '9'))
-    return false;
-  *major = strtol(v, &end, 10);
-  return *end == '.' || *end == 0;
-}
-
 void amk_text_set_versions(AmkTextParser *p, const char *ir, AmkLoc ir_loc,
                            const char *abi, AmkLoc abi_loc) {
-  long major;
-  if (!version_major(ir, &major) || major != AMK_IR_VERSION_MAJOR)
+  if (!amk_same_major_version(ir, AMK_IR_VERSION))
     amk_text_error(p, ir_loc, "IR major version mismatch: file %s vs runtime %s",
                    ir, AMK_IR_VERSION);
-  if (!version_major(abi, &major) || major != AMK_ABI_VERSION_MAJOR)
+  if (!amk_same_major_version(abi, AMK_ABI_VERSION))
     amk_text_error(p, abi_loc,
                    "ABI major version mismatch: file %s vs runtime %s", abi,
                    AMK_ABI_VERSION);

@@ -127,6 +127,11 @@ void amk_task_set_param(AmkModule *m, AmkTask *t, const char *key,
 
 /* ---- sizes ----------------------------------------------------------------- */
 
+bool amk_same_major_version(const char *a, const char *b) {
+  size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+  return la == lb && memcmp(a, b, la) == 0;
+}
+
 bool amk_buffer_numel(const AmkBuffer *b, int64_t *out) {
   int64_t n = 1;
   for (uint32_t i = 0; i < b->rank; i++) {

@@ -6,6 +6,7 @@
  * requires is required here, and a component we do not implement is an
  * error naming its type and its JSON path, never a silent difference. */
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -858,6 +859,10 @@ static bool read_special_ids(const Reader *r, const AmkTokenizer *t,
     if (!token_id_in_range(r, v, index_path(ids_at.text, k).text,
                            t->vocab_size, &id))
       return false;
+    /* Ids may have holes: one no token has would be encoded as nothing. */
+    if (!t->token_of_id[id])
+      return fail(r, index_path(ids_at.text, k).text,
+                  "token id %" PRId64 " is neither in the vocabulary nor an added token", id);
     item->ids[k] = (int32_t)id;
   }
   return true;

@@ -373,6 +373,11 @@ void amk_task_set_param(AmkModule *m, AmkTask *t, const char *key,
 /* Element count and byte size of a buffer whose dims are all INT. Returns
  * false (and leaves *out alone) when a dim is not an integer or overflows. */
 bool amk_buffer_numel(const AmkBuffer *b, int64_t *out);
+
+/* Whether two version strings ("0.2.0", "0.2") share their major part, the
+ * text before the first '.', compared as text as the reference does ("00"
+ * is not "0"). Both readers (JSON and .amkir) check with it. */
+bool amk_same_major_version(const char *a, const char *b);
 bool amk_buffer_nbytes(const AmkBuffer *b, int64_t *out);
 
 /* Sum of the bytes of all WEIGHT buffers. */

@@ -109,6 +109,11 @@ VARIANTS = {
         "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
                    {"Sequence": {"id": "A", "type_id": 0}}],
         "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [99], "tokens": ["<s>"]}}})],
+    "template-id-hole": [(["model", "vocab", "ab"], 4), (["post_processor"], {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [2], "tokens": ["<s>"]}}})],
     "added-id-mismatch": [(["added_tokens", 0, "id"], 7)],
     "added-missing-special": [(["added_tokens", 0, "special"], DELETE)],
     "added-new-id-mismatch": [(["added_tokens"], [dict(ADDED, content="<new>", id=9)])],
