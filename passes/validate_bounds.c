@@ -733,14 +733,20 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
     if (param_at_least(v, t, pt, AMK_PARAM_pos, 0, &x)) {
       const Shape *cache = shape_of(v, t->outputs[0]);
       const Shape *row = shape_of(v, t->inputs[0]);
-      int64_t row_len = cache->ok ? cache->numel / cache->dim[0] : 0;
-      if (cache->ok && row->ok && (row->numel == 0 || row->numel % row_len != 0)) {
+      int64_t row_len = cache->ok && cache->dim[0] > 0 ? cache->numel / cache->dim[0] : 0;
+      if (cache->ok && row->ok && row_len > 0 &&
+          (row->numel == 0 || row->numel % row_len != 0)) {
         bound_error(v, t,
                     "appended buffer #%" PRId32 " ('%s') has %" PRId64
                     " elements, expected whole cache rows of %" PRId64,
                     row->id, row->name, row->numel, row_len);
+      } else if (cache->ok && x >= cache->dim[0]) {
+        bound_error(v, t,
+                    "pos=%" PRId64 " is outside the %" PRId64
+                    " rows of KV cache buffer #%" PRId32 " ('%s')",
+                    x, cache->dim[0], cache->id, cache->name);
       } else if (cache->ok) {
-        int64_t rows = row->ok ? row->numel / row_len : 1;
+        int64_t rows = row->ok && row_len > 0 ? row->numel / row_len : 1;
         if (x + rows > cache->dim[0])
           bound_error(v, t,
                       "pos=%" PRId64 " + %" PRId64 " appended row%s exceeds the %" PRId64
@@ -926,9 +932,12 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
         pos >= s->dim[0])
       return whole;
     /* Rows pos..pos+n-1 for n appended rows (whole rows: checked above). */
-    const Shape *in = &v->shapes[amk_id_index_get(&v->bufs, task->inputs[0])];
+    uint32_t in_b = task->n_inputs ? amk_id_index_get(&v->bufs, task->inputs[0]) : AMK_NO_INDEX;
+    if (in_b == AMK_NO_INDEX)
+      return whole; /* a missing buffer, reported by the structural checks */
+    const Shape *in = &v->shapes[in_b];
     int64_t row_len = s->numel / s->dim[0];
-    int64_t n_rows = in->ok && in->numel % row_len == 0 ? in->numel / row_len : 1;
+    int64_t n_rows = in->ok && row_len > 0 && in->numel % row_len == 0 ? in->numel / row_len : 1;
     if (n_rows < 1 || pos + n_rows > s->dim[0])
       return whole;
     f.row_lo = pos * per;
