@@ -1127,7 +1127,10 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
       m->meta.kind == AMK_VALUE_OBJECT ? amk_object_get(&m->meta, "pos") : NULL;
   int64_t pos;
   if (meta_pos && amk_validator_int(meta_pos, &pos) && pos >= 0 && pos < s->dim[0]) {
-    int64_t end = pos + step_token_rows(v);
+    /* A prefill program (several token rows): every row from pos on is
+     * this step's or a later one's, never an earlier step's. */
+    int64_t rows = step_token_rows(v);
+    int64_t end = rows > 1 ? s->dim[0] : pos + rows;
     cs->rows[2 * n_bands] = pos;
     cs->rows[2 * n_bands++ + 1] = end < s->dim[0] ? end : s->dim[0];
   }
