@@ -8,7 +8,9 @@
 
 #include "inst_internal.h"
 
-/* flags bit 1: write the unnormalised partial [n_heads, head_dim + 2]. */
+/* flags bit 0: causal over several query rows; bit 1: write the
+ * unnormalised partial [n_heads, head_dim + 2]. */
+#define ATTENTION_FLAG_CAUSAL 1
 #define ATTENTION_FLAG_PARTIAL 2
 
 int inst_attention_params(const AmkInstCall *call, InstAttention *a) {
@@ -61,7 +63,9 @@ int inst_attention_check_output(const AmkInstCall *call, const InstAttention *a,
   return AMK_INST_OK;
 }
 
-static int check_attention(const AmkInstCall *call, InstAttention *a) {
+/* q and the output hold `rows` query rows of n_heads x head_dim each (a
+ * prefill chunk); a partial holds one. */
+static int check_attention(const AmkInstCall *call, InstAttention *a, int64_t *rows) {
   int rc;
   if ((rc = inst_attention_params(call, a)))
     return rc;
@@ -71,10 +75,12 @@ static int check_attention(const AmkInstCall *call, InstAttention *a) {
       (rc = inst_require_numeric(call, v, "v cache")) ||
       (rc = inst_require_same_numel(call, k, "k cache", v, "v cache")))
     return rc;
-  if (q->numel != a->n_heads * a->head_dim)
+  int64_t q_row = a->n_heads * a->head_dim;
+  if (q->numel == 0 || q->numel % q_row != 0 || (a->partial && q->numel != q_row))
     return inst_fail(call, AMK_INST_ERR_SHAPE,
-                     "q has %" PRId64 " elements, want n_heads x head_dim = %" PRId64,
-                     q->numel, a->n_heads * a->head_dim);
+                     "q has %" PRId64 " elements, want %s n_heads x head_dim = %" PRId64,
+                     q->numel, a->partial ? "(a partial: one row of)" : "rows of", q_row);
+  *rows = q->numel / q_row;
   int64_t row_len = a->n_kv_heads * a->head_dim;
   if (k->numel % row_len != 0)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
@@ -83,7 +89,17 @@ static int check_attention(const AmkInstCall *call, InstAttention *a) {
                      k->numel, row_len);
   if ((rc = inst_attention_check_window(call, a, k->numel / row_len)))
     return rc;
-  return inst_attention_check_output(call, a, &call->out[0]);
+  if (*rows == 1)
+    return inst_attention_check_output(call, a, &call->out[0]);
+  const AmkTensorView *out = &call->out[0];
+  if ((rc = inst_require_numeric(call, out, "output")))
+    return rc;
+  if (out->numel != q->numel)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "output has %" PRId64 " elements, want %" PRId64 " (%" PRId64
+                     " query rows of n_heads x head_dim)",
+                     out->numel, q->numel, *rows);
+  return AMK_INST_OK;
 }
 
 /* Query head h reads kv head h / (n_heads / n_kv_heads) over rows
@@ -135,10 +151,24 @@ int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
   return AMK_INST_OK;
 }
 
-/* inputs [q, k cache, v cache(, ignored)], caches [max_seq, n_kv, head_dim]. */
+/* Row r of a [rows, width] view as a [width] view of its own. */
+static AmkTensorView row_view(const AmkTensorView *t, int64_t r, int64_t width) {
+  AmkTensorView v = *t;
+  v.data = (char *)t->data + amk_dtype_nbytes(t->dtype, r * width);
+  v.rank = 1;
+  v.shape[0] = width;
+  v.numel = width;
+  return v;
+}
+
+/* inputs [q, k cache, v cache(, ignored)], caches [max_seq, n_kv, head_dim].
+ * Several query rows (a prefill chunk of M rows): with flags bit 0 (causal)
+ * row r reads [kv_start, kv_start + kv_len - (M - 1 - r)), so the last row
+ * reads the whole window; without it every row reads the whole window. */
 int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
   InstAttention a;
-  int rc = check_attention(call, &a);
+  int64_t rows = 1;
+  int rc = check_attention(call, &a, &rows);
   if (rc)
     return rc;
   InstKvLayout kv = {.k = &call->in[1],
@@ -146,8 +176,21 @@ int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
                      .row_stride = a.n_kv_heads * a.head_dim,
                      .k_offset = 0,
                      .v_offset = 0};
-  return inst_attend_heads(call, &a, &call->in[0], &kv, 0, a.n_heads,
-                           &call->out[0]);
+  if (rows == 1)
+    return inst_attend_heads(call, &a, &call->in[0], &kv, 0, a.n_heads, &call->out[0]);
+  bool causal = (inst_int_or(call, AMK_PARAM_flags, 0) & ATTENTION_FLAG_CAUSAL) != 0;
+  int64_t width = a.n_heads * a.head_dim;
+  for (int64_t r = 0; r < rows && rc == AMK_INST_OK; r++) {
+    InstAttention row = a;
+    if (causal) {
+      int64_t len = a.kv_len - (rows - 1 - r);
+      row.kv_len = len > 0 ? len : 0;
+    }
+    AmkTensorView q = row_view(&call->in[0], r, width);
+    AmkTensorView out = row_view(&call->out[0], r, width);
+    rc = inst_attend_heads(call, &row, &q, &kv, 0, a.n_heads, &out);
+  }
+  return rc;
 }
 /* inputs: P partials [n_heads, head_dim + 2] -> output [n_heads * head_dim].
  * m = max_p m_p; w_p = exp(m_p - m), or 0 when l_p = 0;

@@ -35,6 +35,7 @@ typedef struct {
   AmkModule *m;
   AmkDType dtype;
   int64_t elem_bytes; /* bytes per element of the program dtype */
+  int64_t rows;       /* token rows a step feeds: 1 (decode) or the batch size */
 } Builder;
 
 /* An activation (or cache) and the counter its producer signals. */
@@ -52,10 +53,16 @@ static int32_t weight(Builder *b, const char *name, const char *source,
                                    cols ? 2 : 1, dims, source);
 }
 
-static int32_t activation(Builder *b, const char *name, int64_t width) {
-  int64_t dims[2] = {1, width};
+static int32_t activation_rows(Builder *b, const char *name, int64_t rows,
+                               int64_t width) {
+  int64_t dims[2] = {rows, width};
   return amk_module_add_hbm_buffer(b->m, name, AMK_KIND_ACTIVATION, b->dtype,
                                    2, dims, NULL);
+}
+
+/* [rows, width]: one row per token of the step. */
+static int32_t activation(Builder *b, const char *name, int64_t width) {
+  return activation_rows(b, name, b->rows, width);
 }
 
 /* One task producing one buffer and signalling a fresh counter named after
@@ -94,8 +101,9 @@ static void param_real(Builder *b, AmkTask *t, const char *key, double v) {
   amk_task_set_param(b->m, t, key, amk_value_float(v));
 }
 
-/* A whole projection as one GEMV task (N_tile = N, n_off = 0); `tile`
- * splits it later. */
+/* A whole projection as one GEMV task (N_tile = N, n_off = 0), or over the
+ * rows of a prefill step one GEMM_TILE (M_tile = rows); `tile` splits it
+ * later. */
 static Value gemv_bias(Builder *b, const char *label, Value x, int32_t w,
                        int32_t bias, int64_t k, int64_t n, const char *out_name) {
   Value out;
@@ -103,13 +111,16 @@ static Value gemv_bias(Builder *b, const char *label, Value x, int32_t w,
    * out[c] = x . W[c] + bias[c]. */
   int32_t inputs[3] = {x.buffer, w, bias};
   uint32_t n_inputs = bias >= 0 ? 3 : 2;
-  AmkTask *t = add_task(b, AMK_OP_GEMV_TILE, label, inputs, n_inputs,
-                        activation(b, out_name, n), &x.counter, 1,
-                        (k * n + k + n * (n_inputs - 1)) * b->elem_bytes,
-                        2 * k * n, &out);
+  int64_t rows = b->rows;
+  AmkTask *t = add_task(b, rows > 1 ? AMK_OP_GEMM_TILE : AMK_OP_GEMV_TILE, label,
+                        inputs, n_inputs, activation(b, out_name, n), &x.counter, 1,
+                        (k * n + rows * k + rows * n * (n_inputs - 1)) * b->elem_bytes,
+                        2 * k * n * rows, &out);
   param_int(b, t, "K", k);
   param_int(b, t, "N_tile", n);
   param_int(b, t, "n_off", 0);
+  if (rows > 1)
+    param_int(b, t, "M_tile", rows);
   return out;
 }
 
@@ -178,8 +189,9 @@ static Value kv_append(Builder *b, const char *label, Value x, int32_t cache,
   int32_t inputs[2] = {x.buffer, cache};
   int64_t row = cfg->n_kv_heads * cfg->head_dim;
   AmkTask *t = add_task(b, AMK_OP_KV_APPEND, label, inputs, 2, cache,
-                        &x.counter, 1, 2 * row * b->elem_bytes, 0, &out);
-  param_int(b, t, "pos", 0); /* the run's position; see docs/Import.md */
+                        &x.counter, 1, 2 * b->rows * row * b->elem_bytes, 0, &out);
+  /* The run's position (rows pos..pos+rows-1); see docs/Import.md. */
+  param_int(b, t, "pos", 0);
   return out;
 }
 
@@ -403,14 +415,18 @@ static bool file_exists(const char *dir, const char *name) {
 
 /* ---- the program ------------------------------------------------------------------ */
 
+/* all_logits: a prefill program writes every row's logits ([rows, vocab])
+ * instead of the last row's ([1, vocab]). */
 static void build_program(Builder *b, const AmkModelConfig *cfg,
-                          int64_t max_seq) {
+                          int64_t max_seq, bool all_logits) {
   int64_t h = cfg->hidden, hd = cfg->head_dim, q_width = cfg->n_heads * hd,
           kv_width = cfg->n_kv_heads * hd, inter = cfg->intermediate;
-  int64_t one[1] = {1};
+  int64_t rows = b->rows;
+  int64_t one[1] = {rows};
   Value token = {amk_module_add_hbm_buffer(b->m, "token_id", AMK_KIND_IO_INPUT,
                                            AMK_DTYPE_I32, 1, one, NULL),
                  -1};
+  /* One position per row: ROPE rotates row r by pos + r. */
   Value pos = {amk_module_add_hbm_buffer(b->m, "pos", AMK_KIND_IO_INPUT,
                                          AMK_DTYPE_I32, 1, one, NULL),
                -1};
@@ -501,14 +517,18 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
     Value attn;
     int32_t attn_in[3] = {qr.buffer, kc.buffer, vc.buffer};
     int32_t attn_waits[3] = {qr.counter, kc.counter, vc.counter};
-    const int64_t kv_len = 1; /* pos + 1 at meta.pos = 0 */
+    /* pos + rows at meta.pos = 0: the window up to the step's last row;
+     * with several rows, causal (row r reads up to pos + r). */
+    const int64_t kv_len = rows;
     t = add_task(b, AMK_OP_ATTENTION_TILE, NAME("attention"), attn_in, 3,
                  activation(b, NAME("attn"), q_width), attn_waits, 3,
-                 (2 * kv_len * kv_width + 2 * q_width) * b->elem_bytes,
-                 4 * cfg->n_heads * hd * kv_len, &attn);
+                 (2 * kv_len * kv_width + 2 * rows * q_width) * b->elem_bytes,
+                 4 * cfg->n_heads * hd * kv_len * rows, &attn);
     param_int(b, t, "head_dim", hd);
     param_int(b, t, "kv_start", 0);
     param_int(b, t, "kv_len", kv_len);
+    if (rows > 1)
+      param_int(b, t, "flags", 1);
     param_real(b, t, "scale", 1.0 / sqrt((double)hd));
     param_int(b, t, "n_heads", cfg->n_heads);
     param_int(b, t, "n_kv_heads", cfg->n_kv_heads);
@@ -560,22 +580,42 @@ static void build_program(Builder *b, const AmkModelConfig *cfg,
 #undef NAME
   }
   int32_t final_w = weight(b, "final_norm.w", "model.norm.weight", h, 0);
+  int64_t logit_rows = all_logits ? rows : 1;
+  if (rows > 1 && !all_logits) {
+    /* Only the last row's logits are wanted: EMBED gathers row rows - 1 of
+     * the hidden state (a synthetic CONST index), and the norm and the
+     * head run on that one row. */
+    int32_t last = amk_module_add_hbm_buffer(b->m, "last_row", AMK_KIND_CONST,
+                                             AMK_DTYPE_I32, 1, (int64_t[1]){1},
+                                             fmt(b, "amk.int:%lld",
+                                                 (long long)(rows - 1)));
+    int32_t gather_in[2] = {last, hidden.buffer};
+    b->rows = 1;
+    t = add_task(b, AMK_OP_EMBED, "last_row", gather_in, 2,
+                 activation(b, "h_last", h), &hidden.counter, 1,
+                 2 * h * b->elem_bytes + 4, 0, &hidden);
+    param_int(b, t, "hidden", h);
+  }
   Value hf = rmsnorm(b, "final_norm", hidden, final_w, cfg, "hf");
   int32_t head_w = weight(b, "lm_head.w",
                           cfg->tie_word_embeddings ? "model.embed_tokens.weight"
                                                    : "lm_head.weight",
                           cfg->vocab, h);
-  int64_t logit_dims[2] = {1, cfg->vocab};
+  int64_t logit_dims[2] = {logit_rows, cfg->vocab};
   int32_t logits = amk_module_add_hbm_buffer(
       b->m, "logits", AMK_KIND_IO_OUTPUT, b->dtype, 2, logit_dims, NULL);
   Value out;
   int32_t head_in[2] = {hf.buffer, head_w};
-  t = add_task(b, AMK_OP_GEMV_TILE, "lm_head", head_in, 2, logits,
-               &hf.counter, 1, (h * cfg->vocab + h + cfg->vocab) * b->elem_bytes,
-               2 * h * cfg->vocab, &out);
+  t = add_task(b, logit_rows > 1 ? AMK_OP_GEMM_TILE : AMK_OP_GEMV_TILE, "lm_head",
+               head_in, 2, logits, &hf.counter, 1,
+               (h * cfg->vocab + logit_rows * (h + cfg->vocab)) * b->elem_bytes,
+               2 * h * cfg->vocab * logit_rows, &out);
   param_int(b, t, "K", h);
   param_int(b, t, "N_tile", cfg->vocab);
   param_int(b, t, "n_off", 0);
+  if (logit_rows > 1)
+    param_int(b, t, "M_tile", logit_rows);
+  b->rows = rows;
 }
 
 /* Refuses, before anything is built, a program larger than one GPU could
@@ -608,13 +648,18 @@ static bool program_fits(const AmkModelSize *size, const AmkModelConfig *cfg,
 
 static void set_meta(AmkModule *m, const AmkModelConfig *cfg, const char *name,
                      const char *gpu, AmkDType dtype, int64_t max_seq,
-                     bool has_weights, int64_t weight_bytes) {
+                     bool has_weights, int64_t weight_bytes, int64_t rows,
+                     bool all_logits) {
   MetaList ml = {.n = 0};
   meta_put(&ml, "model", str_value(m, name));
   meta_put(&ml, "gpu", str_value(m, gpu));
-  meta_put(&ml, "regime", str_value(m, "decode"));
+  meta_put(&ml, "regime", str_value(m, rows > 1 ? "prefill" : "decode"));
   meta_put(&ml, "pos", amk_value_int(0));
-  meta_put(&ml, "kv_len", amk_value_int(1));
+  meta_put(&ml, "kv_len", amk_value_int(rows));
+  if (rows > 1) {
+    meta_put(&ml, "batch_size", amk_value_int(rows));
+    meta_put(&ml, "prefill_logits", str_value(m, all_logits ? "all" : "last"));
+  }
   meta_put(&ml, "dtype", str_value(m, amk_dtype_json_name(dtype)));
   meta_put(&ml, "n_layers", amk_value_int(cfg->n_layers));
   meta_put(&ml, "weight_bytes", amk_value_int(weight_bytes));
@@ -679,6 +724,11 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   AmkDType forced_dtype = dtype_by_word[dtype_word];
   int64_t max_seq = 0; /* range-checked by the option table */
   bool max_seq_given = amk_pass_option_int(ctx, "max-seq", &max_seq);
+  int64_t batch = 1;
+  amk_pass_option_int(ctx, "batch-size", &batch);
+  size_t logits_word = 0; /* last|all */
+  bool all_logits = amk_pass_option_enum(ctx, "prefill-logits", &logits_word) &&
+                    logits_word == 1;
 
   char *dir = amk_module_model_folder(m);
   bool ok = false;
@@ -765,16 +815,25 @@ bool amk_pass_import(AmkModule *m, AmkPassContext *ctx) {
   if (!m->config)
     m->config = amk_config_new_default(m);
 
-  Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1)};
-  build_program(&b, &cfg, max_seq);
+  if (batch > max_seq) {
+    amk_error(diag, no_loc(), "import: --batch-size=%lld is longer than the KV "
+              "cache (%lld positions)", (long long)batch, (long long)max_seq);
+    goto done;
+  }
+
+  Builder b = {m, dtype, amk_dtype_nbytes(dtype, 1), batch};
+  build_program(&b, &cfg, max_seq, all_logits);
   /* The estimate is the program: meta's weight_bytes (each source once, a
-   * tied head sharing the embedding's bytes) is read from it. */
-  AMK_ASSERT(m->n_tasks == (uint64_t)size.tasks &&
-             m->n_buffers == (uint64_t)size.buffers);
+   * tied head sharing the embedding's bytes) is read from it. A prefill
+   * program keeping the last row's logits adds the gather (one task, its
+   * index and its output). */
+  int64_t gather = batch > 1 && !all_logits;
+  AMK_ASSERT(m->n_tasks == (uint64_t)(size.tasks + gather) &&
+             m->n_buffers == (uint64_t)(size.buffers + 2 * gather));
   char name[128];
   model_name(dir, name, sizeof name);
   set_meta(m, &cfg, name, target_copy->name, dtype, max_seq, has_weights,
-           size.weight_bytes);
+           size.weight_bytes, batch, all_logits);
 
   amk_stat_str(ctx->stats, "import", "model", name);
   amk_stat_int(ctx->stats, "import", "layers", cfg.n_layers);

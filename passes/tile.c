@@ -138,9 +138,11 @@ static bool is_reducing_pattern(int64_t pattern) {
          pattern == AMK_PATTERN_COMBINE_RESIDUAL;
 }
 
+/* GEMV tiles, and a prefill program's GEMM tiles (split over N like a
+ * GEMV, every row in each tile). */
 static bool is_splittable_gemv(const AmkTask *t) {
-  return t->op == AMK_OP_GEMV_TILE && t->n_outputs == 1 && t->n_inputs >= 1 &&
-         is_reducing_pattern(amk_rw_pattern(t));
+  return (t->op == AMK_OP_GEMV_TILE || t->op == AMK_OP_GEMM_TILE) && t->n_outputs == 1 &&
+         t->n_inputs >= 1 && is_reducing_pattern(amk_rw_pattern(t));
 }
 
 /* A GEMV and its list position, sorted by what decides when it can run. */
@@ -263,6 +265,23 @@ static int64_t last_dim(const AmkModule *m, int32_t buffer) {
   if (!b || b->rank == 0 || !amk_value_as_int(&b->shape[b->rank - 1], &d))
     return 0;
   return d;
+}
+
+/* An attention over several query rows (a prefill chunk: q [M, n_heads *
+ * head_dim] with M > 1). The per-head GEMV patterns take one row, so such
+ * a task stays whole. */
+static bool is_multi_row_attention(const AmkModule *m, const AmkTask *src) {
+  const AmkBuffer *q = src->n_inputs ? amk_module_buffer(m, src->inputs[0]) : NULL;
+  int64_t n_heads, head_dim, numel = 1, d;
+  if (!q || !amk_task_param_int(src, "n_heads", &n_heads) ||
+      !amk_task_param_int(src, "head_dim", &head_dim) || n_heads <= 0 || head_dim <= 0)
+    return false;
+  for (uint32_t i = 0; i < q->rank; i++) {
+    if (!amk_value_as_int(&q->shape[i], &d) || d <= 0 || d > INT32_MAX)
+      return false;
+    numel *= d;
+  }
+  return numel > n_heads * head_dim;
 }
 
 /* The params of one per-KV-head attention tile. */
@@ -435,7 +454,7 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
     return rows >= n_tile ? 1 : (n_tile + rows - 1) / rows;
   }
   if (src->op == AMK_OP_ATTENTION_TILE && src->n_inputs == 3 &&
-      amk_task_param_int(src, "n_heads", &n_heads) &&
+      !is_multi_row_attention(m, src) && amk_task_param_int(src, "n_heads", &n_heads) &&
       amk_task_param_int(src, "n_kv_heads", &n_kv) && n_heads > 0 && n_kv > 0 &&
       n_heads % n_kv == 0) {
     int64_t parts = kv_partitions(m, src, plan, n_kv);
@@ -515,7 +534,7 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     AmkTask src = m->tasks[pos]; /* by value: adding tasks moves the array */
     if (is_splittable_gemv(&src))
       ok = split_gemv(m, &e, ctx, pos, &src, tile_rows[pos], &counts);
-    else if (src.op == AMK_OP_ATTENTION_TILE)
+    else if (src.op == AMK_OP_ATTENTION_TILE && !is_multi_row_attention(m, &src))
       ok = split_attention(m, &e, ctx, pos, &src, &plan, &counts);
   }
   if (ok) {

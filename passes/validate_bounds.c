@@ -618,15 +618,28 @@ static void check_attention(AmkValidator *v, const AmkTask *t,
                   " of %s buffer #%" PRId32 " ('%s')",
                   kv_start + kv_len, c->dim[0], what, c->id, c->name);
   }
+  /* q and the output: query rows of n_heads*head_dim (one for a partial);
+   * with flags bit 0 row r of M reads the window up to kv_len - (M-1-r),
+   * within the window bounded above. */
   const Shape *q = shape_of(v, t->inputs[0]);
-  require_numel(v, t, "query", n_heads * head_dim, "n_heads*head_dim", q);
+  int64_t q_row = n_heads * head_dim, rows = 1;
+  if (q->ok && (flags & 2))
+    require_numel(v, t, "query", q_row, "n_heads*head_dim, one row for a partial", q);
+  else if (q->ok && (q->numel == 0 || q->numel % q_row != 0))
+    bound_error(v, t,
+                "query buffer #%" PRId32 " ('%s') has %" PRId64
+                " elements, expected rows of %" PRId64 " (n_heads*head_dim)",
+                q->id, q->name, q->numel, q_row);
+  else if (q->ok)
+    rows = q->numel / q_row;
   if (t->n_outputs) {
     const Shape *out = shape_of(v, t->outputs[0]);
     if (flags & 2)
       require_numel(v, t, "output", n_heads * (head_dim + 2),
                     "n_heads*(head_dim+2), a partial write", out);
     else
-      require_numel(v, t, "output", n_heads * head_dim, "n_heads*head_dim",
+      require_numel(v, t, "output", rows * q_row,
+                    rows == 1 ? "n_heads*head_dim" : "the query's rows of n_heads*head_dim",
                     out);
   }
 }
@@ -715,17 +728,31 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
     }
     break;
   case AMK_OP_KV_APPEND:
+    /* Whole cache rows, appended at pos..pos+rows-1 (a prefill step
+     * appends one per token). */
     if (param_at_least(v, t, pt, AMK_PARAM_pos, 0, &x)) {
       const Shape *cache = shape_of(v, t->outputs[0]);
       const Shape *row = shape_of(v, t->inputs[0]);
-      if (cache->ok && x >= cache->dim[0])
+      int64_t row_len = cache->ok && cache->dim[0] > 0 ? cache->numel / cache->dim[0] : 0;
+      if (cache->ok && row->ok && row_len > 0 &&
+          (row->numel == 0 || row->numel % row_len != 0)) {
+        bound_error(v, t,
+                    "appended buffer #%" PRId32 " ('%s') has %" PRId64
+                    " elements, expected whole cache rows of %" PRId64,
+                    row->id, row->name, row->numel, row_len);
+      } else if (cache->ok && x >= cache->dim[0]) {
         bound_error(v, t,
                     "pos=%" PRId64 " is outside the %" PRId64
                     " rows of KV cache buffer #%" PRId32 " ('%s')",
                     x, cache->dim[0], cache->id, cache->name);
-      if (cache->ok && row->ok)
-        require_numel(v, t, "appended", cache->numel / cache->dim[0],
-                      "one cache row", row);
+      } else if (cache->ok) {
+        int64_t rows = row->ok && row_len > 0 ? row->numel / row_len : 1;
+        if (x + rows > cache->dim[0])
+          bound_error(v, t,
+                      "pos=%" PRId64 " + %" PRId64 " appended row%s exceeds the %" PRId64
+                      " rows of KV cache buffer #%" PRId32 " ('%s')",
+                      x, rows, rows == 1 ? "" : "s", cache->dim[0], cache->id, cache->name);
+      }
     }
     break;
   case AMK_OP_ATTENTION_TILE:
@@ -904,8 +931,17 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
     if (per == 0 || !amk_validator_int(pt.v[AMK_PARAM_pos], &pos) || pos < 0 ||
         pos >= s->dim[0])
       return whole;
+    /* Rows pos..pos+n-1 for n appended rows (whole rows: checked above). */
+    uint32_t in_b = task->n_inputs ? amk_id_index_get(&v->bufs, task->inputs[0]) : AMK_NO_INDEX;
+    if (in_b == AMK_NO_INDEX)
+      return whole; /* a missing buffer, reported by the structural checks */
+    const Shape *in = &v->shapes[in_b];
+    int64_t row_len = s->numel / s->dim[0];
+    int64_t n_rows = in->ok && row_len > 0 && in->numel % row_len == 0 ? in->numel / row_len : 1;
+    if (n_rows < 1 || pos + n_rows > s->dim[0])
+      return whole;
     f.row_lo = pos * per;
-    f.row_hi = (pos + 1) * per;
+    f.row_hi = (pos + n_rows) * per;
     return f;
   }
   default:
@@ -987,7 +1023,7 @@ typedef struct {
   Footprint *fp, *cols;
   int64_t *edges;
   uint32_t *ids;
-  int64_t *rows; /* KV: the step's rows (positions) */
+  int64_t *rows; /* KV: the step's bands of positions, [lo, hi) pairs */
   uint32_t *self_readers; /* per buffer: readers that also write it */
   uint32_t *self_off;
   uint32_t *first_reader; /* per buffer, AMK_NO_INDEX when none */
@@ -1063,42 +1099,61 @@ static void check_activation_coverage(AmkValidator *v, uint32_t b,
   }
 }
 
+/* The tokens a step feeds: the IO_INPUT token_id's elements (a prefill
+ * program's rows), else 1. */
+static int64_t step_token_rows(const AmkValidator *v) {
+  for (uint32_t b = 0; b < v->m->n_buffers; b++) {
+    const AmkBuffer *buf = &v->m->buffers[b];
+    if (buf->kind == AMK_KIND_IO_INPUT && buf->name && strcmp(buf->name, "token_id") == 0 &&
+        v->shapes[b].ok && v->shapes[b].numel >= 1)
+      return v->shapes[b].numel;
+  }
+  return 1;
+}
+
+/* The step's rows of a KV cache are bands of positions: meta.pos up to
+ * the step's last token (pos + token rows) and every band a writer
+ * appends; rows before meta.pos hold earlier steps. Every step row a
+ * reader's window reaches must be written. cs->rows holds the bands as
+ * [lo, hi) pairs. */
 static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
   const AmkModule *m = v->m;
   const Shape *s = &v->shapes[b];
   int64_t per = rows_per_position(s), width = last_dim(s);
   if (per == 0 || cs->first_reader[b] == AMK_NO_INDEX)
     return;
-  /* The step's rows: meta.pos and every appended row. */
-  size_t n_rows = 0;
+  size_t n_bands = 0;
   const AmkValue *meta_pos =
       m->meta.kind == AMK_VALUE_OBJECT ? amk_object_get(&m->meta, "pos") : NULL;
   int64_t pos;
-  if (meta_pos && amk_validator_int(meta_pos, &pos) && pos >= 0 && pos < s->dim[0])
-    cs->rows[n_rows++] = pos;
+  if (meta_pos && amk_validator_int(meta_pos, &pos) && pos >= 0 && pos < s->dim[0]) {
+    /* A prefill program (several token rows): every row from pos on is
+     * this step's or a later one's, never an earlier step's. */
+    int64_t rows = step_token_rows(v);
+    int64_t end = rows > 1 ? s->dim[0] : pos + rows;
+    cs->rows[2 * n_bands] = pos;
+    cs->rows[2 * n_bands++ + 1] = end < s->dim[0] ? end : s->dim[0];
+  }
   size_t n = gather_footprints(v, b, AMK_NO_INDEX, cs);
   for (size_t i = 0; i < n; i++) {
     if (cs->fp[i].row_lo == 0 && cs->fp[i].row_hi == s->numel / width &&
         cs->fp[i].col_lo == 0 && cs->fp[i].col_hi == width)
       return; /* a writer of the whole cache */
-    if (cs->fp[i].row_hi - cs->fp[i].row_lo == per && cs->fp[i].row_lo % per == 0)
-      cs->rows[n_rows++] = cs->fp[i].row_lo / per;
+    if (cs->fp[i].row_hi > cs->fp[i].row_lo && cs->fp[i].row_lo % per == 0 &&
+        cs->fp[i].row_hi % per == 0) {
+      cs->rows[2 * n_bands] = cs->fp[i].row_lo / per;
+      cs->rows[2 * n_bands++ + 1] = cs->fp[i].row_hi / per;
+    }
   }
-  qsort(cs->rows, n_rows, sizeof *cs->rows, compare_i64_values);
-  /* Keep the rows that are not fully written. */
-  size_t n_bad = 0;
-  for (size_t r = 0; r < n_rows; r++) {
-    if (r > 0 && cs->rows[r] == cs->rows[r - 1])
-      continue;
-    CoverageGap gap = find_coverage_gap(cs->fp, n, cs->rows[r] * per,
-                                        (cs->rows[r] + 1) * per, width, cs->cols,
-                                        cs->edges);
-    if (gap.found)
-      cs->rows[n_bad++] = cs->rows[r];
-  }
-  if (n_bad == 0)
+  bool any_gap = false;
+  for (size_t k = 0; k < n_bands && !any_gap; k++)
+    any_gap = find_coverage_gap(cs->fp, n, cs->rows[2 * k] * per, cs->rows[2 * k + 1] * per,
+                                width, cs->cols, cs->edges)
+                  .found;
+  if (!any_gap)
     return;
-  /* The first reader (in list order) whose window reaches a bad row. */
+  /* The first reader (in list order) whose window reaches an unwritten
+   * step row. */
   for (uint32_t t = cs->first_reader[b]; t < m->n_tasks; t++) {
     const AmkTask *task = &m->tasks[t];
     bool writes = false;
@@ -1111,14 +1166,17 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
         continue;
       int64_t lo, hi;
       kv_read_window(v, t, i, s, &lo, &hi);
-      for (size_t r = 0; r < n_bad; r++) {
-        if (cs->rows[r] < lo || cs->rows[r] >= hi)
+      for (size_t k = 0; k < n_bands; k++) {
+        int64_t band_lo = cs->rows[2 * k] > lo ? cs->rows[2 * k] : lo;
+        int64_t band_hi = cs->rows[2 * k + 1] < hi ? cs->rows[2 * k + 1] : hi;
+        if (band_lo >= band_hi)
           continue;
-        CoverageGap gap = find_coverage_gap(cs->fp, n, cs->rows[r] * per,
-                                            (cs->rows[r] + 1) * per, width,
+        CoverageGap gap = find_coverage_gap(cs->fp, n, band_lo * per, band_hi * per, width,
                                             cs->cols, cs->edges);
+        if (!gap.found)
+          continue;
         char why[96];
-        snprintf(why, sizeof why, " (row %" PRId64 " of this step)", cs->rows[r]);
+        snprintf(why, sizeof why, " (row %" PRId64 " of this step)", gap.row / per);
         report_gap(v, b, t, &gap, why, AMK_NO_INDEX);
         return;
       }
@@ -1136,7 +1194,7 @@ static void check_coverage(AmkValidator *v) {
   cs.fp = amk_scratch_alloc(v->scratch, sizeof *cs.fp * (n_writes + 1));
   cs.cols = amk_scratch_alloc(v->scratch, sizeof *cs.cols * (n_writes + 1));
   cs.edges = amk_scratch_alloc(v->scratch, sizeof *cs.edges * (2 * n_writes + 2));
-  cs.rows = amk_scratch_alloc(v->scratch, sizeof *cs.rows * (n_writes + 1));
+  cs.rows = amk_scratch_alloc(v->scratch, sizeof *cs.rows * 2 * (n_writes + 1));
   cs.first_reader = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));
   cs.self_off = amk_scratch_calloc(v->scratch, (size_t)nb + 2, sizeof(uint32_t));
   cs.self_readers = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (n_reads + 1));

@@ -163,7 +163,8 @@ AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads
     return NULL;
   }
   index_waiters(vm);
-  vm->logits = amk_xmalloc((size_t)(plan->vocab > 0 ? plan->vocab : 1) * sizeof *vm->logits);
+  vm->logits = amk_xmalloc((size_t)(plan->vocab > 0 ? plan->vocab * plan->logit_rows : 1) *
+                          sizeof *vm->logits);
   return vm;
 }
 
@@ -176,7 +177,41 @@ void amk_vm_reset(AmkVm *vm) {
 
 const float *amk_vm_logits(const AmkVm *vm, size_t *n) {
   *n = (size_t)vm->plan->vocab;
+  return vm->logits + (vm->plan->logit_rows - 1) * vm->plan->vocab;
+}
+
+const float *amk_vm_logit_rows(const AmkVm *vm, size_t *rows, size_t *vocab) {
+  *rows = (size_t)vm->plan->logit_rows;
+  *vocab = (size_t)vm->plan->vocab;
   return vm->logits;
+}
+
+bool amk_vm_share_kv(AmkVm *vm, const AmkVm *from, AmkDiagEngine *diag) {
+  const AmkPlan *plan = vm->plan;
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    if (plan->buffers[b].kind != AMK_KIND_KV_CACHE)
+      continue;
+    const char *name = vm->m->buffers[b].name;
+    int64_t found = -1;
+    for (uint32_t f = 0; f < from->plan->n_buffers && found < 0; f++)
+      if (from->plan->buffers[f].kind == AMK_KIND_KV_CACHE &&
+          strcmp(from->m->buffers[f].name, name) == 0)
+        found = f;
+    if (found < 0 || from->buffers[found].nbytes != vm->buffers[b].nbytes ||
+        from->plan->buffers[found].dtype != plan->buffers[b].dtype) {
+      amk_error(diag, no_loc(),
+                "the programs do not share KV cache '%s': the other program has %s",
+                name, found < 0 ? "no KV cache of that name" : "one of another size or dtype");
+      return false;
+    }
+    VmBuffer *vb = &vm->buffers[b];
+    if (vb->owned)
+      free(vb->data);
+    vb->data = from->buffers[found].data;
+    vb->owned = false;
+    vb->view.data = vb->data;
+  }
+  return true;
 }
 
 static void write_i32(VmBuffer *vb, int32_t value) {
@@ -368,26 +403,43 @@ static uint32_t fire_tasks(AmkVm *vm, int64_t pos, uint32_t tail, char *err, siz
   return failed ? UINT32_MAX : fired;
 }
 
-bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
+bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
+                      AmkDiagEngine *diag) {
   const AmkPlan *plan = vm->plan;
-  if (token < 0 || token >= plan->vocab) {
-    amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")", token,
-              plan->vocab);
+  if (n != plan->rows) {
+    amk_error(diag, no_loc(),
+              "a step of this program feeds %" PRId64 " token%s, not %" PRId64, plan->rows,
+              plan->rows == 1 ? "" : "s", n);
     return false;
   }
-  if (pos < 0 || pos >= plan->max_seq || pos > INT32_MAX - 1) {
+  for (int64_t r = 0; r < n; r++)
+    if (tokens[r] < 0 || tokens[r] >= plan->vocab) {
+      amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")",
+                tokens[r], plan->vocab);
+      return false;
+    }
+  if (pos < 0 || pos > plan->max_seq - n || pos > INT32_MAX - n) {
     amk_error(diag, no_loc(),
               "position %" PRId64 " is beyond the KV cache (%" PRId64 " rows); compile with a "
               "larger --max-seq",
-              pos, plan->max_seq);
+              pos + n - 1, plan->max_seq);
     return false;
   }
   for (uint32_t b = 0; b < plan->n_buffers; b++)
     if (plan->buffers[b].kind == AMK_KIND_IO_INPUT)
       memset(vm->buffers[b].data, 0, vm->buffers[b].nbytes);
-  write_i32(&vm->buffers[plan->token_buffer], token);
-  if (plan->pos_buffer >= 0)
-    write_i32(&vm->buffers[plan->pos_buffer], (int32_t)pos);
+  int32_t *ids = vm->buffers[plan->token_buffer].data;
+  for (int64_t r = 0; r < n; r++)
+    ids[r] = tokens[r];
+  if (plan->pos_buffer >= 0) {
+    /* One position per row (ROPE rotates row r by pos + r), or the first. */
+    VmBuffer *pb = &vm->buffers[plan->pos_buffer];
+    if (plan->buffers[plan->pos_buffer].numel == n)
+      for (int64_t r = 0; r < n; r++)
+        ((int32_t *)pb->data)[r] = (int32_t)(pos + r);
+    else
+      write_i32(pb, (int32_t)pos);
+  }
 
   /* Counter-driven firing: a task becomes ready when its last unsatisfied
    * wait is met; ready tasks run in the order they became ready. */
@@ -411,7 +463,7 @@ bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
     return false;
   }
   const VmBuffer *lb = &vm->buffers[plan->logits_buffer];
-  for (int64_t i = 0; i < plan->vocab; i++) {
+  for (int64_t i = 0; i < plan->vocab * plan->logit_rows; i++) {
     switch (lb->view.dtype) {
     case AMK_DTYPE_BF16:
       vm->logits[i] = amk_bf16_to_f32(((const uint16_t *)lb->data)[i]);
@@ -425,6 +477,10 @@ bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
     }
   }
   return true;
+}
+
+bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
+  return amk_vm_step_rows(vm, &token, 1, pos, diag);
 }
 
 /* ---- the engine interface ------------------------------------------------------ */
@@ -447,6 +503,19 @@ static AmkStepStatus engine_step(void *self, int32_t token, int64_t pos, float *
 
 static const float *engine_logits(const void *self, size_t *n) { return amk_vm_logits(self, n); }
 
+static AmkStepStatus engine_step_rows(void *self, const int32_t *tokens, int64_t n, int64_t pos,
+                                      AmkDiagEngine *diag) {
+  return amk_vm_step_rows(self, tokens, n, pos, diag) ? AMK_STEP_OK : AMK_STEP_ERROR;
+}
+
+static const float *engine_logit_rows(const void *self, size_t *rows, size_t *vocab) {
+  return amk_vm_logit_rows(self, rows, vocab);
+}
+
+static bool engine_share_kv(void *self, const void *from, AmkDiagEngine *diag) {
+  return amk_vm_share_kv(self, from, diag);
+}
+
 static bool engine_reset(void *self, AmkDiagEngine *diag) {
   amk_vm_reset(self);
   return true;
@@ -461,6 +530,9 @@ const AmkEngineOps *amk_vm_engine(void) {
       .logits = engine_logits,
       .reset = engine_reset,
       .describe = engine_describe,
+      .step_rows = engine_step_rows,
+      .logit_rows = engine_logit_rows,
+      .share_kv = engine_share_kv,
   };
   return &ops;
 }

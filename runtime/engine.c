@@ -76,6 +76,37 @@ bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag) {
   return e->ops->trace(e->self, out, diag);
 }
 
+bool amk_engine_can_prefill(const AmkEngine *e) {
+  return e->ops->step_rows && e->ops->share_kv && e->ops->logit_rows;
+}
+
+AmkStepStatus amk_engine_step_rows(AmkEngine *e, const int32_t *tokens, int64_t n, int64_t pos,
+                                   AmkDiagEngine *diag) {
+  if (n == 1 && e->plan->rows == 1)
+    return e->ops->step(e->self, tokens[0], pos, NULL, diag);
+  if (!e->ops->step_rows) {
+    amk_error(diag, no_loc(), "the %s engine does not run prefill programs", e->ops->name);
+    return AMK_STEP_ERROR;
+  }
+  return e->ops->step_rows(e->self, tokens, n, pos, diag);
+}
+
+const float *amk_engine_logit_rows(const AmkEngine *e, size_t *rows, size_t *vocab) {
+  if (e->ops->logit_rows)
+    return e->ops->logit_rows(e->self, rows, vocab);
+  *rows = 1;
+  return e->ops->logits(e->self, vocab);
+}
+
+bool amk_engine_share_kv(AmkEngine *e, const AmkEngine *from, AmkDiagEngine *diag) {
+  if (!e->ops->share_kv || e->ops != from->ops) {
+    amk_error(diag, no_loc(), "the %s engine cannot share the KV caches of the %s engine",
+              e->ops->name, from->ops->name);
+    return false;
+  }
+  return e->ops->share_kv(e->self, from->self, diag);
+}
+
 bool amk_engine_can_generate(const AmkEngine *e) { return e->ops->generate != NULL; }
 
 AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *kernel_ms,

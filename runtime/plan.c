@@ -501,7 +501,25 @@ static bool plan_io(AmkPlan *p, AmkDiagEngine *diag) {
               m->buffers[p->logits_buffer].name);
     return false;
   }
-  p->vocab = p->buffers[p->logits_buffer].numel;
+  /* A prefill program feeds `rows` tokens a step (token_id [rows]) at
+   * positions pos..pos+rows-1 (a pos buffer of rows elements, or of one:
+   * the first), and writes the logits of its last row, or of every row
+   * ([rows, vocab]). */
+  p->rows = p->buffers[p->token_buffer].numel;
+  if (p->rows < 1 || p->rows > INT32_MAX ||
+      (p->pos_buffer >= 0 && p->buffers[p->pos_buffer].numel != 1 &&
+       p->buffers[p->pos_buffer].numel != p->rows)) {
+    amk_error(diag, no_loc(),
+              "the IO_INPUT 'token_id' has %" PRId64 " elements and 'pos' %" PRId64
+              "; a step feeds token_id's tokens at positions given by one pos or one per token",
+              p->rows, p->pos_buffer >= 0 ? p->buffers[p->pos_buffer].numel : 0);
+    return false;
+  }
+  const AmkPlanBuffer *lb = &p->buffers[p->logits_buffer];
+  p->logit_rows = 1;
+  if (p->rows > 1 && lb->rank >= 2 && lb->shape[0] == p->rows)
+    p->logit_rows = p->rows;
+  p->vocab = lb->numel / p->logit_rows;
   if (p->max_seq == 0)
     p->max_seq = INT64_MAX; /* no cache: any position */
   return true;
@@ -605,18 +623,47 @@ static void rope_inv_freq_f32(const AmkRopeSpec *spec, float *out, int half) {
 }
 
 /* A CONST buffer whose source starts with "amk." is computed, not loaded:
- * amk.rope_inv_freq:... is the only such source. */
+ * amk.rope_inv_freq:... (ROPE's frequencies) and amk.int:N (an I32 buffer
+ * of N everywhere: the row a prefill program's EMBED picks). */
+#define INT_SOURCE "amk.int:"
 static bool is_synthetic(const AmkBuffer *buf) {
   return buf->kind == AMK_KIND_CONST && buf->source && strncmp(buf->source, "amk.", 4) == 0;
+}
+
+/* amk.int:N: every element N (an I32 buffer; N a decimal in int32). */
+static bool synthesize_int(PlanStorage *s, uint32_t b, AmkDiagEngine *diag) {
+  const AmkBuffer *buf = &s->pub.m->buffers[b];
+  AmkPlanBuffer *pb = &s->pub.buffers[b];
+  const char *text = buf->source + strlen(INT_SOURCE);
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || v < INT32_MIN || v > INT32_MAX ||
+      buf->dtype != AMK_DTYPE_I32) {
+    amk_error(diag, buf->loc,
+              "CONST buffer '%s': the source '%s' makes an i32 buffer of one integer "
+              "(amk.int:N, N in int32); this one is %s",
+              buf->name, buf->source,
+              buf->dtype != AMK_DTYPE_I32 ? "not i32" : "not such an integer");
+    return false;
+  }
+  int32_t *ints = amk_xcalloc((size_t)(pb->numel > 0 ? pb->numel : 1), sizeof *ints);
+  for (int64_t i = 0; i < pb->numel; i++)
+    ints[i] = (int32_t)v;
+  s->synthetic[b] = ints;
+  pb->synthetic = ints;
+  return true;
 }
 
 static bool synthesize_const(PlanStorage *s, uint32_t b, AmkDiagEngine *diag) {
   const AmkBuffer *buf = &s->pub.m->buffers[b];
   AmkPlanBuffer *pb = &s->pub.buffers[b];
+  if (strncmp(buf->source, INT_SOURCE, strlen(INT_SOURCE)) == 0)
+    return synthesize_int(s, b, diag);
   if (strncmp(buf->source, ROPE_INV_FREQ_SOURCE, strlen(ROPE_INV_FREQ_SOURCE)) != 0) {
     amk_error(diag, buf->loc,
               "CONST buffer '%s' has the synthetic source '%s', which the VM does not know "
-              "(it computes only " ROPE_INV_FREQ_SOURCE "...)",
+              "(it computes only " ROPE_INV_FREQ_SOURCE "... and " INT_SOURCE "N)",
               buf->name, buf->source);
     return false;
   }
@@ -750,13 +797,14 @@ AmkInstParams amk_plan_params_at(const AmkPlan *plan, uint32_t t, int64_t pos) {
     params.present |= AMK_PARAM_BIT(pos);
     break;
   case AMK_PLAN_FOLLOW_WINDOW:
+    /* Up to the step's last row (pos + rows - 1). */
     params.kv_start.i = 0;
-    params.kv_len.i = (int32_t)(pos + 1);
+    params.kv_len.i = (int32_t)(pos + plan->rows);
     break;
   case AMK_PLAN_FOLLOW_PARTITION: {
     int64_t start, end;
     if (pt->part_count > 0) {
-      int64_t window = pos + 1;
+      int64_t window = pos + plan->rows;
       int64_t chunk = (window + pt->part_count - 1) / pt->part_count;
       start = pt->part_index * chunk;
       if (start > window)
@@ -764,7 +812,7 @@ AmkInstParams amk_plan_params_at(const AmkPlan *plan, uint32_t t, int64_t pos) {
       end = start + chunk < window ? start + chunk : window;
     } else {
       start = params.kv_start.i;
-      end = start + pt->span < pos + 1 ? start + pt->span : pos + 1;
+      end = start + pt->span < pos + plan->rows ? start + pt->span : pos + plan->rows;
     }
     params.kv_start.i = (int32_t)start;
     params.kv_len.i = (int32_t)(end > start ? end - start : 0);

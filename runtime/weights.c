@@ -712,3 +712,76 @@ bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **
 AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b) {
   return w && b < w->plan->n_buffers ? w->buffers[b].origin : AMK_WEIGHTS_NONE;
 }
+
+/* The nbytes of `plan`'s buffer whose source is exactly [part, part + len),
+ * or -1. */
+static int64_t part_bytes(const AmkPlan *plan, const char *part, size_t len) {
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    const char *src = plan->m->buffers[b].source;
+    if (is_loaded(&plan->buffers[b]) && src && strlen(src) == len && strncmp(src, part, len) == 0)
+      return plan->buffers[b].nbytes;
+  }
+  return -1;
+}
+
+/* Where the bytes of `plan`'s buffer b lie in `from`: a buffer of the same
+ * source, or a '+'-joined source of whole tensors one of whose parts it is
+ * (fuse joins q|k|v and gate|up so); the parts before it are sized by the
+ * buffers of `plan` holding them. Returns from's buffer and *offset, or -1. */
+static int64_t find_source(const AmkPlan *plan, uint32_t b, const AmkPlan *from,
+                           int64_t *offset) {
+  const AmkBuffer *buf = &plan->m->buffers[b];
+  const AmkPlanBuffer *pb = &plan->buffers[b];
+  if (!buf->source)
+    return -1;
+  size_t want = strlen(buf->source);
+  for (uint32_t f = 0; f < from->n_buffers; f++) {
+    const AmkBuffer *fbuf = &from->m->buffers[f];
+    const AmkPlanBuffer *fb = &from->buffers[f];
+    if (!is_loaded(fb) || !fbuf->source || fb->dtype != pb->dtype || fb->kind != pb->kind)
+      continue;
+    int64_t at = 0;
+    for (const char *part = fbuf->source; at >= 0;) {
+      const char *end = strchr(part, '+');
+      size_t len = end ? (size_t)(end - part) : strlen(part);
+      if (len == want && strncmp(part, buf->source, len) == 0) {
+        if (at + pb->nbytes > fb->nbytes)
+          break;
+        *offset = at;
+        return f;
+      }
+      if (!end)
+        break;
+      int64_t size = part_bytes(plan, part, len);
+      at = size < 0 ? -1 : at + size;
+      part = end + 1;
+    }
+  }
+  return -1;
+}
+
+AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDiagEngine *diag) {
+  bool needs_loading;
+  AmkWeights *w = weights_new(plan, &needs_loading);
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    if (!is_loaded(pb))
+      continue;
+    int64_t offset = 0;
+    int64_t found = find_source(plan, b, from->plan, &offset);
+    if (found < 0) {
+      amk_error(diag, no_loc(),
+                "buffer '%s' (source '%s') is not among the other program's weights",
+                plan->m->buffers[b].name,
+                plan->m->buffers[b].source ? plan->m->buffers[b].source : "");
+      amk_weights_free(w);
+      return NULL;
+    }
+    const char *data = amk_weights_data(from, (uint32_t)found, NULL);
+    /* Borrowed: `from` keeps the bytes (and the mapping). */
+    w->buffers[b] = (WeightBuffer){.origin = from->buffers[found].origin,
+                                   .data = data + offset,
+                                   .nbytes = (size_t)pb->nbytes};
+  }
+  return w;
+}

@@ -81,6 +81,13 @@ typedef struct {
    * receives the summed device time. */
   AmkStepStatus (*generate)(void *self, const AmkGenerate *g, double *kernel_ms,
                             AmkDiagEngine *diag);
+  /* Prefill programs (plan->rows > 1): one step of n = plan->rows tokens
+   * at positions pos..pos+n-1; every logits row of the last step; running
+   * on the KV caches of another engine of the same kind (by name). */
+  AmkStepStatus (*step_rows)(void *self, const int32_t *tokens, int64_t n, int64_t pos,
+                             AmkDiagEngine *diag);
+  const float *(*logit_rows)(const void *self, size_t *rows, size_t *vocab);
+  bool (*share_kv)(void *self, const void *from, AmkDiagEngine *diag);
 } AmkEngineOps;
 
 typedef struct AmkEngine AmkEngine;
@@ -116,6 +123,17 @@ double amk_engine_measure_read_bw(AmkEngine *e, size_t bytes, int reps, AmkDiagE
 void amk_engine_set_tracing(AmkEngine *e, bool on);
 /* The trace of the last step. False after reporting. */
 bool amk_engine_trace(AmkEngine *e, struct AmkTrace *out, AmkDiagEngine *diag);
+
+/* Prefill: whether the engine runs prefill programs (step_rows and
+ * share_kv), one step of its plan's rows tokens, every logits row of the
+ * last step (the last row alone when the program writes one), and binding
+ * its KV caches to those of `from` (an engine of the same kind; from must
+ * outlive e). Each is an error naming the engine where it lacks the hook. */
+bool amk_engine_can_prefill(const AmkEngine *e);
+AmkStepStatus amk_engine_step_rows(AmkEngine *e, const int32_t *tokens, int64_t n, int64_t pos,
+                                   AmkDiagEngine *diag);
+const float *amk_engine_logit_rows(const AmkEngine *e, size_t *rows, size_t *vocab);
+bool amk_engine_share_kv(AmkEngine *e, const AmkEngine *from, AmkDiagEngine *diag);
 
 /* Whether the engine decodes greedily by itself, and doing so. */
 bool amk_engine_can_generate(const AmkEngine *e);

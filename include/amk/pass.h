@@ -125,6 +125,10 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "program dtype: f32, bf16 or f16 (default: the checkpoint's)")            \
   X("max-seq", "import", AMK_OPTION_INT, 1, 16777216, NULL,                    \
     "KV cache length (default: max_position_embeddings, capped at 4096)")     \
+  X("batch-size", "import", AMK_OPTION_INT, 1, 65536, NULL,                   \
+    "rows of a prefill program (-b; default 1: the decode program)")          \
+  X("prefill-logits", "import", AMK_OPTION_ENUM, 0, 0, "last|all",            \
+    "a prefill program's logits: the last row's (default) or every row's")    \
   X("quant", "quantize", AMK_OPTION_ENUM, 0, 0, "int8|int4",                  \
     "GEMV weight format: int8 or int4 (weight-only, round to nearest)")       \
   X("quant-group", "quantize", AMK_OPTION_INT, 1, 2147483647, NULL,           \

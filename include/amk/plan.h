@@ -129,6 +129,10 @@ typedef struct AmkPlan {
   int32_t token_buffer, pos_buffer, logits_buffer;
   /* KV cache rows (INT64_MAX without a cache) and the width of the logits. */
   int64_t max_seq, vocab;
+  /* Tokens a step feeds (token_id's elements: 1 for decode, the chunk's
+   * rows for a prefill program) and the logits rows it writes (1, the last
+   * row's, or rows: the IO_OUTPUT is [rows, vocab]). */
+  int64_t rows, logit_rows;
   /* A bf16/f16 WEIGHT, ACTIVATION or IO_OUTPUT buffer (the --check rule). */
   bool low_precision;
   /* WEIGHT bytes a token streams (amk_module_streamed_weight_bytes). */

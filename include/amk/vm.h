@@ -36,8 +36,21 @@ void amk_vm_free(AmkVm *vm);
  * kernel error, a stuck schedule). */
 bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag);
 
-/* The IO_OUTPUT logits of the last step as fp32; *n receives the count. */
+/* One step of a prefill program: its plan->rows tokens at positions
+ * pos..pos+n-1 (n must be plan->rows). Same failures as amk_vm_step. */
+bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
+                      AmkDiagEngine *diag);
+
+/* The IO_OUTPUT logits of the last step's last row as fp32; *n receives the
+ * count. */
 const float *amk_vm_logits(const AmkVm *vm, size_t *n);
+/* Every logits row of the last step (plan->logit_rows of them). */
+const float *amk_vm_logit_rows(const AmkVm *vm, size_t *rows, size_t *vocab);
+
+/* Binds every KV cache of vm to the memory of `from`'s cache of the same
+ * name (same size and dtype, else an error): a prefill program's VM and
+ * the decode program's then run on one cache. `from` must outlive vm. */
+bool amk_vm_share_kv(AmkVm *vm, const AmkVm *from, AmkDiagEngine *diag);
 
 /* Clears the KV caches (a new sequence). */
 void amk_vm_reset(AmkVm *vm);

@@ -68,6 +68,13 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
  * other buffers stay zero). */
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag);
 void amk_weights_free(AmkWeights *w);
+/* The weights of `plan` borrowed from another plan's: every WEIGHT/CONST
+ * buffer takes the bytes of `from`'s buffer of the same source (same kind
+ * and dtype), or its rows within a '+'-joined source of whole tensors (as
+ * fuse joins q|k|v), else an error. A prefill program and the decode
+ * program of one model share one load this way (and the same random
+ * weights); `from` must outlive the result. */
+AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDiagEngine *diag);
 
 /* The bytes of buffer b (list position), nbytes of them; NULL (and 0) for
  * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file.

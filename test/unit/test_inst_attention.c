@@ -168,5 +168,46 @@ static void test_attention_errors(UnitCounts *c) {
   CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &no_scale, in, 3, &o, AMK_INST_ERR_PARAM);
 }
 
+/* Two query rows (a prefill chunk at pos 0 of the two-key cache), both
+ * q = [1, 0]. Causal (flags bit 0): row 0 reads key 0 alone -> v0 = [1, 2];
+ * row 1 reads both -> [1.66047690, 2.66047690] (test_two_keys). Without
+ * the bit both rows read both keys. */
+static void test_multi_row(UnitCounts *c) {
+  char err[160];
+  float q[4] = {1, 0, 1, 0};
+  float out[4];
+  AmkTensorView in[3];
+  two_key_inputs(in);
+  in[0] = view2(q, AMK_DTYPE_F32, 2, 2);
+  AmkTensorView o = view2(out, AMK_DTYPE_F32, 2, 2);
+  AmkInstParams p = attention_params(2, 1, 1, 0, 2, inv_sqrt2);
+  set_int(&p, "flags", 1);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, 0);
+  CHECK(c, out[0] == 1.0f && out[1] == 2.0f);
+  CHECK(c, near(out[2], 1.6604769013466862, 1e-6));
+  CHECK(c, near(out[3], 2.6604769013466862, 1e-6));
+  set_int(&p, "flags", 0);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, 0);
+  CHECK(c, near(out[0], 1.6604769013466862, 1e-6) && near(out[1], 2.6604769013466862, 1e-6));
+  CHECK(c, out[2] == out[0] && out[3] == out[1]);
+  /* The window [1, 2) at rows 2: row 0's window ends before key 1 (empty:
+   * 0), row 1 reads key 1 alone -> v1 = [3, 4]. */
+  AmkInstParams late = attention_params(2, 1, 1, 1, 1, inv_sqrt2);
+  set_int(&late, "flags", 1);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &late, in, 3, &o, 0);
+  CHECK(c, out[0] == 0.0f && out[1] == 0.0f && out[2] == 3.0f && out[3] == 4.0f);
+  /* The output has as many rows as q; a partial takes one row. */
+  AmkTensorView one_row = view2(out, AMK_DTYPE_F32, 1, 2);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &one_row, AMK_INST_ERR_SHAPE);
+  CHECK(c, strstr(err, "2 query rows") != NULL);
+  set_int(&p, "flags", 2);
+  AmkTensorView po = view2(out, AMK_DTYPE_F32, 1, 4);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &po, AMK_INST_ERR_SHAPE);
+  /* q of 3 elements is no whole row of 2. */
+  in[0] = view2(q, AMK_DTYPE_F32, 1, 3);
+  set_int(&p, "flags", 1);
+  CHECK_RUN(c, AMK_OP_ATTENTION_TILE, &p, in, 3, &o, AMK_INST_ERR_SHAPE);
+}
+
 UNIT_MAIN("test_inst_attention", test_two_keys, test_gqa, test_combine,
-          test_attention_errors)
+          test_attention_errors, test_multi_row)

@@ -185,6 +185,54 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
   return 2;
 }
 
+/* Batched prefill: the prompt from n_fed in chunks of at most -b tokens,
+ * one step each; the last chunk's last logits row chooses the first new
+ * token. *stop is set when no more steps are wanted. Returns the exit
+ * status. */
+static int prefill_prompt(Decoder *d, AmkStrBuf *dump, AmkProgress *progress, bool *stop,
+                          AmkDiagEngine *diag) {
+  const RunOptions *o = d->o;
+  RunPrefill *p = d->rc->prefill;
+  int64_t batch = run_prefill_batch(p);
+  size_t rows = 0, vocab = 0;
+  const float *logits = NULL;
+  while (d->n_fed < d->n_prompt) {
+    int64_t pos = d->n_fed;
+    int64_t n = d->n_prompt - pos < batch ? d->n_prompt - pos : batch;
+    double t0 = run_now_ms();
+    AmkStepStatus st = run_prefill_chunk(p, d->sequence + pos, n, pos, diag);
+    if (st != AMK_STEP_OK)
+      return st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+    logits = run_prefill_logits(p, &rows, &vocab);
+    d->prompt_ms += run_now_ms() - t0;
+    d->prompt_tokens += n;
+    d->launches++;
+    size_t nonfinite = amk_count_nonfinite(logits, rows * vocab);
+    if (nonfinite) {
+      amk_progress_break_line(stderr);
+      fprintf(stderr,
+              "amk-run: error: the prompt's chunk at positions %" PRId64 "..%" PRId64 ": %zu "
+              "logits are not finite (NaN or Inf); the weights or the program produce "
+              "non-finite values\n",
+              pos, pos + n - 1, nonfinite);
+      return 1;
+    }
+    /* --dump-logits: the prefill programs write every row's logits. */
+    for (size_t r = 0; o->dump_logits && r < rows; r++)
+      write_logits_row(dump, logits + r * vocab, vocab, pos + (int64_t)r == 0);
+    d->n_fed = pos + n;
+    if (progress)
+      amk_progress_add(progress, n);
+  }
+  if (!logits || d->done)
+    return 0;
+  bool more = accept_token(d, amk_sample(d->sampler, logits + (rows - 1) * vocab, vocab));
+  if (d->failed)
+    return 1;
+  *stop = !more && (d->stopped_at_eos || !o->dump_logits);
+  return 0;
+}
+
 /* Feeds every token of the sequence; after the prompt each step's logits
  * choose the next token. With --dump-logits the last generated token is fed
  * too, so there is a row for every token of the sequence; an
@@ -202,6 +250,13 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
           ? amk_progress_begin("amk-run: evaluating the prompt", AMK_PROGRESS_ITEMS, "tokens",
                                d->n_prompt - d->n_fed)
           : NULL;
+  bool stop = false;
+  if (d->rc->prefill && d->n_prompt - d->n_fed >= 2)
+    status = prefill_prompt(d, dump, progress, &stop, diag);
+  if (stop || status != 0) {
+    amk_progress_end(progress);
+    return status;
+  }
   for (int64_t pos = d->n_fed; pos < d->n_seq && status == 0; pos++) {
     double t0 = run_now_ms();
     float kms = 0;

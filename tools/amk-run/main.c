@@ -49,11 +49,7 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
   *len_out = 0;
   AmkModule *m;
   bool folder = amk_is_directory(o->target);
-  if (folder) {
-    m = amk_module_new();
-    m->model_dir = amk_arena_strdup(&m->arena, o->target);
-    m->source_name = m->model_dir;
-  } else {
+  if (!folder) {
     if (o->compile_flag) {
       fprintf(stderr, "amk-run: error: %s applies when compiling a model folder; '%s' is "
                       "already compiled\n", o->compile_flag, o->target);
@@ -84,6 +80,24 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     *len_out = len;
     return m;
   }
+  /* With batched prefill the decode program keeps the prefill programs'
+   * KV caches (separate k and v caches by layer, unfused): the fused
+   * rope_kv caches have another layout, and the engines share the caches
+   * by name. */
+  AmkModule *decode = run_compile_folder(o, 1, false, diag);
+  return decode;
+}
+
+bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
+
+AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_logits,
+                              AmkDiagEngine *diag) {
+  AmkModule *m = amk_module_new();
+  m->model_dir = amk_arena_strdup(&m->arena, o->target);
+  m->source_name = m->model_dir;
+  bool prefill = batch_size > 1;
+  char batch_text[24];
+  snprintf(batch_text, sizeof batch_text, "%lld", (long long)batch_size);
   /* The library's pipeline, with the compile options as amk-opt's --key=value
    * would give them: each value is parsed once, here. */
   AmkPipeline *pipeline = amk_pipeline_new();
@@ -103,7 +117,10 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     const char *key, *value;
   } options[] = {{"max-seq", o->max_seq},   {"dtype", o->dtype},
                  {"target", o->gpu_target}, {"quant", o->quant},
-                 {"quant-group", o->quant_group}, {"quant-keep", o->quant_keep}};
+                 {"quant-group", o->quant_group}, {"quant-keep", o->quant_keep},
+                 {"batch-size", prefill ? batch_text : NULL},
+                 {"fusion", run_prefill_wanted(o) && has_pass(pipeline, "fuse") ? "none" : NULL},
+                 {"prefill-logits", prefill && all_logits ? "all" : NULL}};
   for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
     if (options[i].value)
       ok = amk_pipeline_set_option(pipeline, options[i].key, options[i].value, diag);
@@ -115,7 +132,7 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
   if (ok)
     ok = amk_pipeline_run(pipeline, m, diag, NULL).status == AMK_PIPELINE_OK;
   amk_pipeline_free(pipeline);
-  if (ok && o->save_program) {
+  if (ok && o->save_program && !prefill) {
     AmkStrBuf sb;
     amk_sb_init(&sb);
     amk_print_text(m, &sb);
@@ -128,6 +145,7 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
   }
   return m;
 }
+
 
 /* The checkpoint folder for a compiled program: --weights, else the folder
  * the program names, taken relative to the program file when it exists
@@ -326,6 +344,11 @@ int main(int argc, char **argv) {
   }
   AmkDiagEngine *diag = amk_diag_new(stderr);
   amk_diag_set_source(diag, "amk-run", NULL, 0);
+  /* Batched prefill: -b > 1, a model folder (the prefill programs are
+   * compiled from it), the CPU reference VM (the CUDA engine runs no
+   * prefill programs yet), not --check's step-by-step comparison. */
+  o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
+              strcmp(device, "cpu") == 0;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -414,14 +437,27 @@ int main(int argc, char **argv) {
   }
   if (ok && (o.check || (o.bench && !cpu_bench)))
     ok = (reference = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
+  /* Batched prefill: from a model folder (the prefill programs are
+   * compiled from it), on an engine that runs them, not beside --check's
+   * per-step comparison. */
+  RunPrefill *prefill = NULL;
+  if (ok && run_prefill_wanted(&o) && amk_engine_can_prefill(engine))
+    prefill = run_prefill_new(&o, loaded, engine);
+  else if (ok && o.verbose && !o.json && o.batch_size > 1)
+    fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
+            !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
+            : o.check                   ? "--check compares every step"
+                                        : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
-    RunContext run = {.o = &o, .text = &run_text, .engine = engine, .reference = reference,
+    RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,
+                      .reference = reference,
                       .device = device, .t_start = t_start, .t_loaded = run_now_ms()};
     exit_status = o.bench  ? run_bench(&run, diag)
                   : o.chat ? run_chat(&run, diag)
                            : run_decode(&run, diag);
   }
+  run_prefill_free(prefill);
   amk_engine_free(reference);
   amk_engine_free(engine);
   amk_weights_free(loaded);

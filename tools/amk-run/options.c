@@ -59,7 +59,10 @@ static void usage(FILE *out) {
         "                           length), seed, device, timing (with --bench: the\n"
         "                           bench results)\n"
         "  --dump-logits FILE       write the logits after every fed token as JSON\n"
-        "                           [[...], ...] (row i after feeding token i)\n\n"
+        "                           [[...], ...] (row i after feeding token i)\n"
+        "  -b, --batch-size N       prompt tokens per prefill step (default 512; 1: one\n"
+        "                           step per token); prefill programs are compiled from\n"
+        "                           a model folder for the CPU reference VM\n\n"
         "SAMPLING:\n"
         "  --temp T                 sampling temperature (default 0: greedy)\n"
         "  --top-k K                sample among the K most likely tokens (default: all)\n"
@@ -88,6 +91,8 @@ static void usage(FILE *out) {
         "  -o, --output md|csv|json|jsonl  --bench: the results as a Markdown table\n"
         "                           (default), CSV, one JSON object or JSON lines\n"
         "  --bench-pos P,Q          positions to time (default 0)\n"
+        "  --bench-prompt N         --bench: the prompt whose prefill is timed (tokens/s\n"
+        "                           and time to first token; default 512)\n"
         "  --bench-steps N          timed steps per position (default 128)\n"
         "  --bench-warmup N         untimed steps first (default 10)\n"
         "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
@@ -387,6 +392,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
   o->bench_warmup = 10;
   o->pipeline = AMK_DEFAULT_PIPELINE;
   o->n_new = INT64_MIN; /* 16, or -1 in chat mode */
+  o->batch_size = 512;   /* llama.cpp's default */
+  o->bench_prompt = 512;
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
   const Option opts[] = {
       {{"-m", "--model"}, OPT_CUSTOM, .custom = read_target},
@@ -411,6 +418,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"-n", "--n-predict"}, OPT_INT, .count = &o->n_new, .min = -1, .max = 1000000,
        .takes = "a count of tokens (0 to 1000000; -1: until end of sequence)"},
       {{"--ignore-eos"}, OPT_SWITCH, .on = &o->ignore_eos},
+      {{"-b", "--batch-size"}, OPT_INT, .count = &o->batch_size, .min = 1, .max = 65536,
+       .takes = "a count of prompt tokens per prefill step (1 to 65536; 1: token by token)"},
       {{"--json"}, OPT_SWITCH, .on = &o->json},
       {{"--dump-logits"}, OPT_TEXT, .text = &o->dump_logits},
       {{"--temp"}, OPT_REAL, .real = &o->sampling.temperature, .lo = 0, .hi = INFINITY,
@@ -428,6 +437,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
        .takes = "a count >= 1"},
       {{"--bench"}, OPT_SWITCH, .on = &o->bench},
       {{"--bench-pos"}, OPT_TEXT, .text = &o->bench_pos},
+      {{"--bench-prompt"}, OPT_INT, .count = &o->bench_prompt, .min = 1, .max = 65536,
+       .takes = "a count of prompt tokens (1 to 65536)"},
       {{"--bench-steps"}, OPT_INT, .count = &o->bench_steps, .min = 1, .max = 100000,
        .takes = "a count (1 to 100000)"},
       {{"-r", "--repetitions"}, OPT_INT, .count = &o->bench_reps, .min = 1, .max = 1000,

@@ -13,6 +13,7 @@
 #include "amk/generation.h"
 #include "amk/sampling.h"
 #include "amk/tokenizer.h"
+#include "amk/weights.h"
 
 /* Exit status of a GPU launch that the watchdog stopped (distinct from a
  * rejected program or a failed check). */
@@ -59,6 +60,9 @@ typedef struct {
   bool verbose;
   bool random_weights;
   uint64_t random_weights_seed;
+  int64_t batch_size;   /* -b: prompt tokens per prefill step (1: token by token) */
+  int64_t bench_prompt; /* --bench-prompt: the prompt the bench prefills */
+  bool prefill;         /* set by main: the prompt goes through prefill programs */
 } RunOptions;
 
 /* Parses the command line into *o. Returns 0 to run, 1 after a usage error
@@ -119,10 +123,36 @@ bool run_text_check_vocab(const RunText *t, int64_t vocab, AmkDiagEngine *diag);
 bool run_text_encode_turn(const RunText *t, const char *text, AmkTokenIds *ids,
                           AmkDiagEngine *diag);
 
+/* Whether the prompt goes through prefill programs: -b > 1, a model
+ * folder, the CPU reference VM (not --check, not the GPU bench). */
+bool run_prefill_wanted(const RunOptions *o);
+
+/* Compiles the model folder o->target through o's pipeline and compile
+ * options; batch_size > 1 makes a prefill program of that many rows (every
+ * row's logits with all_logits). NULL after reporting. */
+AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_logits,
+                              AmkDiagEngine *diag);
+
+/* Batched prefill (prefill.c): prefill programs compiled per chunk size,
+ * running on the decode engine's KV caches and borrowing its weights
+ * (both must outlive it). */
+typedef struct RunPrefill RunPrefill;
+RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode);
+void run_prefill_free(RunPrefill *p);
+/* The most tokens one chunk takes (-b). */
+int64_t run_prefill_batch(const RunPrefill *p);
+/* One chunk: n tokens at positions pos..pos+n-1 in one step. */
+AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n, int64_t pos,
+                                AmkDiagEngine *diag);
+/* The last chunk's logits: its last row's, or with --dump-logits every
+ * row's (*rows of them). */
+const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab);
+
 /* What main hands to decoding and the bench. */
 typedef struct {
   const RunOptions *o;
   const RunText *text;
+  RunPrefill *prefill; /* NULL: the prompt is fed token by token */
   AmkEngine *engine;
   AmkEngine *reference; /* the CPU VM beside the GPU with --check or --bench */
   const char *device;   /* "cpu" or "cuda" */
