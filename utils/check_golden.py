@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check amk-run against a HuggingFace fixture's golden.json.
 
-    check_golden.py AMK_RUN TARGET [--golden FILE] [--passes P] [--dtype D]
+    check_golden.py AMK_RUN TARGET [--golden FILE] [--passes P] [-b B] [--dtype D]
                     [--device DEV] [--tol T] [--first-tokens K]
 
 TARGET is the fixture folder or a program compiled from it (then --golden
@@ -42,6 +42,8 @@ def run(args, prompt, n_new, dump):
         cmd += ["--dump-logits", dump]
     if args.passes:
         cmd += ["--passes", args.passes]
+    if args.batch_size:
+        cmd += ["-b", args.batch_size]
     if args.dtype:
         cmd += ["--dtype", args.dtype]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -65,6 +67,7 @@ def main():
     ap.add_argument("target")
     ap.add_argument("--golden")
     ap.add_argument("--passes")
+    ap.add_argument("-b", "--batch-size", help="amk-run's -b (prompt tokens per prefill step)")
     ap.add_argument("--dtype")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tol", type=float, default=1e-4)

@@ -80,15 +80,24 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     *len_out = len;
     return m;
   }
-  /* With batched prefill the decode program keeps the prefill programs'
-   * KV caches (separate k and v caches by layer, unfused): the fused
-   * rope_kv caches have another layout, and the engines share the caches
-   * by name. */
   AmkModule *decode = run_compile_folder(o, 1, false, diag);
   return decode;
 }
 
 bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
+
+/* Whether a comma-separated pass list names `pass`. */
+static bool pipeline_text_has(const char *list, const char *pass) {
+  size_t n = strlen(pass);
+  for (const char *p = list; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, pass, n) == 0)
+      return true;
+    p = end ? end + 1 : NULL;
+  }
+  return false;
+}
 
 AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_logits,
                               AmkDiagEngine *diag) {
@@ -119,7 +128,6 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_
                  {"target", o->gpu_target}, {"quant", o->quant},
                  {"quant-group", o->quant_group}, {"quant-keep", o->quant_keep},
                  {"batch-size", prefill ? batch_text : NULL},
-                 {"fusion", run_prefill_wanted(o) && has_pass(pipeline, "fuse") ? "none" : NULL},
                  {"prefill-logits", prefill && all_logits ? "all" : NULL}};
   for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
     if (options[i].value)
@@ -346,9 +354,12 @@ int main(int argc, char **argv) {
   amk_diag_set_source(diag, "amk-run", NULL, 0);
   /* Batched prefill: -b > 1, a model folder (the prefill programs are
    * compiled from it), the CPU reference VM (the CUDA engine runs no
-   * prefill programs yet), not --check's step-by-step comparison. */
+   * prefill programs yet), not --check's step-by-step comparison, and a
+   * pipeline without fuse: the engines share the KV caches by name, and
+   * fuse gives the decode program per-head k|v caches that the prefill
+   * programs (unfused) do not have. */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
-              strcmp(device, "cpu") == 0;
+              strcmp(device, "cpu") == 0 && !pipeline_text_has(o.pipeline, "fuse");
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -441,13 +452,19 @@ int main(int argc, char **argv) {
    * compiled from it), on an engine that runs them, not beside --check's
    * per-step comparison. */
   RunPrefill *prefill = NULL;
-  if (ok && run_prefill_wanted(&o) && amk_engine_can_prefill(engine))
+  if (ok && run_prefill_wanted(&o) && amk_engine_can_prefill(engine)) {
     prefill = run_prefill_new(&o, loaded, engine);
-  else if (ok && o.verbose && !o.json && o.batch_size > 1)
+    if (o.verbose && !o.json)
+      fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs)\n",
+              (long long)o.batch_size);
+  } else if (ok && o.verbose && !o.json && o.batch_size > 1)
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.check                   ? "--check compares every step"
-                                        : "the engine runs no prefill programs");
+            : pipeline_text_has(o.pipeline, "fuse")
+                ? "the fused decode program's KV caches are not the prefill programs'; "
+                  "--passes without fuse prefills"
+                : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,
