@@ -59,6 +59,7 @@ typedef struct {
   bool verbose;
   bool random_weights;
   uint64_t random_weights_seed;
+  int64_t tp; /* --tp: tensor-parallel ranks (0 or 1: one program) */
 } RunOptions;
 
 /* Parses the command line into *o. Returns 0 to run, 1 after a usage error
