@@ -26,6 +26,7 @@
 #include "amk/plan.h"
 #include "amk/progress.h"
 #include "amk/tp.h"
+#include "amk/validate.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
 #include "run.h"
@@ -397,6 +398,9 @@ int main(int argc, char **argv) {
   double t_phase = run_now_ms();
   for (uint32_t r = 0; ok && r < n_ranks; r++)
     ok = (plans[r] = amk_plan_build(ranks[r], NULL, diag)) != NULL;
+  /* Each plan proved its rank safe; the group's protocol is proved here. */
+  if (ok && n_ranks > 1)
+    ok = amk_validate_tp((const AmkModule *const *)ranks, n_ranks, diag);
   AmkPlan *plan = plans[0];
   if (ok && say)
     say_phase(n_ranks > 1 ? "validated and planned the rank programs"
