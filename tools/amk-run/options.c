@@ -426,8 +426,6 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--quant-group"}, OPT_TEXT, .text = &o->quant_group, .compile_only = true},
       {{"--quant-keep"}, OPT_TEXT, .text = &o->quant_keep, .compile_only = true},
       {{"--passes"}, OPT_TEXT, .text = &o->pipeline},
-      {{"--tp"}, OPT_INT, .count = &o->tp, .min = 1, .max = 64,
-       .takes = "a number of ranks from 1 to 64", .compile_only = true},
       {{"--save-program"}, OPT_TEXT, .text = &o->save_program},
       {{"--weights"}, OPT_TEXT, .text = &o->weights},
       {{"--random-weights"}, OPT_CUSTOM, .custom = read_random_weights},
@@ -468,6 +466,9 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
        .lo_open = true, .takes = "a positive number"},
       {{"--trace"}, OPT_TEXT, .text = &o->trace},
+      /* After --temp: a typo of it ("--tmep") suggests --temp first. */
+      {{"--tp"}, OPT_INT, .count = &o->tp, .min = 1, .max = 64,
+       .takes = "a number of ranks from 1 to 64", .compile_only = true},
       {{"-v", "--verbose"}, OPT_SWITCH, .on = &o->verbose},
   };
   const size_t n_opts = sizeof opts / sizeof opts[0];
