@@ -17,6 +17,7 @@
 
 #include "amk/abi.h"
 #include "amk/backend.h"
+#include "amk/tp.h"
 #include "amk/instructions.h"
 #include "amk/io.h"
 #include "device_templates.h"
@@ -738,6 +739,9 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
     return true;
   }
   case AMK_OP_ALLREDUCE_SHARD: {
+    if (amk_task_tp_group(t) != 0)
+      return fail(g, t, "a cross-rank all-reduce (param group): tensor parallelism on GPUs is "
+                  "not yet implemented");
     if (t->n_inputs < 1 || t->n_inputs > AMK_MAX_INPUTS || t->n_outputs != 1)
       return fail(g, t, "takes 1 to 8 shards");
     if (!buf_info(g, t, t->outputs[0], &o) || !need_numeric(g, t, &o, "output"))

@@ -16,6 +16,7 @@
 
 #include "amk/compare.h"
 #include "amk/tables.h"
+#include "amk/tp.h"
 #include "validate_internal.h"
 
 /* Diagnostics about the module as a whole carry no position. */
@@ -659,6 +660,43 @@ static void check_variant_flags(AmkValidator *v, const AmkTask *t, const AmkPara
                         : "none are defined");
 }
 
+/* A cross-rank ALLREDUCE_SHARD (param group, include/amk/tp.h): what one
+ * rank's program can show. Its one input is this rank's part, placed at
+ * n_off of the output (0 and the output's size for a plain all-reduce);
+ * the group is the program's tp_size. The protocol across the ranks is
+ * amk_validate_tp's. */
+static void check_collective(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt) {
+  int64_t group = 0, size = 0, rank = 0, n_off = 0;
+  if (!param_at_least(v, t, pt, AMK_PARAM_group, 1, &group))
+    return;
+  if (group > AMK_TP_MAX_RANKS) {
+    bound_error(v, t, "group=%" PRId64 " is more than the %d ranks a tensor-parallel group may "
+                "have", group, AMK_TP_MAX_RANKS);
+    return;
+  }
+  if (group >= 2 && (!amk_module_tp(v->m, &size, &rank) || size != group))
+    bound_error(v, t, "group=%" PRId64 " names a cross-rank all-reduce, but the program is "
+                "%s (meta tp_size and tp_rank)", group,
+                size > 0 ? "a rank of another group size" : "not a tensor-parallel rank program");
+  if (group >= 2 && t->n_inputs != 1)
+    bound_error(v, t, "a cross-rank all-reduce reads one input (this rank's part), not %u",
+                t->n_inputs);
+  if (pt->v[AMK_PARAM_n_off] && !param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &n_off))
+    return;
+  const Shape *out = shape_of(v, t->outputs[0]);
+  const Shape *in = shape_of(v, t->inputs[0]);
+  if (!out->ok || !in->ok)
+    return;
+  if (group < 2 || !pt->v[AMK_PARAM_n_off]) {
+    for (uint32_t i = 0; i < t->n_inputs; i++)
+      require_numel(v, t, "input", out->numel, "the output's size", shape_of(v, t->inputs[i]));
+  } else if (n_off + in->numel > out->numel) {
+    bound_error(v, t, "its part, %" PRId64 " elements of input buffer #%" PRId32 " ('%s') at "
+                "n_off=%" PRId64 ", runs past the %" PRId64 " elements of output buffer #%" PRId32
+                " ('%s')", in->numel, in->id, in->name, n_off, out->numel, out->id, out->name);
+  }
+}
+
 static void check_task_bounds(AmkValidator *v, uint32_t task) {
   const AmkTask *t = &v->m->tasks[task];
   AmkParamTable params;
@@ -765,6 +803,10 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
   case AMK_OP_SOFTMAX:
   case AMK_OP_COPY:
   case AMK_OP_ALLREDUCE_SHARD: {
+    if (t->op == AMK_OP_ALLREDUCE_SHARD && amk_task_param(t, AMK_TP_PARAM)) {
+      check_collective(v, t, pt);
+      break;
+    }
     const Shape *out = shape_of(v, t->outputs[0]);
     if (!out->ok)
       break;

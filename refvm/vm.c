@@ -8,6 +8,7 @@
 #include "amk/host.h"
 #include "amk/instructions.h"
 #include "amk/numerics.h"
+#include "amk/tp.h"
 #include "amk/vm.h"
 
 #include <pthread.h>
@@ -132,8 +133,17 @@ static void index_waiters(AmkVm *vm) {
   vm->queue = amk_xmalloc((n ? n : 1) * sizeof *vm->queue);
 }
 
-AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
-                     AmkDiagEngine *diag) {
+static AmkVm *vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
+                        bool in_group, AmkDiagEngine *diag) {
+  if (!in_group)
+    for (uint32_t t = 0; t < plan->m->n_tasks; t++)
+      if (amk_task_tp_group(&plan->m->tasks[t]) != 0) {
+        const AmkTask *task = &plan->m->tasks[t];
+        amk_error(diag, task->loc, "task %d ('%s') is a cross-rank all-reduce: this is one "
+                  "rank's program of a tensor-parallel group, which runs only with the other "
+                  "ranks (amk-run MODEL_DIR --tp N)", task->id, task->label);
+        return NULL;
+      }
   AmkVm *vm = amk_xcalloc(1, sizeof *vm);
   vm->plan = plan;
   vm->m = plan->m;
@@ -166,6 +176,11 @@ AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads
   vm->logits = amk_xmalloc((size_t)(plan->vocab > 0 ? plan->vocab * plan->logit_rows : 1) *
                           sizeof *vm->logits);
   return vm;
+}
+
+AmkVm *amk_vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
+                     AmkDiagEngine *diag) {
+  return vm_create(plan, weights, threads, false, diag);
 }
 
 void amk_vm_reset(AmkVm *vm) {
@@ -403,8 +418,12 @@ static uint32_t fire_tasks(AmkVm *vm, int64_t pos, uint32_t tail, char *err, siz
   return failed ? UINT32_MAX : fired;
 }
 
-bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
-                      AmkDiagEngine *diag) {
+/* A step's start: the IO inputs set (row r of a prefill program's ids at
+ * position pos + r), the counters cleared, and the tasks with no waits
+ * queued (*tail of them). False after reporting a token or position out of
+ * range. */
+static bool step_begin(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos, uint32_t *tail,
+                       AmkDiagEngine *diag) {
   const AmkPlan *plan = vm->plan;
   if (n != plan->rows) {
     amk_error(diag, no_loc(),
@@ -444,24 +463,18 @@ bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
   /* Counter-driven firing: a task becomes ready when its last unsatisfied
    * wait is met; ready tasks run in the order they became ready. */
   memset(vm->counter_value, 0, (plan->n_counters ? plan->n_counters : 1) * sizeof *vm->counter_value);
-  uint32_t tail = 0;
+  *tail = 0;
   for (uint32_t t = 0; t < plan->n_tasks; t++) {
     vm->unsatisfied[t] = plan->tasks[t].wait_end - plan->tasks[t].wait_begin;
     if (vm->unsatisfied[t] == 0)
-      vm->queue[tail++] = t;
+      vm->queue[(*tail)++] = t;
   }
-  char err[600];
-  uint32_t fired = fire_tasks(vm, pos, tail, err, sizeof err);
-  if (fired == UINT32_MAX) {
-    amk_error(diag, no_loc(), "%s", err);
-    return false;
-  }
-  tail = fired;
-  if (tail != plan->n_tasks) {
-    amk_error(diag, no_loc(), "%u of %u tasks never became ready; the schedule is stuck",
-              plan->n_tasks - tail, plan->n_tasks);
-    return false;
-  }
+  return true;
+}
+
+/* The IO_OUTPUT logits (every row the program writes) as fp32, after a step. */
+static void read_logits(AmkVm *vm) {
+  const AmkPlan *plan = vm->plan;
   const VmBuffer *lb = &vm->buffers[plan->logits_buffer];
   for (int64_t i = 0; i < plan->vocab * plan->logit_rows; i++) {
     switch (lb->view.dtype) {
@@ -476,11 +489,190 @@ bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
       break;
     }
   }
+}
+
+bool amk_vm_step_rows(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
+                      AmkDiagEngine *diag) {
+  const AmkPlan *plan = vm->plan;
+  uint32_t tail = 0;
+  if (!step_begin(vm, tokens, n, pos, &tail, diag))
+    return false;
+  char err[600];
+  uint32_t fired = fire_tasks(vm, pos, tail, err, sizeof err);
+  if (fired == UINT32_MAX) {
+    amk_error(diag, no_loc(), "%s", err);
+    return false;
+  }
+  tail = fired;
+  if (tail != plan->n_tasks) {
+    amk_error(diag, no_loc(), "%u of %u tasks never became ready; the schedule is stuck",
+              plan->n_tasks - tail, plan->n_tasks);
+    return false;
+  }
+  read_logits(vm);
   return true;
 }
 
 bool amk_vm_step(AmkVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
   return amk_vm_step_rows(vm, &token, 1, pos, diag);
+}
+
+/* ---- a tensor-parallel group ----------------------------------------------------- */
+
+/* The N rank programs of a group run together, deterministically: each rank
+ * fires its ready tasks in order until only collectives are left; once
+ * every rank holds its next collective, the group sums the parts in rank
+ * order (amk_inst_allreduce_ranks), finishes the collective on every rank,
+ * and the ranks go on. A rank that ends, or holds a collective the others
+ * do not match, is a broken protocol, reported (amk_validate_tp proves it
+ * cannot happen to validated programs). */
+struct AmkVmGroup {
+  uint32_t n;
+  AmkVm **ranks;
+  uint32_t *head, *tail;
+  int64_t *held; /* the collective each rank holds, or -1 */
+  char description[160];
+};
+
+void amk_vm_group_free(AmkVmGroup *g) {
+  if (!g)
+    return;
+  for (uint32_t r = 0; r < g->n; r++)
+    amk_vm_free(g->ranks[r]);
+  free(g->ranks);
+  free(g->head);
+  free(g->tail);
+  free(g->held);
+  free(g);
+}
+
+AmkVmGroup *amk_vm_group_create(const AmkPlan *const *plans, const AmkWeights *const *weights,
+                                uint32_t n, AmkDiagEngine *diag) {
+  if (n == 0 || n > AMK_TP_MAX_RANKS) {
+    amk_error(diag, no_loc(), "a tensor-parallel group has 1 to %d ranks, not %u",
+              AMK_TP_MAX_RANKS, n);
+    return NULL;
+  }
+  for (uint32_t r = 0; r < n; r++) {
+    int64_t size = 0, rank = 0;
+    bool is_rank = amk_module_tp(plans[r]->m, &size, &rank);
+    if (n > 1 && (!is_rank || size != n || rank != r)) {
+      amk_error(diag, no_loc(), "program %u of the group is not rank %u of %u (meta tp_size "
+                "and tp_rank)", r, r, n);
+      return NULL;
+    }
+    if (plans[r]->vocab != plans[0]->vocab || plans[r]->max_seq != plans[0]->max_seq) {
+      amk_error(diag, no_loc(), "the ranks' programs differ in vocabulary or KV cache length");
+      return NULL;
+    }
+  }
+  AmkVmGroup *g = amk_xcalloc(1, sizeof *g);
+  g->n = n;
+  g->ranks = amk_xcalloc(n, sizeof *g->ranks);
+  g->head = amk_xcalloc(n, sizeof *g->head);
+  g->tail = amk_xcalloc(n, sizeof *g->tail);
+  g->held = amk_xcalloc(n, sizeof *g->held);
+  for (uint32_t r = 0; r < n; r++)
+    if (!(g->ranks[r] = vm_create(plans[r], weights[r], 1, true, diag))) {
+      amk_vm_group_free(g);
+      return NULL;
+    }
+  snprintf(g->description, sizeof g->description,
+           "CPU reference VM, %u tensor-parallel ranks in one process (in order, one thread)", n);
+  return g;
+}
+
+/* Fires rank vm's queue in order until it is empty, holding back (not
+ * running) a cross-rank collective. False after a kernel failed (err). */
+static bool run_until_collective(AmkVm *vm, int64_t pos, uint32_t *head, uint32_t *tail,
+                                 int64_t *held, char *err, size_t err_len) {
+  while (*head < *tail) {
+    uint32_t t = vm->queue[(*head)++];
+    if (amk_task_tp_group(&vm->m->tasks[t]) != 0) {
+      if (*held >= 0) {
+        snprintf(err, err_len, "tasks %u and %u, two cross-rank all-reduces, are ready at once: "
+                 "the ranks could reach them in different orders", (unsigned)*held, t);
+        return false;
+      }
+      *held = t;
+      continue;
+    }
+    if (!run_task(vm, t, pos, err, err_len))
+      return false;
+    finish_task(vm, t, tail);
+  }
+  return true;
+}
+
+bool amk_vm_group_step(AmkVmGroup *g, int32_t token, int64_t pos, AmkDiagEngine *diag) {
+  for (uint32_t r = 0; r < g->n; r++) {
+    g->head[r] = 0;
+    g->held[r] = -1;
+    if (!step_begin(g->ranks[r], &token, 1, pos, &g->tail[r], diag))
+      return false;
+  }
+  AmkTensorView parts[AMK_TP_MAX_RANKS], outs[AMK_TP_MAX_RANKS];
+  int64_t n_off[AMK_TP_MAX_RANKS];
+  char err[600];
+  for (uint64_t round = 0;; round++) {
+    uint32_t holding = 0;
+    for (uint32_t r = 0; r < g->n; r++) {
+      if (!run_until_collective(g->ranks[r], pos, &g->head[r], &g->tail[r], &g->held[r], err,
+                                sizeof err)) {
+        amk_error(diag, no_loc(), "rank %u: %s", r, err);
+        return false;
+      }
+      holding += g->held[r] >= 0;
+    }
+    if (holding == 0)
+      break;
+    for (uint32_t r = 0; r < g->n; r++) {
+      const AmkVm *vm = g->ranks[r];
+      if (g->held[r] < 0) {
+        const AmkTask *other = &g->ranks[r ? 0 : 1]->m->tasks[g->held[r ? 0 : 1]];
+        amk_error(diag, no_loc(), "rank %u cannot reach all-reduce #%" PRIu64 " ('%s' on rank "
+                  "%u): it %s", r, round, other->label, r ? 0 : 1,
+                  g->tail[r] == vm->plan->n_tasks ? "has finished the step"
+                                                  : "is stuck before it");
+        return false;
+      }
+      uint32_t t = (uint32_t)g->held[r];
+      const AmkPlanTask *pt = &vm->plan->tasks[t];
+      AmkInstParams params = amk_plan_params_at(vm->plan, t, pos);
+      parts[r] = vm->buffers[pt->inputs[0]].view;
+      outs[r] = vm->buffers[pt->outputs[0]].view;
+      n_off[r] = amk_inst_param_has(&params, AMK_PARAM_n_off) ? params.n_off.i : 0;
+    }
+    int rc = amk_inst_allreduce_ranks(parts, n_off, g->n, outs, err, sizeof err);
+    if (rc != AMK_INST_OK) {
+      amk_error(diag, no_loc(), "all-reduce #%" PRIu64 " ('%s'): %s", round,
+                g->ranks[0]->m->tasks[g->held[0]].label, err);
+      return false;
+    }
+    for (uint32_t r = 0; r < g->n; r++) {
+      finish_task(g->ranks[r], (uint32_t)g->held[r], &g->tail[r]);
+      g->held[r] = -1;
+    }
+  }
+  for (uint32_t r = 0; r < g->n; r++) {
+    const AmkPlan *plan = g->ranks[r]->plan;
+    if (g->tail[r] != plan->n_tasks) {
+      amk_error(diag, no_loc(), "rank %u: %u of %u tasks never became ready; the schedule is "
+                "stuck", r, plan->n_tasks - g->tail[r], plan->n_tasks);
+      return false;
+    }
+  }
+  read_logits(g->ranks[0]);
+  return true;
+}
+
+const float *amk_vm_group_logits(const AmkVmGroup *g, size_t *n) {
+  return amk_vm_logits(g->ranks[0], n);
+}
+
+void amk_vm_group_reset(AmkVmGroup *g) {
+  for (uint32_t r = 0; r < g->n; r++)
+    amk_vm_reset(g->ranks[r]);
 }
 
 /* ---- the engine interface ------------------------------------------------------ */
@@ -533,6 +725,51 @@ const AmkEngineOps *amk_vm_engine(void) {
       .step_rows = engine_step_rows,
       .logit_rows = engine_logit_rows,
       .share_kv = engine_share_kv,
+  };
+  return &ops;
+}
+
+/* ---- the group as an engine --------------------------------------------------- */
+
+static void *group_engine_create(const AmkPlan *plan, const AmkWeights *weights,
+                                 const AmkEngineOptions *opt, AmkDiagEngine *diag) {
+  if (!opt->tp_plans || !opt->tp_weights || opt->tp_size == 0) {
+    const AmkPlan *plans[1] = {plan};
+    const AmkWeights *w[1] = {weights};
+    return amk_vm_group_create(plans, w, 1, diag);
+  }
+  return amk_vm_group_create(opt->tp_plans, opt->tp_weights, opt->tp_size, diag);
+}
+
+static void group_engine_destroy(void *self) { amk_vm_group_free(self); }
+
+static const char *group_engine_describe(const void *self) {
+  return ((const AmkVmGroup *)self)->description;
+}
+
+static AmkStepStatus group_engine_step(void *self, int32_t token, int64_t pos, float *kernel_ms,
+                                       AmkDiagEngine *diag) {
+  return amk_vm_group_step(self, token, pos, diag) ? AMK_STEP_OK : AMK_STEP_ERROR;
+}
+
+static const float *group_engine_logits(const void *self, size_t *n) {
+  return amk_vm_group_logits(self, n);
+}
+
+static bool group_engine_reset(void *self, AmkDiagEngine *diag) {
+  amk_vm_group_reset(self);
+  return true;
+}
+
+const AmkEngineOps *amk_vm_group_engine(void) {
+  static const AmkEngineOps ops = {
+      .name = "cpu",
+      .create = group_engine_create,
+      .destroy = group_engine_destroy,
+      .step = group_engine_step,
+      .logits = group_engine_logits,
+      .reset = group_engine_reset,
+      .describe = group_engine_describe,
   };
   return &ops;
 }

@@ -12,6 +12,7 @@
 #include "amk/quantize.h"
 #include "amk/safetensors.h"
 #include "amk/sampling.h"
+#include "amk/tp.h"
 #include "amk/weights.h"
 
 /* splitmix64 advances its state by this constant per output. */
@@ -32,6 +33,10 @@ typedef struct {
 struct AmkWeights {
   const AmkPlan *plan;
   WeightBuffer *buffers;
+  /* Column slices (KEY[:, B:E]) copied out of the checkpoint: a buffer may
+   * map them in place, so they live as long as the weights. */
+  void **scratch;
+  uint32_t n_scratch;
   AmkSafetensors *checkpoint; /* kept open while a buffer points into it */
 };
 
@@ -46,6 +51,9 @@ void amk_weights_free(AmkWeights *w) {
       free(w->buffers[b].pieces);
     }
   free(w->buffers);
+  for (uint32_t i = 0; i < w->n_scratch; i++)
+    free(w->scratch[i]);
+  free(w->scratch);
   amk_safetensors_close(w->checkpoint);
   free(w);
 }
@@ -351,6 +359,111 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
   return w;
 }
 
+/* The buffer of `full` whose one-part source takes the rows and columns
+ * that `part` names of the same tensor, and where they start in it; -1
+ * when there is none. */
+static int64_t find_whole(const AmkPlan *full, const char *name, const AmkSourcePart *part,
+                          int64_t rows, int64_t cols, int64_t *row0, int64_t *col0) {
+  /* The buffer of the same name first: random buffers of one tensor (a
+   * tied head and the embedding) are not the same numbers. */
+  for (uint32_t k = 0; k <= full->n_buffers; k++) {
+    uint32_t fb = k;
+    if (k == 0) {
+      while (fb < full->n_buffers && strcmp(full->m->buffers[fb].name, name) != 0)
+        fb++;
+      if (fb == full->n_buffers)
+        continue;
+    } else {
+      fb = k - 1;
+    }
+    const char *src = full->m->buffers[fb].source;
+    AmkSourcePart f;
+    const AmkPlanBuffer *fpb = &full->buffers[fb];
+    if (!is_loaded(fpb) || !src || strchr(src, '+') ||
+        !amk_source_part_parse(src, strlen(src), &f) || strcmp(f.key, part->key) != 0)
+      continue;
+    int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
+    int64_t frows = fcols > 0 ? fpb->numel / fcols : 0;
+    *row0 = (part->row_begin >= 0 ? part->row_begin : 0) - (f.row_begin >= 0 ? f.row_begin : 0);
+    *col0 = (part->col_begin >= 0 ? part->col_begin : 0) - (f.col_begin >= 0 ? f.col_begin : 0);
+    if (*row0 >= 0 && *col0 >= 0 && *row0 + rows <= frows && *col0 + cols <= fcols)
+      return (int64_t)fb;
+  }
+  return -1;
+}
+
+AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, uint64_t seed,
+                                      AmkDiagEngine *diag) {
+  AmkWeights *whole = amk_weights_random(full, seed, diag);
+  if (!whole)
+    return NULL;
+  bool needs_loading;
+  AmkWeights *w = weights_new(plan, &needs_loading);
+  bool ok = true;
+  for (uint32_t b = 0; ok && b < plan->n_buffers; b++) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    if (!is_loaded(pb))
+      continue;
+    const AmkBuffer *buf = &plan->m->buffers[b];
+    int64_t cols = pb->rank >= 2 ? pb->shape[pb->rank - 1] : 1;
+    int64_t elem = amk_dtype_nbytes(pb->dtype, 1);
+    bool one_part = buf->source && !strchr(buf->source, '+');
+    /* Each part (stacked along the rows) from the buffer of `full` that
+     * holds it; a whole-width single part stays a rule. */
+    const char *part = buf->source ? buf->source : "";
+    char *dst = NULL;
+    int64_t row_at = 0;
+    ok = pb->quant.role == AMK_PLAN_QUANT_NONE && *part;
+    while (ok && *part) {
+      const char *end = strchr(part, '+');
+      size_t len = end ? (size_t)(end - part) : strlen(part);
+      AmkSourcePart sp;
+      ok = amk_source_part_parse(part, len, &sp);
+      int64_t rows = sp.row_begin >= 0 ? sp.row_end - sp.row_begin : -1;
+      if (ok && rows < 0)
+        rows = pb->numel / (cols > 0 ? cols : 1) - row_at; /* the rest */
+      int64_t row0 = 0, col0 = 0, fb = -1;
+      AmkRandomRule rule;
+      if (ok)
+        fb = find_whole(full, buf->name, &sp, rows, cols, &row0, &col0);
+      ok = ok && fb >= 0 && amk_weights_random_rule(whole, (uint32_t)fb, &rule) &&
+           full->buffers[fb].dtype == pb->dtype;
+      if (!ok)
+        break;
+      const AmkPlanBuffer *fpb = &full->buffers[fb];
+      int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
+      rule.state += (uint64_t)(row0 * fcols + col0) * SPLITMIX64_GAMMA;
+      if (one_part && fcols == cols && rows * cols == pb->numel) {
+        w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM,
+                                       .nbytes = (size_t)pb->nbytes, .rule = rule};
+      } else {
+        /* A host copy, not a rule an engine could fill from. */
+        if (!dst)
+          dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
+        for (int64_t r = 0; r < rows && row_at + r < pb->numel / cols; r++) {
+          AmkRandomRule row = rule;
+          row.state += (uint64_t)(r * fcols) * SPLITMIX64_GAMMA;
+          random_fill_range(&row, pb->dtype, 0, cols, dst + (row_at + r) * cols * elem);
+        }
+      }
+      row_at += rows;
+      part = end ? end + 1 : part + len;
+    }
+    if (!ok)
+      amk_error(diag, no_loc(), "random weights: buffer '%s' (source '%s') is not made of "
+                "slices of the random buffers of the unsharded program%s", buf->name,
+                buf->source ? buf->source : "none",
+                pb->quant.role != AMK_PLAN_QUANT_NONE ? " (quantized weights are not supported)"
+                                                      : "");
+  }
+  amk_weights_free(whole);
+  if (!ok) {
+    amk_weights_free(w);
+    return NULL;
+  }
+  return w;
+}
+
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out) {
   if (b >= w->plan->n_buffers || w->buffers[b].origin != AMK_WEIGHTS_RANDOM)
     return false;
@@ -414,36 +527,6 @@ static void format_dims(char *out, size_t size, const int64_t *dims, uint32_t ra
     snprintf(out + strlen(out), size - strlen(out), "%s%" PRId64, d ? ", " : "", dims[d]);
 }
 
-/* A part `KEY[BEGIN:END]` names rows [BEGIN, END) of tensor KEY (Phi-3's
- * qkv_proj and gate_up_proj, sliced by import): cuts the suffix off `key`
- * and sets the range; a part without one leaves both -1. False when the
- * suffix is malformed. */
-static bool split_row_slice(char *key, int64_t *begin, int64_t *end) {
-  size_t len = strlen(key);
-  char *open = strrchr(key, '[');
-  if (len == 0 || key[len - 1] != ']' || !open)
-    return !open && !strchr(key, ']');
-  const char *p = open + 1;
-  int64_t v[2] = {0, 0};
-  for (int i = 0; i < 2; i++) {
-    if (*p < '0' || *p > '9')
-      return false;
-    while (*p >= '0' && *p <= '9') {
-      if (v[i] > (INT64_MAX - 9) / 10)
-        return false;
-      v[i] = v[i] * 10 + (*p++ - '0');
-    }
-    if (*p++ != (i == 0 ? ':' : ']'))
-      return false;
-  }
-  if (*p != '\0' || v[0] >= v[1] || open == key)
-    return false;
-  *open = '\0';
-  *begin = v[0];
-  *end = v[1];
-  return true;
-}
-
 /* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or its
  * rows KEY[BEGIN:END]), or several joined by '+' whose tensors are stacked
  * along dimension 0. */
@@ -473,43 +556,62 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
   while (*part) {
     const char *end = strchr(part, '+');
     size_t len = end ? (size_t)(end - part) : strlen(part);
-    char key[512];
-    if (len == 0 || len >= sizeof key) {
-      amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s'", buf->name,
-                buf->source);
+    AmkSourcePart sp;
+    if (!amk_source_part_parse(part, len, &sp)) {
+      amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s' (a slice is "
+                "KEY[B:E], KEY[:, B:E] or KEY[B:E, C:D] with B < E)", buf->name, buf->source);
       return false;
     }
-    memcpy(key, part, len);
-    key[len] = '\0';
-    int64_t slice_begin = -1, slice_end = -1;
-    if (!split_row_slice(key, &slice_begin, &slice_end)) {
-      amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s' (a row slice is "
-                "KEY[BEGIN:END] with BEGIN < END)", buf->name, buf->source);
-      return false;
-    }
+    const char *key = sp.key;
     const AmkStTensor *t = amk_safetensors_find(st, key);
     if (!t) {
       amk_error(diag, no_loc(), "tensor '%s' (for buffer '%s') is not in the checkpoint", key,
                 buf->name);
       return false;
     }
-    AmkStTensor slice;
-    if (slice_begin >= 0) {
-      if (t->rank < 1 || slice_end > t->shape[0]) {
+    AmkStTensor slice, cols;
+    if (sp.row_begin >= 0) {
+      if (t->rank < 1 || sp.row_end > t->shape[0]) {
         amk_error(diag, no_loc(), "%s: tensor '%s' has %" PRId64 " rows; buffer '%s' takes "
                   "rows [%" PRId64 ", %" PRId64 ")", t->file, key,
-                  t->rank ? t->shape[0] : 0, buf->name, slice_begin, slice_end);
+                  t->rank ? t->shape[0] : 0, buf->name, sp.row_begin, sp.row_end);
         return false;
       }
       /* A view of the rows: the same bytes per row, fewer rows. */
       size_t t_row_bytes = t->nbytes / (size_t)t->shape[0];
       int64_t row_numel = t->numel / t->shape[0];
       slice = *t;
-      slice.shape[0] = slice_end - slice_begin;
+      slice.shape[0] = sp.row_end - sp.row_begin;
       slice.numel = slice.shape[0] * row_numel;
-      slice.data = (const char *)t->data + (size_t)slice_begin * t_row_bytes;
+      slice.data = (const char *)t->data + (size_t)sp.row_begin * t_row_bytes;
       slice.nbytes = (size_t)slice.shape[0] * t_row_bytes;
       t = &slice;
+    }
+    if (sp.col_begin >= 0) {
+      /* Columns are strided in the file: copied out once, then filled from
+       * as any tensor (a tensor-parallel rank's o_proj and down_proj). */
+      if (t->rank != 2 || sp.col_end > t->shape[1] || t->numel <= 0 ||
+          t->nbytes % (size_t)t->numel != 0) {
+        amk_error(diag, no_loc(), "%s: tensor '%s' is not a matrix with columns [%" PRId64
+                  ", %" PRId64 ") for buffer '%s'", t->file, key, sp.col_begin, sp.col_end,
+                  buf->name);
+        return false;
+      }
+      size_t elem = t->nbytes / (size_t)t->numel;
+      int64_t width = sp.col_end - sp.col_begin;
+      char *copy = amk_xmalloc((size_t)(t->shape[0] * width) * elem + 1);
+      for (int64_t r = 0; r < t->shape[0]; r++)
+        memcpy(copy + (size_t)(r * width) * elem,
+               (const char *)t->data + (size_t)(r * t->shape[1] + sp.col_begin) * elem,
+               (size_t)width * elem);
+      w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
+      w->scratch[w->n_scratch++] = copy;
+      cols = *t;
+      cols.shape[1] = width;
+      cols.numel = t->shape[0] * width;
+      cols.data = copy;
+      cols.nbytes = (size_t)cols.numel * elem;
+      t = &cols;
     }
     FillKind kind;
     int64_t width;

@@ -35,6 +35,11 @@ typedef struct {
   bool use_cache;
   bool verbose;
   bool trace;
+  /* A tensor-parallel group (amk_vm_group_engine): the plans and weights
+   * of ranks 0..tp_size-1 (create's own are rank 0's). */
+  const AmkPlan *const *tp_plans;
+  const AmkWeights *const *tp_weights;
+  uint32_t tp_size;
 } AmkEngineOptions;
 
 /* Every field at its default (use_cache on). */

@@ -74,6 +74,15 @@ int amk_inst_execute(AmkOp op, const AmkInstParams *p,
                      AmkTensorView *outputs, uint32_t n_outputs,
                      const AmkInstExtra *extra, char *err, size_t err_len);
 
+/* A cross-rank ALLREDUCE_SHARD (param group >= 2, amk/tp.h) once every
+ * rank of the group has reached it: parts[r] is rank r's one input, placed
+ * at n_off[r] of the output (0 for a plain all-reduce, whose parts are as
+ * large as the output); the sum over ranks 0..n-1 in that order, in fp32
+ * from zero, is stored to every rank's output outs[r]. Disjoint parts make
+ * it an exact gather. AMK_INST_OK, or a status and the reason in err. */
+int amk_inst_allreduce_ranks(const AmkTensorView *parts, const int64_t *n_off, uint32_t n,
+                             AmkTensorView *outs, char *err, size_t err_len);
+
 /* Structural check of a FUSED recipe for a task with n_inputs inputs (what
  * FUSED checks before running anything; for the fuse pass and validator). */
 int amk_inst_recipe_check(const AmkValue *recipe, uint32_t n_inputs,

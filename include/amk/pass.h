@@ -86,6 +86,9 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
 #define AMK_PASSES(X)                                                          \
   X(import, "import", 0,                                                     \
     "Import a HuggingFace Llama-family model folder as an op-level program")  \
+  X(shard, "shard", 0,                                                       \
+    "Split an op-level program into rank --tp-rank of --tp tensor-parallel "  \
+    "ranks")                                                                   \
   X(quantize, "quantize", 0,                                                 \
     "Quantize GEMV weights to int8 or int4 (--quant; run it before -fuse)")   \
   X(verify, "verify", 1, "Check structural well-formedness of the module")     \
@@ -129,6 +132,10 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "rows of a prefill program (-b; default 1: the decode program)")          \
   X("prefill-logits", "import", AMK_OPTION_ENUM, 0, 0, "last|all",            \
     "a prefill program's logits: the last row's (default) or every row's")    \
+  X("tp", "shard", AMK_OPTION_INT, 1, 64, NULL,                                \
+    "tensor-parallel ranks: n_kv_heads must be a multiple")                   \
+  X("tp-rank", "shard", AMK_OPTION_INT, 0, 63, NULL,                           \
+    "the rank whose program shard writes (0..tp-1; default 0)")               \
   X("quant", "quantize", AMK_OPTION_ENUM, 0, 0, "int8|int4",                  \
     "GEMV weight format: int8 or int4 (weight-only, round to nearest)")       \
   X("quant-group", "quantize", AMK_OPTION_INT, 1, 2147483647, NULL,           \

@@ -53,6 +53,19 @@ bool amk_validate_module_ws(AmkValidatorWorkspace *ws, const AmkModule *m,
                             AmkDiagEngine *diag, const AmkValidateOptions *opts,
                             AmkValidateResult *out);
 
+/* The cross-rank protocol of a tensor-parallel group, ranks[r] rank r's
+ * program (each validated on its own by amk_validate_module): every meta
+ * says tp_size = n and its own tp_rank; each rank's cross-rank all-reduces
+ * (amk/tp.h) are totally ordered by its waits, so it reaches them in one
+ * order, and each one's output has no other writer; all ranks have the
+ * same sequence, the k-th all-reduce of every rank with the same output
+ * elements, dtype and rank, group = n, and either plain (a part as large
+ * as the output) on all ranks or a gather (n_off) on all, whose parts are
+ * disjoint and cover the output. (That its input is written before it and
+ * its readers wait for it is each rank's own proof.) Errors name the rank
+ * and the task; false when any. */
+bool amk_validate_tp(const AmkModule *const *ranks, uint32_t n, AmkDiagEngine *diag);
+
 /* `[VALID] {'tasks': 66, ...}` as the reference prints it (stats only). */
 void amk_validate_format_summary(const AmkValidateResult *r, char *buf,
                                  size_t size);

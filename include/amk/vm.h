@@ -55,6 +55,26 @@ bool amk_vm_share_kv(AmkVm *vm, const AmkVm *from, AmkDiagEngine *diag);
 /* Clears the KV caches (a new sequence). */
 void amk_vm_reset(AmkVm *vm);
 
+/* A tensor-parallel group: the n rank programs of one model (the shard
+ * pass's, plans[r] rank r's, each with its weights) run together in one
+ * process, deterministically: each rank fires its ready tasks in order
+ * until it reaches a cross-rank all-reduce; once all have, the parts are
+ * summed in rank order and every rank goes on. The logits are rank 0's.
+ * A plan with cross-rank all-reduces runs only here (amk_vm_create
+ * refuses it). n = 1 runs one ordinary program. NULL after reporting. */
+typedef struct AmkVmGroup AmkVmGroup;
+AmkVmGroup *amk_vm_group_create(const AmkPlan *const *plans, const AmkWeights *const *weights,
+                                uint32_t n, AmkDiagEngine *diag);
+void amk_vm_group_free(AmkVmGroup *g);
+bool amk_vm_group_step(AmkVmGroup *g, int32_t token, int64_t pos, AmkDiagEngine *diag);
+const float *amk_vm_group_logits(const AmkVmGroup *g, size_t *n);
+void amk_vm_group_reset(AmkVmGroup *g);
+
+/* The group as an engine: create's plan and weights are rank 0's, and
+ * AmkEngineOptions.tp_plans / tp_weights hold all n ranks' (amk-run
+ * --tp N). */
+const AmkEngineOps *amk_vm_group_engine(void);
+
 /* The VM as an engine (amk_engine_create). */
 const AmkEngineOps *amk_vm_engine(void);
 

@@ -67,6 +67,15 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
  * and quantized weights as the quantized random matrix with its scales;
  * other buffers stay zero). */
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag);
+/* Random weights of a tensor-parallel rank's plan that are the slices of
+ * amk_weights_random(full, seed): each WEIGHT buffer takes the rows and
+ * columns its source names (KEY[B:E], KEY[:, B:E]) of the buffer of the same
+ * name in `full` (the unsharded program, e.g. import's), so the N ranks
+ * together hold the one random model that `full` does. Row slices stay
+ * rules (made on demand); column slices are host copies of their columns.
+ * Quantized programs are refused. NULL after reporting. */
+AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, uint64_t seed,
+                                      AmkDiagEngine *diag);
 void amk_weights_free(AmkWeights *w);
 /* The weights of `plan` borrowed from another plan's: every WEIGHT/CONST
  * buffer takes the bytes of `from`'s buffer of the same source (same kind

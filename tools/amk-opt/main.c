@@ -19,6 +19,8 @@
 #include "amk/cli.h"
 #include "amk/io.h"
 #include "amk/pass.h"
+#include "amk/tp.h"
+#include "amk/validate.h"
 #include "amk/path.h"
 #include "amk/pipeline.h"
 #include "amk/plan.h"
@@ -887,7 +889,53 @@ static bool run_input(const DriverOptions *o, AmkDiagEngine *diag, AmkStats *sta
   return ok;
 }
 
+/* amk-opt --validate-tp RANK0 RANK1 ...: each rank program validated on
+ * its own, then the group's cross-rank protocol (amk_validate_tp). */
+static int validate_tp_group(int n, char **files) {
+  if (n < 1 || n > AMK_TP_MAX_RANKS) {
+    fprintf(stderr, "amk-opt: error: --validate-tp takes the group's rank programs, rank 0 "
+                    "first (1 to %d files), not %d\n", AMK_TP_MAX_RANKS, n);
+    return 1;
+  }
+  AmkModule *ranks[AMK_TP_MAX_RANKS] = {NULL};
+  char *texts[AMK_TP_MAX_RANKS] = {NULL};
+  AmkDiagEngine *diag = amk_diag_new(stderr);
+  bool ok = true;
+  for (int r = 0; r < n && ok; r++) {
+    amk_diag_set_source(diag, files[r], NULL, 0);
+    size_t len = 0;
+    texts[r] = amk_read_file(files[r], &len, diag);
+    if (!texts[r]) {
+      ok = false;
+      break;
+    }
+    amk_diag_set_source(diag, files[r], texts[r], len);
+    size_t name_len = strlen(files[r]);
+    bool json = name_len >= 5 && strcmp(files[r] + name_len - 5, ".json") == 0;
+    ranks[r] = json ? amk_read_json(files[r], texts[r], len, diag)
+                    : amk_parse_text(files[r], texts[r], len, diag);
+    ok = ranks[r] && amk_verify_module(ranks[r], diag) &&
+         amk_validate_module(ranks[r], diag, NULL, NULL);
+    if (ranks[r] && !ranks[r]->source_name)
+      ranks[r]->source_name = files[r];
+  }
+  if (ok) {
+    amk_diag_set_source(diag, "amk-opt", NULL, 0);
+    ok = amk_validate_tp((const AmkModule *const *)ranks, (uint32_t)n, diag);
+  }
+  if (ok)
+    fprintf(stderr, "amk-opt: [VALID] tensor-parallel group of %d ranks\n", n);
+  for (int r = 0; r < n; r++) {
+    amk_module_free(ranks[r]);
+    free(texts[r]);
+  }
+  amk_diag_free(diag);
+  return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "--validate-tp") == 0)
+    return validate_tp_group(argc - 2, argv + 2);
   DriverOptions o = {0};
   /* Command-line errors (bad pass names and option values) read
    * "amk-opt: error: ..."; each input names itself later. */

@@ -25,6 +25,8 @@
 #include "amk/pipeline.h"
 #include "amk/plan.h"
 #include "amk/progress.h"
+#include "amk/tp.h"
+#include "amk/validate.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
 #include "run.h"
@@ -42,9 +44,11 @@ static bool has_pass(const AmkPipeline *p, const char *name) {
   return false;
 }
 
-/* Compiles a model folder through the pipeline, or reads a program. */
-static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **text_out,
-                               size_t *len_out) {
+/* Compiles a model folder through the pipeline (with --tp N, rank `rank`'s
+ * program: the shard pass right after import; `pipeline` overrides the
+ * pipeline when not NULL), or reads a program. */
+static AmkModule *load_program(const RunOptions *o, int64_t rank, const char *pipeline_text,
+                               AmkDiagEngine *diag, char **text_out, size_t *len_out) {
   *text_out = NULL;
   *len_out = 0;
   AmkModule *m;
@@ -80,8 +84,7 @@ static AmkModule *load_program(const RunOptions *o, AmkDiagEngine *diag, char **
     *len_out = len;
     return m;
   }
-  AmkModule *decode = run_compile_folder(o, 1, false, diag);
-  return decode;
+  return run_compile_folder(o, rank, pipeline_text, 1, false, diag);
 }
 
 bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
@@ -99,8 +102,8 @@ static bool pipeline_text_has(const char *list, const char *pass) {
   return false;
 }
 
-AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_logits,
-                              AmkDiagEngine *diag) {
+AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pipeline_text,
+                              int64_t batch_size, bool all_logits, AmkDiagEngine *diag) {
   AmkModule *m = amk_module_new();
   m->model_dir = amk_arena_strdup(&m->arena, o->target);
   m->source_name = m->model_dir;
@@ -110,10 +113,19 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_
   /* The library's pipeline, with the compile options as amk-opt's --key=value
    * would give them: each value is parsed once, here. */
   AmkPipeline *pipeline = amk_pipeline_new();
-  bool ok = amk_pipeline_parse(pipeline, o->pipeline, diag);
+  const char *chosen = pipeline_text ? pipeline_text : o->pipeline;
+  char *sharded = NULL;
+  bool tp = o->tp > 1 && !pipeline_text;
+  if (tp && strncmp(chosen, "import", 6) == 0 && (chosen[6] == ',' || !chosen[6])) {
+    sharded = amk_xmalloc(strlen(chosen) + 16);
+    sprintf(sharded, "import,shard%s", chosen + 6);
+    chosen = sharded;
+  }
+  bool ok = amk_pipeline_parse(pipeline, chosen, diag);
   /* --quant asks for the quantize pass: right after import (a pipeline
    * without import first is refused below). */
-  if (ok && (o->quant || o->quant_group || o->quant_keep) && !has_pass(pipeline, "quantize") &&
+  if (ok && !pipeline_text && (o->quant || o->quant_group || o->quant_keep) &&
+      !has_pass(pipeline, "quantize") &&
       strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6])) {
     char *text = amk_xmalloc(strlen(o->pipeline) + 16);
     sprintf(text, "import,quantize%s", o->pipeline + 6);
@@ -130,8 +142,16 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_
                  {"batch-size", prefill ? batch_text : NULL},
                  {"prefill-logits", prefill && all_logits ? "all" : NULL}};
   for (size_t i = 0; ok && i < sizeof options / sizeof options[0]; i++)
-    if (options[i].value)
+    if (options[i].value && (!pipeline_text || strncmp(options[i].key, "quant", 5) != 0))
       ok = amk_pipeline_set_option(pipeline, options[i].key, options[i].value, diag);
+  if (ok && tp) {
+    char n[24], r[24];
+    snprintf(n, sizeof n, "%" PRId64, o->tp);
+    snprintf(r, sizeof r, "%" PRId64, rank);
+    ok = amk_pipeline_set_option(pipeline, "tp", n, diag) &&
+         amk_pipeline_set_option(pipeline, "tp-rank", r, diag);
+  }
+  free(sharded);
   const AmkPassInfo *first = amk_pipeline_pass_at(pipeline, 0);
   if (ok && (!first || strcmp(first->name, "import") != 0)) {
     fprintf(stderr, "amk-run: error: a model folder's pipeline must start with import\n");
@@ -191,19 +211,23 @@ static int64_t add_saturating(int64_t a, int64_t b) {
  * (backend/cuda_vm.c): before uploading it should compare the weight bytes
  * it uploads plus the KV caches, activations and pages it allocates with
  * cuMemGetInfo's free memory, and refuse with both numbers. */
-static bool fits_host_memory(const AmkPlan *plan, AmkDiagEngine *diag) {
+static bool fits_host_memory(AmkPlan *const *plans, uint32_t n_plans, AmkDiagEngine *diag) {
   int64_t weight_bytes = 0, other_bytes = 0;
-  for (uint32_t b = 0; b < plan->n_buffers; b++) {
-    const AmkPlanBuffer *pb = &plan->buffers[b];
-    if (pb->page >= 0)
-      continue; /* counted with its page */
-    if (pb->kind == AMK_KIND_WEIGHT || pb->kind == AMK_KIND_CONST)
-      weight_bytes = add_saturating(weight_bytes, pb->nbytes);
-    else
-      other_bytes = add_saturating(other_bytes, pb->nbytes);
+  /* A tensor-parallel group's ranks all live in this process. */
+  for (uint32_t i = 0; i < n_plans; i++) {
+    const AmkPlan *plan = plans[i];
+    for (uint32_t b = 0; b < plan->n_buffers; b++) {
+      const AmkPlanBuffer *pb = &plan->buffers[b];
+      if (pb->page >= 0)
+        continue; /* counted with its page */
+      if (pb->kind == AMK_KIND_WEIGHT || pb->kind == AMK_KIND_CONST)
+        weight_bytes = add_saturating(weight_bytes, pb->nbytes);
+      else
+        other_bytes = add_saturating(other_bytes, pb->nbytes);
+    }
+    for (uint32_t p = 0; p < plan->n_pages; p++)
+      other_bytes = add_saturating(other_bytes, plan->page_bytes[p]);
   }
-  for (uint32_t p = 0; p < plan->n_pages; p++)
-    other_bytes = add_saturating(other_bytes, plan->page_bytes[p]);
   int64_t host = 0;
   bool from_env = false;
   if (!amk_host_memory_bytes(&host, &from_env, diag))
@@ -357,25 +381,42 @@ int main(int argc, char **argv) {
    * prefill programs yet), not --check's step-by-step comparison, and a
    * pipeline without fuse: the engines share the KV caches by name, and
    * fuse gives the decode program per-head k|v caches that the prefill
-   * programs (unfused) do not have. */
+   * programs (unfused) do not have; one rank (tensor-parallel prefill
+   * programs do not exist yet). */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
-              strcmp(device, "cpu") == 0 && !pipeline_text_has(o.pipeline, "fuse");
+              strcmp(device, "cpu") == 0 && !pipeline_text_has(o.pipeline, "fuse") &&
+              o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
   size_t text_len = 0;
-  AmkModule *m = load_program(&o, diag, &text, &text_len);
+  /* With --tp N, N rank programs (rank 0's is `m`, the one the text side
+   * and the report read). */
+  uint32_t n_ranks = o.tp > 1 ? (uint32_t)o.tp : 1;
+  AmkModule *ranks[AMK_TP_MAX_RANKS] = {NULL};
+  AmkPlan *plans[AMK_TP_MAX_RANKS] = {NULL};
+  AmkWeights *rank_weights[AMK_TP_MAX_RANKS] = {NULL};
+  AmkModule *m = load_program(&o, 0, NULL, diag, &text, &text_len);
+  ranks[0] = m;
+  bool ok = m != NULL;
+  for (uint32_t r = 1; ok && r < n_ranks; r++) {
+    char *unused_text = NULL;
+    size_t unused_len = 0;
+    ok = (ranks[r] = load_program(&o, r, NULL, diag, &unused_text, &unused_len)) != NULL;
+    free(unused_text);
+  }
   /* -v says where the time goes, phase by phase. */
   bool say = o.verbose && !o.json;
-  if (m && say) {
+  if (ok && say) {
     char what[1200];
     if (amk_is_directory(o.target))
-      snprintf(what, sizeof what, "compiled %s (%" PRIu32 " tasks)", o.target, m->n_tasks);
+      snprintf(what, sizeof what, "compiled %s (%" PRIu32 " tasks%s)", o.target, m->n_tasks,
+               n_ranks > 1 ? " on rank 0" : "");
     else
       snprintf(what, sizeof what, "read %s (%" PRIu32 " tasks)", o.target, m->n_tasks);
     say_phase(what, run_now_ms() - t_start);
   }
-  char *weights = m ? weights_folder(&o, m) : NULL;
+  char *weights = ok ? weights_folder(&o, m) : NULL;
   /* Errors from here on are about weights and runs. One with a place is at
    * a task or buffer of the program file it was read from (a program
    * compiled from a folder has no places); the others name their file
@@ -388,25 +429,59 @@ int main(int argc, char **argv) {
   /* The prompt and the model folder's EOS ids, before anything is loaded:
    * a text prompt without a tokenizer fails here. */
   RunText run_text = {0};
-  bool ok = m && run_text_prepare(&run_text, &o, weights, diag);
+  ok = ok && run_text_prepare(&run_text, &o, weights, diag);
   double t_phase = run_now_ms();
-  AmkPlan *plan = ok ? amk_plan_build(m, NULL, diag) : NULL;
-  if (plan && say)
-    say_phase("validated and planned the program", run_now_ms() - t_phase);
-  ok = plan && run_text_check_vocab(&run_text, plan->vocab, diag);
+  for (uint32_t r = 0; ok && r < n_ranks; r++)
+    ok = (plans[r] = amk_plan_build(ranks[r], NULL, diag)) != NULL;
+  /* Each plan proved its rank safe; the group's protocol is proved here. */
+  if (ok && n_ranks > 1)
+    ok = amk_validate_tp((const AmkModule *const *)ranks, n_ranks, diag);
+  AmkPlan *plan = plans[0];
+  if (ok && say)
+    say_phase(n_ranks > 1 ? "validated and planned the rank programs"
+                          : "validated and planned the program", run_now_ms() - t_phase);
+  ok = ok && run_text_check_vocab(&run_text, plan->vocab, diag);
   /* The reference VM decodes (no GPU, or beside it with --check/--bench):
    * it needs the whole program in host memory, checked before loading. */
   bool vm_checked = false;
   if (ok && (strcmp(device, "cpu") == 0 || o.check || o.bench)) {
     vm_checked = true;
-    ok = fits_host_memory(plan, diag);
+    ok = fits_host_memory(plans, n_ranks, diag);
   }
-  AmkWeights *loaded = NULL;
   t_phase = run_now_ms();
-  if (ok)
-    loaded = o.random_weights ? amk_weights_random(plan, o.random_weights_seed, diag)
-                              : amk_weights_load(plan, weights, diag);
-  ok = loaded != NULL;
+  if (ok && n_ranks > 1 && o.random_weights) {
+    /* The ranks' random weights are slices of one random model: the
+     * unsharded program's (import's), so --tp N decodes what --tp 1 does. */
+    char *unused_text = NULL;
+    size_t unused_len = 0;
+    /* Rank 0's compile said what there was to say about the folder; this
+     * one's notes are kept back, its errors passed on. */
+    AmkDiagEngine *quiet = amk_diag_new(stderr);
+    amk_diag_set_capture(quiet, 1);
+    AmkModule *whole = load_program(&o, 0, "import", quiet, &unused_text, &unused_len);
+    free(unused_text);
+    AmkPlan *whole_plan = whole ? amk_plan_build(whole, NULL, quiet) : NULL;
+    for (size_t i = 0; i < amk_diag_captured_count(quiet); i++)
+      if (amk_diag_captured(quiet, i)->severity == AMK_SEVERITY_ERROR)
+        amk_diag(diag, AMK_SEVERITY_ERROR, amk_diag_captured(quiet, i)->loc, "%s",
+                 amk_diag_captured(quiet, i)->message);
+    amk_diag_free(quiet);
+    for (uint32_t r = 0; whole_plan && r < n_ranks; r++)
+      if (!(rank_weights[r] = amk_weights_random_slices(plans[r], whole_plan,
+                                                        o.random_weights_seed, diag)))
+        break;
+    amk_plan_free(whole_plan);
+    amk_module_free(whole);
+  } else {
+    for (uint32_t r = 0; ok && r < n_ranks; r++)
+      if (!(rank_weights[r] = o.random_weights
+                                  ? amk_weights_random(plans[r], o.random_weights_seed, diag)
+                                  : amk_weights_load(plans[r], weights, diag)))
+        break;
+  }
+  for (uint32_t r = 0; ok && r < n_ranks; r++)
+    ok = rank_weights[r] != NULL;
+  AmkWeights *loaded = rank_weights[0];
   if (ok && say)
     say_weights(plan, loaded, run_now_ms() - t_phase);
   t_phase = run_now_ms();
@@ -418,7 +493,18 @@ int main(int argc, char **argv) {
   eopt.trace = o.trace != NULL;
   eopt.threads = (int)o.threads;
   AmkEngine *engine = NULL, *reference = NULL;
-  if (ok && strcmp(device, "cuda") == 0) {
+  if (ok && n_ranks > 1) {
+    /* Options refused every GPU use of --tp; the group runs on the VM. */
+    eopt.tp_plans = (const AmkPlan *const *)plans;
+    eopt.tp_weights = (const AmkWeights *const *)rank_weights;
+    eopt.tp_size = n_ranks;
+    ok = (engine = amk_engine_create(amk_vm_group_engine(), plan, loaded, &eopt, diag)) != NULL;
+    if (ok && say)
+      say_phase("started the reference VM's tensor-parallel group", run_now_ms() - t_phase);
+    if (ok && o.verbose && !o.json)
+      fprintf(stderr, "amk-run: decoding on the %s\n", amk_engine_describe(engine));
+  }
+  if (ok && !engine && strcmp(device, "cuda") == 0) {
     engine = amk_engine_create(amk_cuda_engine(), plan, loaded, &eopt, diag);
     if (!engine && need_gpu) {
       ok = false;
@@ -438,7 +524,7 @@ int main(int argc, char **argv) {
   /* The CUDA engine refused and the VM takes over: its memory was not
    * checked yet. */
   if (ok && !engine && !vm_checked)
-    ok = fits_host_memory(plan, diag);
+    ok = fits_host_memory(plans, n_ranks, diag);
   if (ok && !engine) {
     ok = (engine = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
     if (ok && say)
@@ -477,10 +563,12 @@ int main(int argc, char **argv) {
   run_prefill_free(prefill);
   amk_engine_free(reference);
   amk_engine_free(engine);
-  amk_weights_free(loaded);
-  amk_plan_free(plan);
+  for (uint32_t r = 0; r < n_ranks; r++) {
+    amk_weights_free(rank_weights[r]);
+    amk_plan_free(plans[r]);
+    amk_module_free(ranks[r]);
+  }
   run_text_free(&run_text);
-  amk_module_free(m);
   free(weights);
   free(text);
   run_options_free(&o);

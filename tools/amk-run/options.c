@@ -1,6 +1,7 @@
 /* amk-run's command line: llama.cpp's everyday flags (-m, -n, -c, -s, -t,
  * -p, -f, --temp, --top-k, --top-p, --ignore-eos) beside amk-run's own. */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,11 @@ static void usage(FILE *out) {
         "  --save-program FILE      write the program compiled from a model folder to\n"
         "                           FILE (.amkir text) before decoding\n"
         "  --weights DIR            the checkpoint folder for a compiled program\n"
-        "  --random-weights SEED    seeded random weights at the program's shapes\n\n"
+        "  --random-weights SEED    seeded random weights at the program's shapes\n"
+        "  --tp N                   tensor parallelism: compile N rank programs (the\n"
+        "                           shard pass after import) and run them together;\n"
+        "                           n_kv_heads must be a multiple of N. CPU only for now\n"
+        "                           (--device cpu); 1: one program (default)\n\n"
         "PROMPT AND OUTPUT:\n"
         "  -p, --prompt TEXT        the prompt as text, encoded with the BOS as the\n"
         "                           tokenizer's post-processor adds it (see TEXT below)\n"
@@ -383,6 +388,29 @@ static int check_combination(RunOptions *o) {
     fprintf(stderr, "amk-run: error: --weights and --random-weights exclude each other\n");
     return 1;
   }
+  if (o->tp > 1) {
+    /* The GPU half of tensor parallelism (NCCL, one megakernel per GPU) is
+     * not there yet: say so rather than fall back silently. */
+    bool gpu = strcmp(o->device, "cpu") != 0 || o->check || o->trace;
+    if (gpu) {
+      fprintf(stderr, "amk-run: error: --tp %" PRId64 " runs on the CPU reference VM only "
+                      "for now (tensor parallelism on GPUs is not yet implemented); give "
+                      "--device cpu%s\n", o->tp,
+              o->check || o->trace ? ", without --check and --trace" : "");
+      return 1;
+    }
+    if (o->quant || o->quant_group || o->quant_keep) {
+      fprintf(stderr, "amk-run: error: --tp %" PRId64 " with --quant is not supported yet "
+                      "(the rank programs take float weights)\n", o->tp);
+      return 1;
+    }
+    if (o->save_program) {
+      fprintf(stderr, "amk-run: error: --save-program writes one program; with --tp %" PRId64
+                      " compile each rank with amk-opt DIR -import -shard --tp=%" PRId64
+                      " --tp-rank=R ...\n", o->tp, o->tp);
+      return 1;
+    }
+  }
   return 0;
 }
 
@@ -449,6 +477,9 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
        .lo_open = true, .takes = "a positive number"},
       {{"--trace"}, OPT_TEXT, .text = &o->trace},
+      /* After --temp: a typo of it ("--tmep") suggests --temp first. */
+      {{"--tp"}, OPT_INT, .count = &o->tp, .min = 1, .max = 64,
+       .takes = "a number of ranks from 1 to 64", .compile_only = true},
       {{"-v", "--verbose"}, OPT_SWITCH, .on = &o->verbose},
   };
   const size_t n_opts = sizeof opts / sizeof opts[0];

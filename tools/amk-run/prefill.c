@@ -68,7 +68,7 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   PrefillProgram next = {.rows = rows};
   AmkEngineOptions eopt = amk_engine_options_default();
   eopt.threads = (int)p->o->threads;
-  bool ok = (next.m = run_compile_folder(p->o, rows, p->all_logits, diag)) != NULL &&
+  bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
             (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
             (next.weights = amk_weights_share(next.plan, p->weights, diag)) != NULL;
   /* An engine of the decode engine's kind, on its caches. */

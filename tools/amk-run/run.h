@@ -63,6 +63,7 @@ typedef struct {
   int64_t batch_size;   /* -b: prompt tokens per prefill step (1: token by token) */
   int64_t bench_prompt; /* --bench-prompt: the prompt the bench prefills */
   bool prefill;         /* set by main: the prompt goes through prefill programs */
+  int64_t tp; /* --tp: tensor-parallel ranks (0 or 1: one program) */
 } RunOptions;
 
 /* Parses the command line into *o. Returns 0 to run, 1 after a usage error
@@ -127,11 +128,12 @@ bool run_text_encode_turn(const RunText *t, const char *text, AmkTokenIds *ids,
  * folder, the CPU reference VM (not --check, not the GPU bench). */
 bool run_prefill_wanted(const RunOptions *o);
 
-/* Compiles the model folder o->target through o's pipeline and compile
- * options; batch_size > 1 makes a prefill program of that many rows (every
+/* Compiles the model folder o->target through o's pipeline (pipeline_text
+ * instead when not NULL) and compile options; with --tp N, rank `rank`'s
+ * program; batch_size > 1 makes a prefill program of that many rows (every
  * row's logits with all_logits). NULL after reporting. */
-AmkModule *run_compile_folder(const RunOptions *o, int64_t batch_size, bool all_logits,
-                              AmkDiagEngine *diag);
+AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pipeline_text,
+                              int64_t batch_size, bool all_logits, AmkDiagEngine *diag);
 
 /* Batched prefill (prefill.c): prefill programs compiled per chunk size,
  * running on the decode engine's KV caches and borrowing its weights
