@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# GEMM_TILE on the tensor cores (amk_gemm_mma, docs/Backend.md), on the GPU
+# machine: every case of test/cuda/Inputs/gemm_case.py (aligned, ragged
+# M/N/K with a bias, f16, a tall task) runs on the GPU under amk-run --check
+# and its output is compared with the case's independent reference at the
+# output dtype's precision (gemm_case.py check), with the tensor-core path
+# and with AMK_CUDA_GEMM_MMA=0 where the old path takes the shape; then the
+# microbenchmark: one 512 x 8192 x 2048 bf16 GEMM (256 tasks of 128 x 128)
+# under amk-run --bench, printed as TFLOP/s.
+#
+#   utils/gpu-gemm.sh          (utils/gpu-check.sh runs it as its step 6)
+#
+# Environment: AMK_BUILD (default build), OUT (logs; default /tmp/amk-gpu-gemm).
+# Prints one `| status | what | detail` row per check, then `gemm failures: N`;
+# exits non-zero when any check failed.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BIN=${AMK_BUILD:-build}/bin
+LOG=${OUT:-/tmp/amk-gpu-gemm}/gemm
+mkdir -p "$LOG"
+export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
+CASE=test/cuda/Inputs/gemm_case.py
+FAILS=0
+row() { # status, what, detail
+  printf '| %-7s | %-58s | %s\n' "$1" "$2" "$3"
+  [ "$1" = PASS ] || [ "$1" = INFO ] || FAILS=$((FAILS + 1))
+}
+prepare() { # case -> $LOG/case/{case.amkir, model.safetensors}
+  local d=$LOG/$1
+  mkdir -p "$d"
+  python3 $CASE program "$1" "$d/raw.amkir" && python3 $CASE weights "$1" "$d" &&
+    "$BIN/amk-opt" "$d/raw.amkir" -sm-assign -color -validate -o "$d/$1.amkir" 2>"$d/opt.log"
+}
+for c in $(python3 $CASE names); do
+  if ! prepare "$c"; then
+    row FAIL "gemm $c: amk-opt" "$(tail -1 "$LOG/$c/opt.log")"
+    continue
+  fi
+  for mode in mma cuda-cores; do
+    # The CUDA-core path takes at most 64 rows (tiny, f16); tiny's K of 4
+    # is no multiple of 8, so it takes that path under both settings.
+    [ $mode = cuda-cores ] && [ "$c" != tiny ] && [ "$c" != f16 ] && continue
+    mma=1
+    [ $mode = cuda-cores ] && mma=0
+    out=$LOG/$c/$mode
+    AMK_CUDA_GEMM_MMA=$mma timeout 120 "$BIN/amk-run" "$LOG/$c/$c.amkir" --device cuda --check \
+      -n 0 --prompt-ids 0 --dump-logits "$out.json" >"$out.log" 2>&1
+    rc=$?
+    if [ $rc -ne 0 ]; then
+      row FAIL "gemm $c ($mode): amk-run --check" "rc $rc: $(grep -h 'error\|FAIL' "$out.log" | head -1 | cut -c1-120)"
+      continue
+    fi
+    if python3 $CASE check "$c" "$LOG/$c" "$out.json" >"$out.cmp" 2>&1; then s=PASS; else s=FAIL; fi
+    row $s "gemm $c ($mode): --check and the reference" "$(tail -1 "$out.cmp" | cut -c1-120)"
+  done
+done
+
+# The microbenchmark: per-launch kernel time of one program that is this
+# GEMM alone (no other task), as a median over --bench-steps launches.
+if prepare bench; then
+  timeout 300 "$BIN/amk-run" "$LOG/bench/bench.amkir" --device cuda --bench --bench-steps 50 \
+    --bench-warmup 5 --check-steps 1 --json -n 0 --prompt-ids 0 >"$LOG/bench.log" 2>&1
+  rc=$?
+  ms=$(python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith('{'):
+        d = json.loads(line)
+print(d['results'][0]['median_ms'])" "$LOG/bench.log" 2>/dev/null)
+  if [ $rc -eq 0 ] && [ -n "$ms" ]; then
+    tf=$(python3 -c "print('%.1f' % (2 * 512 * 8192 * 2048 / ($ms * 1e-3) / 1e12))")
+    row INFO "gemm bench 512 x 8192 x 2048 bf16: median ms, TFLOP/s" "$ms ms, $tf TFLOP/s"
+  else
+    row FAIL "gemm bench 512 x 8192 x 2048 bf16" "rc $rc: $(tail -2 "$LOG/bench.log" | tr '\n' ' ' | cut -c1-120)"
+  fi
+else
+  row FAIL "gemm bench: amk-opt" "$(tail -1 "$LOG/bench/opt.log")"
+fi
+echo "gemm failures: $FAILS"
+[ "$FAILS" -eq 0 ]
