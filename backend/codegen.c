@@ -383,8 +383,9 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
   if (mma && (m_rows > INT32_MAX || n_out > INT32_MAX))
     return fail(g, t, "%" PRId64 " x %" PRId64 " outputs are too many for one GEMM", m_rows, n_out);
   if (m_rows > 64 && !mma)
-    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most 64 (bf16 or f16 "
-                      "GEMM tiles with K a multiple of 8 take any number)",
+    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most 64 (the tensor-core "
+                      "GEMM takes any number: bf16 or f16 x and W, K a multiple of 8, 256 "
+                      "threads, AMK_CUDA_GEMM_MMA not 0)",
                 m_rows);
   bool bias = false;
   if (norm) {
