@@ -50,6 +50,7 @@ typedef struct {
    * (decode, rows of whole 16-byte vectors); sizes the ring's slots. */
   int64_t max_stream_row_bytes;
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
+  int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
 } Gen;
 
 static bool fail(Gen *g, const AmkTask *t, const char *fmt, ...) AMK_PRINTF(3, 4);
@@ -307,9 +308,9 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   return true;
 }
 
-/* AMK_MMA_SMEM_BYTES of megakernel.cuh: 4 stages of 128 + 128 rows of
+/* amk_gemm_mma's stages (megakernel.cuh): 4 of 128 + tile_n rows of
  * (32 + 8) 16-bit elements. */
-enum { GEMM_MMA_SMEM_BYTES = 4 * (128 + 128) * (32 + 8) * 2 };
+static size_t gemm_mma_smem_bytes(int tile_n) { return (size_t)4 * (128 + tile_n) * (32 + 8) * 2; }
 
 /* A plain GEMM tile whose x and W are both bf16 or both f16, with rows of
  * whole 16-byte pieces, goes to the tensor cores (amk_gemm_mma) unless
@@ -402,9 +403,9 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
       return fail(g, t, "bias has %" PRId64 " elements, want %" PRId64, a.numel, w_rows);
   }
   if (mma) {
-    need_smem(g, GEMM_MMA_SMEM_BYTES / 4);
+    need_smem(g, gemm_mma_smem_bytes(g->gemm_tile_n) / 4);
     EMIT(inst, gemm_mma, x.dtype, w.dtype, o.dtype, bias ? (int)a.dtype : 0, k, n_out, m_rows,
-         bias ? 1 : 0);
+         bias ? 1 : 0, g->gemm_tile_n);
     return true;
   }
   size_t xs = (size_t)(m_rows * k);
@@ -924,6 +925,17 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->no_gemm_mma = gemm_mma == 0;
+  int tile_n;
+  if (!env_int("AMK_CUDA_GEMM_TILE_N", 256, &tile_n, &set, diag))
+    return false;
+  if (set) {
+    if (tile_n != 128 && tile_n != 256) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_GEMM_TILE_N must be 128 or 256, not %d", tile_n);
+      return false;
+    }
+    o->gemm_tile_n = tile_n;
+  }
   int threads;
   if (!env_int("AMK_CUDA_THREADS", 1024, &threads, &set, diag))
     return false;
@@ -943,7 +955,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
-  Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma)};
+  Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma),
+           .gemm_tile_n = opt && opt->gemm_tile_n == 256 ? 256 : 128};
   int want = opt && opt->threads_per_block ? opt->threads_per_block
              : m->config && m->config->threads_per_block > 0
                  ? (int)m->config->threads_per_block

@@ -1133,24 +1133,25 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
 // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for rows [m_off, m_off +
 // M_tile) and columns [n_off, n_off + N_tile), x and W both bf16 or both f16,
 // fp32 accumulation, the output rounded to its dtype once (as the reference
-// VM stores it). The task's rectangle is cut into AMK_MMA_BM x AMK_MMA_BN
-// sub-tiles that the block takes one after another; each walks K in steps of
-// AMK_MMA_BK through AMK_MMA_STAGES shared-memory stages filled by cp.async
-// (L2 only: activations are written by other blocks during the launch),
-// while the 8 warps (2 x 4, 64 x 32 outputs each) multiply with
-// mma.sync m16n8k16, their fragments read by ldmatrix. Rows, columns and
+// VM stores it). The task's rectangle is cut into AMK_MMA_BM x BN (128 or
+// 256) sub-tiles that the block takes one after another; each walks K in
+// steps of AMK_MMA_BK through AMK_MMA_STAGES shared-memory stages filled by
+// cp.async (L2 only: activations are written by other blocks during the
+// launch), while the 8 warps (2 x 4, 64 x BN / 4 outputs each) multiply
+// with mma.sync m16n8k16, their fragments read by ldmatrix. Rows, columns and
 // the K tail outside the task are zero-filled in shared memory and never
 // stored, so M, N and K need not be multiples of the tile (K a multiple of
 // 8: whole 16-byte pieces, which codegen checks).
 #define AMK_MMA_BM 128
-#define AMK_MMA_BN 128
 #define AMK_MMA_BK 32
 #define AMK_MMA_STAGES 4
 // Shared-memory row stride in elements: a 16-byte gap after each row puts
 // the 8 rows an ldmatrix reads in distinct banks.
 #define AMK_MMA_LD (AMK_MMA_BK + 8)
-#define AMK_MMA_STAGE_BYTES ((AMK_MMA_BM + AMK_MMA_BN) * AMK_MMA_LD * 2)
-#define AMK_MMA_SMEM_BYTES (AMK_MMA_STAGES * AMK_MMA_STAGE_BYTES)
+// One stage: BM rows of x, then BN rows of W.
+__device__ constexpr int amk_mma_stage_bytes(int bn) {
+  return (AMK_MMA_BM + bn) * AMK_MMA_LD * 2;
+}
 
 __device__ __forceinline__ void amk_cp_async16(unsigned dst, const void *src, bool full) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
@@ -1181,18 +1182,17 @@ __device__ __forceinline__ void amk_mma16816(float *c, const unsigned *a, const 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Rows [row0, row0 + 128) x columns [k0, k0 + BK) of a [*, K] matrix into
-// one stage's half; rows at or past `rows` and columns at or past K read
-// as zeros.
-template <int K>
+// Rows [row0, row0 + ROWS) x columns [k0, k0 + BK) of a [*, K] matrix
+// into one stage's part; rows at or past `rows` and columns at or past K
+// read as zeros.
+template <int K, int ROWS>
 __device__ __forceinline__ void amk_mma_load(unsigned dst, const unsigned short *g, long long row0,
                                              int rows, int k0) {
   constexpr int PIECES = AMK_MMA_BK / 8; // 16-byte pieces per row
-  // (Conditions on K too, so that they bind only where the template is used.)
-  static_assert(AMK_MMA_BM == AMK_MMA_BN || K < 0, "one loader serves both operands");
-  static_assert(AMK_MMA_BM * PIECES % AMK_NT == 0 || K < 0, "every thread copies as many pieces");
+  // (A condition on K too, so that it binds only where the template is used.)
+  static_assert(ROWS * PIECES % AMK_NT == 0 || K < 0, "every thread copies as many pieces");
 #pragma unroll
-  for (int u = 0; u < AMK_MMA_BM * PIECES / AMK_NT; u++) {
+  for (int u = 0; u < ROWS * PIECES / AMK_NT; u++) {
     int c = threadIdx.x + u * AMK_NT;
     int r = c / PIECES, kc = (c % PIECES) * 8;
     bool in = r < rows && k0 + kc < K;
@@ -1227,13 +1227,17 @@ __device__ __forceinline__ void amk_mma_store2(void *out, const void *bias, long
 }
 
 // XDT == WDT (bf16 or f16); M: the input's rows; BIAS: input 2 is a bias
-// (ADT) of one value per weight row.
-template <int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int M, int BIAS>
+// (ADT) of one value per weight row; BN: the sub-tile's columns, 128 or 256.
+template <int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int M, int BIAS, int BN>
 __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   static_assert(XDT == WDT && (XDT == AMK_ABI_DTYPE_BF16 || XDT == AMK_ABI_DTYPE_F16),
                 "the tensor-core GEMM multiplies bf16 by bf16 or f16 by f16");
   static_assert(K % 8 == 0, "rows must be whole 16-byte pieces");
   static_assert(AMK_NT == 256 || K < 0, "the warp layout is 2 x 4 warps");
+  static_assert(BN == 128 || BN == 256, "sub-tiles are 128 x 128 or 128 x 256");
+  constexpr int WN = BN / 4;      // a warp's columns
+  constexpr int NT8 = WN / 8;     // its 8-column mma tiles
+  constexpr int STAGE = amk_mma_stage_bytes(BN);
   const unsigned short *x = (const unsigned short *)amk_in(A, 0);
   const unsigned short *W = (const unsigned short *)amk_in(A, 1);
   const void *bias = BIAS ? amk_in(A, 2) : nullptr;
@@ -1248,9 +1252,9 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   }
   constexpr int KT = (K + AMK_MMA_BK - 1) / AMK_MMA_BK;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wm = warp >> 2, wn = warp & 3; // the warp's 64 x 32 outputs
+  const int wm = warp >> 2, wn = warp & 3; // the warp's 64 x WN outputs
   const unsigned sbase = amk_smem_addr(smem);
-  const int tiles_n = (n_tile + AMK_MMA_BN - 1) / AMK_MMA_BN;
+  const int tiles_n = (n_tile + BN - 1) / BN;
   const int tiles = (m_count + AMK_MMA_BM - 1) / AMK_MMA_BM * tiles_n;
   // ldmatrix addresses within a stage, per lane: A rows lane % 16 at k
   // (lane / 16) * 8; B rows (lane % 8) + (lane / 16) * 8 at k ((lane / 8) % 2) * 8.
@@ -1258,27 +1262,27 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
       (unsigned)(((wm * 64 + (lane & 15)) * AMK_MMA_LD + (lane >> 4) * 8) * 2);
   const unsigned b_lane =
       (unsigned)((AMK_MMA_BM * AMK_MMA_LD +
-                  (wn * 32 + (lane & 7) + ((lane >> 4) << 3)) * AMK_MMA_LD + ((lane >> 3) & 1) * 8) *
+                  (wn * WN + (lane & 7) + ((lane >> 4) << 3)) * AMK_MMA_LD + ((lane >> 3) & 1) * 8) *
                  2);
   for (int t = 0; t < tiles; t++) {
     // Columns vary fastest: consecutive sub-tiles share their x rows in L2.
-    const int m0 = m_begin + t / tiles_n * AMK_MMA_BM, n0 = n_off + t % tiles_n * AMK_MMA_BN;
+    const int m0 = m_begin + t / tiles_n * AMK_MMA_BM, n0 = n_off + t % tiles_n * BN;
     const int mv = min(AMK_MMA_BM, m_begin + m_count - m0);
-    const int nv = min(AMK_MMA_BN, n_off + n_tile - n0);
-    float acc[4][4][4];
+    const int nv = min(BN, n_off + n_tile - n0);
+    float acc[4][NT8][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-      for (int j = 0; j < 4; j++)
+      for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
           acc[i][j][e] = 0.0f;
 #pragma unroll
     for (int s = 0; s < AMK_MMA_STAGES - 1; s++) {
       if (s < KT) {
-        unsigned st = sbase + s * AMK_MMA_STAGE_BYTES;
-        amk_mma_load<K>(st, x, m0, mv, s * AMK_MMA_BK);
-        amk_mma_load<K>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, s * AMK_MMA_BK);
+        unsigned st = sbase + s * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, s * AMK_MMA_BK);
+        amk_mma_load<K, BN>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, s * AMK_MMA_BK);
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -1287,20 +1291,20 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
       __syncthreads(); // stage kt landed for all; stage kt - 1 is free again
       const int next = kt + AMK_MMA_STAGES - 1;
       if (next < KT) {
-        unsigned st = sbase + (next % AMK_MMA_STAGES) * AMK_MMA_STAGE_BYTES;
-        amk_mma_load<K>(st, x, m0, mv, next * AMK_MMA_BK);
-        amk_mma_load<K>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, next * AMK_MMA_BK);
+        unsigned st = sbase + (next % AMK_MMA_STAGES) * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, next * AMK_MMA_BK);
+        amk_mma_load<K, BN>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, next * AMK_MMA_BK);
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
-      const unsigned st = sbase + (kt % AMK_MMA_STAGES) * AMK_MMA_STAGE_BYTES;
+      const unsigned st = sbase + (kt % AMK_MMA_STAGES) * STAGE;
 #pragma unroll
       for (int kk = 0; kk < AMK_MMA_BK / 16; kk++) {
-        unsigned af[4][4], bf[4][2];
+        unsigned af[4][4], bf[NT8][2];
 #pragma unroll
         for (int i = 0; i < 4; i++)
           amk_ldmatrix_x4(af[i], st + a_lane + (unsigned)((i * 16 * AMK_MMA_LD + kk * 16) * 2));
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < NT8 / 2; j++) {
           unsigned r[4];
           amk_ldmatrix_x4(r, st + b_lane + (unsigned)((j * 16 * AMK_MMA_LD + kk * 16) * 2));
           bf[2 * j][0] = r[0];
@@ -1311,7 +1315,7 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
-          for (int j = 0; j < 4; j++)
+          for (int j = 0; j < NT8; j++)
             amk_mma16816<XDT>(acc[i][j], af[i], bf[j]);
       }
     }
@@ -1322,8 +1326,8 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        int c = wn * 32 + j * 8 + (lane & 3) * 2;
+      for (int j = 0; j < NT8; j++) {
+        int c = wn * WN + j * 8 + (lane & 3) * 2;
         if (c >= nv)
           continue;
 #pragma unroll

@@ -4,9 +4,11 @@
 # M/N/K with a bias, f16, a tall task) runs on the GPU under amk-run --check
 # and its output is compared with the case's independent reference at the
 # output dtype's precision (gemm_case.py check), with the tensor-core path
-# and with AMK_CUDA_GEMM_MMA=0 where the old path takes the shape; then the
-# microbenchmark: one 512 x 8192 x 2048 bf16 GEMM (256 tasks of 128 x 128)
-# under amk-run --bench, printed as TFLOP/s.
+# in 128 x 128 and 128 x 256 sub-tiles (AMK_CUDA_GEMM_TILE_N) and with
+# AMK_CUDA_GEMM_MMA=0 where the old path takes the shape; then the
+# microbenchmark: one 512 x 8192 x 2048 bf16 GEMM under amk-run --bench,
+# as 256 tasks of 128 x 128 with 128 x 128 sub-tiles and as 128 tasks of
+# 128 x 256 with 128 x 256 sub-tiles, printed as TFLOP/s.
 #
 #   utils/gpu-gemm.sh          (utils/gpu-check.sh runs it as its step 6)
 #
@@ -36,14 +38,15 @@ for c in $(python3 $CASE names); do
     row FAIL "gemm $c: amk-opt" "$(tail -1 "$LOG/$c/opt.log")"
     continue
   fi
-  for mode in mma cuda-cores; do
+  for mode in mma128 mma256 cuda-cores; do
     # The CUDA-core path takes at most 64 rows (tiny, f16); tiny's K of 4
     # is no multiple of 8, so it takes that path under both settings.
     [ $mode = cuda-cores ] && [ "$c" != tiny ] && [ "$c" != f16 ] && continue
-    mma=1
+    mma=1 tile_n=128
     [ $mode = cuda-cores ] && mma=0
+    [ $mode = mma256 ] && tile_n=256
     out=$LOG/$c/$mode
-    AMK_CUDA_GEMM_MMA=$mma timeout 120 "$BIN/amk-run" "$LOG/$c/$c.amkir" --device cuda --check \
+    AMK_CUDA_GEMM_MMA=$mma AMK_CUDA_GEMM_TILE_N=$tile_n timeout 120 "$BIN/amk-run" "$LOG/$c/$c.amkir" --device cuda --check \
       -n 0 --prompt-ids 0 --dump-logits "$out.json" >"$out.log" 2>&1
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -57,24 +60,29 @@ done
 
 # The microbenchmark: per-launch kernel time of one program that is this
 # GEMM alone (no other task), as a median over --bench-steps launches.
-if prepare bench; then
-  timeout 300 "$BIN/amk-run" "$LOG/bench/bench.amkir" --device cuda --bench --bench-steps 50 \
-    --bench-warmup 5 --check-steps 1 --json -n 0 --prompt-ids 0 >"$LOG/bench.log" 2>&1
+for tile_n in 128 256; do
+  b=bench
+  [ $tile_n = 256 ] && b=bench-wide
+  if ! prepare $b; then
+    row FAIL "gemm $b: amk-opt" "$(tail -1 "$LOG/$b/opt.log")"
+    continue
+  fi
+  blog=$LOG/$b.log
+  AMK_CUDA_GEMM_TILE_N=$tile_n timeout 300 "$BIN/amk-run" "$LOG/$b/$b.amkir" --device cuda \
+    --bench --bench-steps 50 --bench-warmup 5 --json -n 0 --prompt-ids 0 >"$blog" 2>&1
   rc=$?
   ms=$(python3 -c "
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith('{'):
         d = json.loads(line)
-print(d['results'][0]['median_ms'])" "$LOG/bench.log" 2>/dev/null)
+print(d['results'][0]['median_ms'])" "$blog" 2>/dev/null)
   if [ $rc -eq 0 ] && [ -n "$ms" ]; then
     tf=$(python3 -c "print('%.1f' % (2 * 512 * 8192 * 2048 / ($ms * 1e-3) / 1e12))")
-    row INFO "gemm bench 512 x 8192 x 2048 bf16: median ms, TFLOP/s" "$ms ms, $tf TFLOP/s"
+    row INFO "gemm $b: 512 x 8192 x 2048 bf16, 128 x $tile_n sub-tiles" "median $ms ms, $tf TFLOP/s"
   else
-    row FAIL "gemm bench 512 x 8192 x 2048 bf16" "rc $rc: $(tail -2 "$LOG/bench.log" | tr '\n' ' ' | cut -c1-120)"
+    row FAIL "gemm $b: 512 x 8192 x 2048 bf16, 128 x $tile_n" "rc $rc: $(tail -2 "$blog" | tr '\n' ' ' | cut -c1-120)"
   fi
-else
-  row FAIL "gemm bench: amk-opt" "$(tail -1 "$LOG/bench/opt.log")"
-fi
+done
 echo "gemm failures: $FAILS"
 [ "$FAILS" -eq 0 ]

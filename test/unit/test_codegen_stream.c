@@ -44,6 +44,7 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_GEMV_XS_PAD");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
   unsetenv("AMK_CUDA_GEMM_MMA");
+  unsetenv("AMK_CUDA_GEMM_TILE_N");
 }
 
 static void test_env(UnitCounts *c) {
@@ -90,6 +91,10 @@ static void test_wait_knobs(UnitCounts *c) {
   setenv("AMK_CUDA_GEMM_MMA", "0", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.no_gemm_mma);
   unsetenv("AMK_CUDA_GEMM_MMA");
+  CHECK(c, o.gemm_tile_n == 0);
+  setenv("AMK_CUDA_GEMM_TILE_N", "256", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemm_tile_n == 256);
+  unsetenv("AMK_CUDA_GEMM_TILE_N");
   setenv("AMK_CUDA_GEMV_XS_PAD", "0", 1);
   setenv("AMK_CUDA_QGEMV_LOADS", "16", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16);

@@ -10,7 +10,8 @@
       checkpoint's values: each element within R * |ref| + R * max |ref|
       (R: 2^-7 for a bf16/f16 output, 1e-5 for f32). Prints `NAME: N
       outputs match (max |diff| D)` or the first mismatches and exits 1.
-  gemm_case.py names                    the case names
+  gemm_case.py names                    the case names (the benchmarks,
+                                        bench and bench-wide, are not listed)
 
 A case is out[M, N] = x[M, K] W[N, K]^T (+ bias[N]), x and W in one dtype,
 cut into GEMM_TILE tasks by its row and column splits. Inputs are in the
@@ -39,16 +40,21 @@ CASES = {
     "tall": (512, 64, 45, "bf16", "f32", None, [512], [45]),
 }
 # The microbenchmark: one 512 x 8192 x 2048 GEMM (Llama-3.2-1B's gate|up
-# projection over a 512-token prompt) in 128 x 128 tasks, 256 of them
-# (about two per SM of an H100; the reference VM runs 256 tasks on threads).
-BENCH = (512, 2048, 8192, "bf16", "bf16", None, [128] * 4, [128] * 64)
+# projection over a 512-token prompt) in tasks of one sub-tile each: 256
+# tasks of 128 x 128 (bench: about two per SM of an H100) or 128 of
+# 128 x 256 (bench-wide, for AMK_CUDA_GEMM_TILE_N=256: one wave).
+BENCH = {
+    "bench": (512, 2048, 8192, "bf16", "bf16", None, [128] * 4, [128] * 64),
+    "bench-wide": (512, 2048, 8192, "bf16", "bf16", None, [128] * 4, [256] * 32),
+}
 
 
 def case(name):
-    if name == "bench":
-        return BENCH
+    if name in BENCH:
+        return BENCH[name]
     if name not in CASES:
-        sys.exit("gemm_case.py: no case '%s' (have %s, bench)" % (name, ", ".join(CASES)))
+        sys.exit("gemm_case.py: no case '%s' (have %s, %s)"
+                 % (name, ", ".join(CASES), ", ".join(BENCH)))
     return CASES[name]
 
 
