@@ -1213,8 +1213,9 @@ __device__ __forceinline__ void amk_mma_store2(void *out, const void *bias, long
   }
   long long i = row * NOUT + col;
   if constexpr ((ODT == AMK_ABI_DTYPE_BF16 || ODT == AMK_ABI_DTYPE_F16) && NOUT % 2 == 0) {
-    // col is even, so the pair is one aligned 32-bit word.
-    if (second) {
+    // An even column starts an aligned 32-bit word (a task at an odd n_off
+    // has odd columns: two stores).
+    if (second && (col & 1) == 0) {
       unsigned lo = ODT == AMK_ABI_DTYPE_BF16 ? amk_f2bf(v0) : amk_f2h(v0);
       unsigned hi = ODT == AMK_ABI_DTYPE_BF16 ? amk_f2bf(v1) : amk_f2h(v1);
       __stcg((unsigned *)((unsigned short *)out + i), lo | (hi << 16));

@@ -35,6 +35,9 @@ CASES = {
     "ragged": (200, 72, 300, "bf16", "f32", "bf16", [77, 123], [130, 37, 133]),
     # f16 inputs and output, one task of two sub-tiles with a short last one.
     "f16": (64, 136, 192, "f16", "f16", None, [64], [192]),
+    # bf16 output of even width split at an odd column (n_off 67): the
+    # paired 16-bit stores must not assume an even column.
+    "odd-split": (96, 40, 200, "bf16", "bf16", None, [96], [67, 133]),
     # A tall thin task (M 512 in one task: four sub-tile rows) with an f32
     # output of an odd width.
     "tall": (512, 64, 45, "bf16", "f32", None, [512], [45]),
