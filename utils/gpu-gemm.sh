@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GEMM_TILE on the tensor cores (amk_gemm_mma, docs/Backend.md), on the GPU
 # machine: every case of test/cuda/Inputs/gemm_case.py (aligned, ragged
-# M/N/K with a bias, f16, a tall task) runs on the GPU under amk-run --check
+# M/N/K with a bias, f16, an odd column split, a tall task) runs on the GPU
+# under amk-run --check (ragged and odd-split also under compute-sanitizer)
 # and its output is compared with the case's independent reference at the
 # output dtype's precision (gemm_case.py check), with the tensor-core path
 # in 128 x 128 and 128 x 256 sub-tiles (AMK_CUDA_GEMM_TILE_N) and with
@@ -57,6 +58,17 @@ for c in $(python3 $CASE names); do
     row $s "gemm $c ($mode): --check and the reference" "$(tail -1 "$out.cmp" | cut -c1-120)"
   done
 done
+
+# Out-of-bounds or misaligned accesses of the template (ragged edges, an odd
+# column split), when compute-sanitizer is there.
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for c in ragged odd-split; do
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/amk-run" \
+      "$LOG/$c/$c.amkir" --device cuda -n 0 --prompt-ids 0 >"$LOG/$c/memcheck.log" 2>&1
+    if [ $? -eq 0 ]; then s=PASS; else s=FAIL; fi
+    row $s "gemm $c: compute-sanitizer memcheck" "$(grep -h 'ERROR SUMMARY' "$LOG/$c/memcheck.log" | head -1)"
+  done
+fi
 
 # The microbenchmark: per-launch kernel time of one program that is this
 # GEMM alone (no other task), as a median over --bench-steps launches.
