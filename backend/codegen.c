@@ -50,6 +50,8 @@ typedef struct {
   /* The longest weight row of a GEMV tile the weight ring could stream
    * (decode, rows of whole 16-byte vectors); sizes the ring's slots. */
   int64_t max_stream_row_bytes;
+  bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
+  int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
 } Gen;
 
 static bool fail(Gen *g, const AmkTask *t, const char *fmt, ...) AMK_PRINTF(3, 4);
@@ -307,6 +309,20 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   return true;
 }
 
+/* amk_gemm_mma's stages (megakernel.cuh): 4 of 128 + tile_n rows of
+ * (32 + 8) 16-bit elements. */
+static size_t gemm_mma_smem_bytes(int tile_n) { return (size_t)4 * (128 + tile_n) * (32 + 8) * 2; }
+
+/* A plain GEMM tile whose x and W are both bf16 or both f16, with rows of
+ * whole 16-byte pieces, goes to the tensor cores (amk_gemm_mma) unless
+ * AMK_CUDA_GEMM_MMA=0; the template's warp layout needs 256 threads. */
+static bool gemm_takes_mma(const Gen *g, const BufInfo *x, const BufInfo *w, const BufInfo *o,
+                           int64_t k, int64_t pattern) {
+  return g->gemm_mma && g->nt == 256 && pattern == AMK_PATTERN_PLAIN && x->dtype == w->dtype &&
+         (x->dtype == AMK_DTYPE_BF16 || x->dtype == AMK_DTYPE_F16) && is_float(o->dtype) &&
+         k % 8 == 0;
+}
+
 static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
                      bool gemm) {
   int64_t pattern = (int64_t)(uint32_t)(amk_inst_param_has(p, AMK_PARAM_flags) ? p->flags.i : 0) >>
@@ -365,8 +381,14 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
     return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
                       " weight rows or %" PRId64 " output columns",
                 n_off, n_off + n_tile, w_rows / stack, n_out);
-  if (m_rows > 64)
-    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most 64", m_rows);
+  bool mma = gemm && gemm_takes_mma(g, &x, &w, &o, k, pattern);
+  if (mma && (m_rows > INT32_MAX || n_out > INT32_MAX))
+    return fail(g, t, "%" PRId64 " x %" PRId64 " outputs are too many for one GEMM", m_rows, n_out);
+  if (m_rows > 64 && !mma)
+    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most 64 (the tensor-core "
+                      "GEMM takes any number: bf16 or f16 x and W, K a multiple of 8, 256 "
+                      "threads, AMK_CUDA_GEMM_MMA not 0)",
+                m_rows);
   bool bias = false;
   if (norm) {
     if (t->n_inputs != 3 || a.numel < k)
@@ -380,6 +402,12 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
     bias = true;
     if (a.numel < stack * n_out || a.numel < w_rows)
       return fail(g, t, "bias has %" PRId64 " elements, want %" PRId64, a.numel, w_rows);
+  }
+  if (mma) {
+    need_smem(g, gemm_mma_smem_bytes(g->gemm_tile_n) / 4);
+    EMIT(inst, gemm_mma, x.dtype, w.dtype, o.dtype, bias ? (int)a.dtype : 0, k, n_out, m_rows,
+         bias ? 1 : 0, g->gemm_tile_n);
+    return true;
   }
   size_t xs = (size_t)(m_rows * k);
   need_smem(g, xs + (size_t)(g->nt / 32));
@@ -896,6 +924,22 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_xs_unpadded = pad == 0;
+  int gemm_mma;
+  if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
+    return false;
+  if (set)
+    o->no_gemm_mma = gemm_mma == 0;
+  int tile_n;
+  if (!env_int("AMK_CUDA_GEMM_TILE_N", 256, &tile_n, &set, diag))
+    return false;
+  if (set) {
+    if (tile_n != 128 && tile_n != 256) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_GEMM_TILE_N must be 128 or 256, not %d", tile_n);
+      return false;
+    }
+    o->gemm_tile_n = tile_n;
+  }
   int threads;
   if (!env_int("AMK_CUDA_THREADS", 1024, &threads, &set, diag))
     return false;
@@ -915,7 +959,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
-  Gen g = {.m = m, .nt = 256};
+  Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma),
+           .gemm_tile_n = opt && opt->gemm_tile_n == 256 ? 256 : 128};
   int want = opt && opt->threads_per_block ? opt->threads_per_block
              : m->config && m->config->threads_per_block > 0
                  ? (int)m->config->threads_per_block

@@ -15,6 +15,7 @@
 #define AMK_DEVICE_TEMPLATES(X)                                                \
   X(nop, "")                                                                   \
   X(gemv, "iiiiiiiiiii")                                                       \
+  X(gemm_mma, "iiiiiiiii")                                                     \
   X(gemv_combine, "iiiiiiii")                                                  \
   X(gemv_quant, "iiiiiiiiiii")                                                 \
   X(attention, "iiiiiiiiii")                                                   \

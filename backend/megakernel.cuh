@@ -1128,6 +1128,221 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
   return false;
 }
 
+// ---- GEMM tiles on the tensor cores (prefill) --------------------------------------
+//
+// out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for rows [m_off, m_off +
+// M_tile) and columns [n_off, n_off + N_tile), x and W both bf16 or both f16,
+// fp32 accumulation, the output rounded to its dtype once (as the reference
+// VM stores it). The task's rectangle is cut into AMK_MMA_BM x BN (128 or
+// 256) sub-tiles that the block takes one after another; each walks K in
+// steps of AMK_MMA_BK through AMK_MMA_STAGES shared-memory stages filled by
+// cp.async (L2 only: activations are written by other blocks during the
+// launch), while the 8 warps (2 x 4, 64 x BN / 4 outputs each) multiply
+// with mma.sync m16n8k16, their fragments read by ldmatrix. Rows, columns and
+// the K tail outside the task are zero-filled in shared memory and never
+// stored, so M, N and K need not be multiples of the tile (K a multiple of
+// 8: whole 16-byte pieces, which codegen checks).
+#define AMK_MMA_BM 128
+#define AMK_MMA_BK 32
+#define AMK_MMA_STAGES 4
+// Shared-memory row stride in elements: a 16-byte gap after each row puts
+// the 8 rows an ldmatrix reads in distinct banks.
+#define AMK_MMA_LD (AMK_MMA_BK + 8)
+// One stage: BM rows of x, then BN rows of W.
+__device__ constexpr int amk_mma_stage_bytes(int bn) {
+  return (AMK_MMA_BM + bn) * AMK_MMA_LD * 2;
+}
+
+__device__ __forceinline__ void amk_cp_async16(unsigned dst, const void *src, bool full) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(full ? 16 : 0)
+               : "memory");
+}
+template <int PENDING> __device__ __forceinline__ void amk_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
+}
+__device__ __forceinline__ void amk_ldmatrix_x4(unsigned *r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// c += a * b for one 16 x 8 x 16 product (DT: the inputs' dtype).
+template <int DT>
+__device__ __forceinline__ void amk_mma16816(float *c, const unsigned *a, const unsigned *b) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Rows [row0, row0 + ROWS) x columns [k0, k0 + BK) of a [*, K] matrix
+// into one stage's part; rows at or past `rows` and columns at or past K
+// read as zeros.
+template <int K, int ROWS>
+__device__ __forceinline__ void amk_mma_load(unsigned dst, const unsigned short *g, long long row0,
+                                             int rows, int k0) {
+  constexpr int PIECES = AMK_MMA_BK / 8; // 16-byte pieces per row
+  // (A condition on K too, so that it binds only where the template is used.)
+  static_assert(ROWS * PIECES % AMK_NT == 0 || K < 0, "every thread copies as many pieces");
+#pragma unroll
+  for (int u = 0; u < ROWS * PIECES / AMK_NT; u++) {
+    int c = threadIdx.x + u * AMK_NT;
+    int r = c / PIECES, kc = (c % PIECES) * 8;
+    bool in = r < rows && k0 + kc < K;
+    const unsigned short *src = in ? g + (row0 + r) * K + k0 + kc : g;
+    amk_cp_async16(dst + (unsigned)(r * AMK_MMA_LD + kc) * 2, src, in);
+  }
+}
+
+// Stores two adjacent columns (col, col + 1) of one output row; the second
+// only where it lies inside the tile.
+template <int ODT, int ADT, int NOUT, int BIAS>
+__device__ __forceinline__ void amk_mma_store2(void *out, const void *bias, long long row, int col,
+                                               bool second, float v0, float v1) {
+  if constexpr (BIAS) {
+    v0 += amk_ld<ADT>(bias, col);
+    if (second)
+      v1 += amk_ld<ADT>(bias, col + 1);
+  }
+  long long i = row * NOUT + col;
+  if constexpr ((ODT == AMK_ABI_DTYPE_BF16 || ODT == AMK_ABI_DTYPE_F16) && NOUT % 2 == 0) {
+    // An even column starts an aligned 32-bit word (a task at an odd n_off
+    // has odd columns: two stores).
+    if (second && (col & 1) == 0) {
+      unsigned lo = ODT == AMK_ABI_DTYPE_BF16 ? amk_f2bf(v0) : amk_f2h(v0);
+      unsigned hi = ODT == AMK_ABI_DTYPE_BF16 ? amk_f2bf(v1) : amk_f2h(v1);
+      __stcg((unsigned *)((unsigned short *)out + i), lo | (hi << 16));
+      return;
+    }
+  }
+  amk_st<ODT>(out, i, v0);
+  if (second)
+    amk_st<ODT>(out, i + 1, v1);
+}
+
+// XDT == WDT (bf16 or f16); M: the input's rows; BIAS: input 2 is a bias
+// (ADT) of one value per weight row; BN: the sub-tile's columns, 128 or 256.
+template <int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int M, int BIAS, int BN>
+__device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(XDT == WDT && (XDT == AMK_ABI_DTYPE_BF16 || XDT == AMK_ABI_DTYPE_F16),
+                "the tensor-core GEMM multiplies bf16 by bf16 or f16 by f16");
+  static_assert(K % 8 == 0, "rows must be whole 16-byte pieces");
+  static_assert(AMK_NT == 256 || K < 0, "the warp layout is 2 x 4 warps");
+  static_assert(BN == 128 || BN == 256, "sub-tiles are 128 x 128 or 128 x 256");
+  constexpr int WN = BN / 4;      // a warp's columns
+  constexpr int NT8 = WN / 8;     // its 8-column mma tiles
+  constexpr int STAGE = amk_mma_stage_bytes(BN);
+  const unsigned short *x = (const unsigned short *)amk_in(A, 0);
+  const unsigned short *W = (const unsigned short *)amk_in(A, 1);
+  const void *bias = BIAS ? amk_in(A, 2) : nullptr;
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  int m_begin = I.params.m_off.i, m_count = I.params.M_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT || m_begin < 0 || m_count < 0 ||
+      m_begin + m_count > M || (((unsigned long long)x | (unsigned long long)W) & 15)) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  constexpr int KT = (K + AMK_MMA_BK - 1) / AMK_MMA_BK;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp >> 2, wn = warp & 3; // the warp's 64 x WN outputs
+  const unsigned sbase = amk_smem_addr(smem);
+  const int tiles_n = (n_tile + BN - 1) / BN;
+  const int tiles = (m_count + AMK_MMA_BM - 1) / AMK_MMA_BM * tiles_n;
+  // ldmatrix addresses within a stage, per lane: A rows lane % 16 at k
+  // (lane / 16) * 8; B rows (lane % 8) + (lane / 16) * 8 at k ((lane / 8) % 2) * 8.
+  const unsigned a_lane =
+      (unsigned)(((wm * 64 + (lane & 15)) * AMK_MMA_LD + (lane >> 4) * 8) * 2);
+  const unsigned b_lane =
+      (unsigned)((AMK_MMA_BM * AMK_MMA_LD +
+                  (wn * WN + (lane & 7) + ((lane >> 4) << 3)) * AMK_MMA_LD + ((lane >> 3) & 1) * 8) *
+                 2);
+  for (int t = 0; t < tiles; t++) {
+    // Columns vary fastest: consecutive sub-tiles share their x rows in L2.
+    const int m0 = m_begin + t / tiles_n * AMK_MMA_BM, n0 = n_off + t % tiles_n * BN;
+    const int mv = min(AMK_MMA_BM, m_begin + m_count - m0);
+    const int nv = min(BN, n_off + n_tile - n0);
+    float acc[4][NT8][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          acc[i][j][e] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < AMK_MMA_STAGES - 1; s++) {
+      if (s < KT) {
+        unsigned st = sbase + s * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, s * AMK_MMA_BK);
+        amk_mma_load<K, BN>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, s * AMK_MMA_BK);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int kt = 0; kt < KT; kt++) {
+      amk_cp_async_wait<AMK_MMA_STAGES - 2>();
+      __syncthreads(); // stage kt landed for all; stage kt - 1 is free again
+      const int next = kt + AMK_MMA_STAGES - 1;
+      if (next < KT) {
+        unsigned st = sbase + (next % AMK_MMA_STAGES) * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, next * AMK_MMA_BK);
+        amk_mma_load<K, BN>(st + AMK_MMA_BM * AMK_MMA_LD * 2, W, n0, nv, next * AMK_MMA_BK);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      const unsigned st = sbase + (kt % AMK_MMA_STAGES) * STAGE;
+#pragma unroll
+      for (int kk = 0; kk < AMK_MMA_BK / 16; kk++) {
+        unsigned af[4][4], bf[NT8][2];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          amk_ldmatrix_x4(af[i], st + a_lane + (unsigned)((i * 16 * AMK_MMA_LD + kk * 16) * 2));
+#pragma unroll
+        for (int j = 0; j < NT8 / 2; j++) {
+          unsigned r[4];
+          amk_ldmatrix_x4(r, st + b_lane + (unsigned)((j * 16 * AMK_MMA_LD + kk * 16) * 2));
+          bf[2 * j][0] = r[0];
+          bf[2 * j][1] = r[1];
+          bf[2 * j + 1][0] = r[2];
+          bf[2 * j + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < NT8; j++)
+            amk_mma16816<XDT>(acc[i][j], af[i], bf[j]);
+      }
+    }
+    amk_cp_async_wait<0>();
+    __syncthreads(); // every warp is done with the stages before the next sub-tile fills them
+    // Accumulator e of tile (i, j): row (lane / 4) + 8 * (e / 2), column
+    // 2 * (lane % 4) + e % 2.
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < NT8; j++) {
+        int c = wn * WN + j * 8 + (lane & 3) * 2;
+        if (c >= nv)
+          continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          int r = wm * 64 + i * 16 + (lane >> 2) + h * 8;
+          if (r < mv)
+            amk_mma_store2<ODT, ADT, NOUT, BIAS>(out, bias, (long long)(m0 + r), n0 + c,
+                                                 c + 1 < nv, acc[i][j][2 * h],
+                                                 acc[i][j][2 * h + 1]);
+        }
+      }
+  }
+}
+
 // ---- weight-only quantized GEMV (W8A16, W4A16) ------------------------------------
 //
 // Inputs x, qW [N, K] and scales [N, ceil(K / GROUP)] (the quantize pass's

@@ -25,6 +25,9 @@
 #   5. --bench at positions 0 and 1024 (Llama-3.2-1B shape, bf16), with one
 #      traced launch per position after the timed ones (--trace: where the
 #      time went, printed after the summary; the Chrome trace in $OUT)
+#   6. GEMM_TILE on the tensor cores (utils/gpu-gemm.sh): the GEMM cases
+#      of test/cuda/Inputs/gemm_case.py under --check and against their
+#      independent reference, and the 512 x 8192 x 2048 bf16 GEMM's TFLOP/s
 # Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -195,6 +198,16 @@ s=$(STEP_TIMEOUT=400 run_logged l1b-bench "$BIN/amk-run" "$L1B" --random-weights
   --trace "$LOG/l1b-bench.trace.json")
 row "$s" "1B bf16 --bench at positions 0 and 1024" "see below"
 BENCH_JSON=$(grep -h '^{' "$LOG/l1b-bench.log" | tail -1)
+
+echo "== 6. GEMM_TILE on the tensor cores (utils/gpu-gemm.sh)"
+OUT=$LOG AMK_BUILD=$BUILD timeout --kill-after=10 900 utils/gpu-gemm.sh >"$LOG/gemm.log" 2>&1
+grep -h '^| ' "$LOG/gemm.log" >>"$SUMMARY"
+GEMM_FAILS=$(sed -n 's/^gemm failures: //p' "$LOG/gemm.log")
+if [ -z "$GEMM_FAILS" ]; then
+  row FAIL "GEMM_TILE: utils/gpu-gemm.sh did not finish" "$(tail -1 "$LOG/gemm.log" | cut -c1-150)"
+else
+  FAILS=$((FAILS + GEMM_FAILS))
+fi
 
 T1=$(date +%s)
 echo

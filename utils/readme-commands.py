@@ -15,7 +15,7 @@ too (`cmake --install build --prefix "$HOME/.local"`), stdin is empty.
 Skipped, with the reason printed: commands that install packages or run the
 whole suite (utils/bootstrap.sh, utils/test.sh, apt-get), that need a GPU
 (--device cuda, --check, --bench, --trace, utils/gpu-check.sh,
-utils/bench-gpu.sh), NVRTC (--emit=cubin) when it cannot be loaded, Graphviz
+utils/gpu-gemm.sh, utils/bench-gpu.sh), NVRTC (--emit=cubin) when it cannot be loaded, Graphviz
 (`dot`) when it is missing, ../shared when it is absent, and commands that
 name a placeholder (an upper-case word such as MODEL_DIR) or that read the
 terminal (-cnv). Every other command must exit 0 within --timeout seconds.
@@ -37,7 +37,7 @@ import time
 # MODEL_DIR, not $HOME, AMK_PROGRESS=always or a path.
 PLACEHOLDER = re.compile(r"(?<![\w/.$-])[A-Z][A-Z0-9]*_[A-Z0-9_]+(?![\w/.=])")
 GPU_FLAGS = ("--device cuda", "--device=cuda", "--check", "--bench", "--trace")
-GPU_SCRIPTS = ("utils/gpu-check.sh", "utils/bench-gpu.sh")
+GPU_SCRIPTS = ("utils/gpu-check.sh", "utils/gpu-gemm.sh", "utils/bench-gpu.sh")
 SETUP_SCRIPTS = ("utils/bootstrap.sh", "utils/test.sh", "utils/install-deps.sh")
 
 

@@ -59,14 +59,16 @@ typedef struct {
   int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 8192) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
   int qgemv_loads;      /* quantized GEMV: 16-byte loads in flight per lane (0: 8) */
+  bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
+  int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
 } AmkCodegenOptions;
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_BACKOFF_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
- * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_QGEMV_LOADS and
- * AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
+ * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_QGEMV_LOADS,
+ * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256) and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 

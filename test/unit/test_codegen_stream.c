@@ -43,6 +43,8 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_GEMV_PAIR_BYTES");
   unsetenv("AMK_CUDA_GEMV_XS_PAD");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
+  unsetenv("AMK_CUDA_GEMM_MMA");
+  unsetenv("AMK_CUDA_GEMM_TILE_N");
 }
 
 static void test_env(UnitCounts *c) {
@@ -83,7 +85,16 @@ static void test_wait_knobs(UnitCounts *c) {
   AmkCodegenOptions o = {0};
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 0 && !o.no_wait_cache &&
                o.threads_per_block == 0 && !o.gemv_xs_scalar && o.gemv_pair_max_bytes == 0 &&
-               !o.gemv_xs_unpadded && o.qgemv_loads == 0);
+               !o.gemv_xs_unpadded && o.qgemv_loads == 0 && !o.no_gemm_mma);
+  setenv("AMK_CUDA_GEMM_MMA", "1", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && !o.no_gemm_mma);
+  setenv("AMK_CUDA_GEMM_MMA", "0", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.no_gemm_mma);
+  unsetenv("AMK_CUDA_GEMM_MMA");
+  CHECK(c, o.gemm_tile_n == 0);
+  setenv("AMK_CUDA_GEMM_TILE_N", "256", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemm_tile_n == 256);
+  unsetenv("AMK_CUDA_GEMM_TILE_N");
   setenv("AMK_CUDA_GEMV_XS_PAD", "0", 1);
   setenv("AMK_CUDA_QGEMV_LOADS", "16", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16);
