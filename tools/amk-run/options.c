@@ -66,8 +66,9 @@ static void usage(FILE *out) {
         "  --dump-logits FILE       write the logits after every fed token as JSON\n"
         "                           [[...], ...] (row i after feeding token i)\n"
         "  -b, --batch-size N       prompt tokens per prefill step (default 512; 1: one\n"
-        "                           step per token); prefill programs are compiled from\n"
-        "                           a model folder for the CPU reference VM\n\n"
+        "                           step per token); prefill runs on the CPU reference\n"
+        "                           VM, for a model folder whose --passes leave out fuse,\n"
+        "                           with checkpoint weights (-v says how the prompt goes in)\n\n"
         "SAMPLING:\n"
         "  --temp T                 sampling temperature (default 0: greedy)\n"
         "  --top-k K                sample among the K most likely tokens (default: all)\n"
@@ -96,8 +97,6 @@ static void usage(FILE *out) {
         "  -o, --output md|csv|json|jsonl  --bench: the results as a Markdown table\n"
         "                           (default), CSV, one JSON object or JSON lines\n"
         "  --bench-pos P,Q          positions to time (default 0)\n"
-        "  --bench-prompt N         --bench: the prompt whose prefill is timed (tokens/s\n"
-        "                           and time to first token; default 512)\n"
         "  --bench-steps N          timed steps per position (default 128)\n"
         "  --bench-warmup N         untimed steps first (default 10)\n"
         "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
@@ -421,7 +420,6 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
   o->pipeline = AMK_DEFAULT_PIPELINE;
   o->n_new = INT64_MIN; /* 16, or -1 in chat mode */
   o->batch_size = 512;   /* llama.cpp's default */
-  o->bench_prompt = 512;
   o->sampling = (AmkSamplingParams){.temperature = 0, .top_k = 0, .top_p = 1, .seed = 0};
   const Option opts[] = {
       {{"-m", "--model"}, OPT_CUSTOM, .custom = read_target},
@@ -465,8 +463,6 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
        .takes = "a count >= 1"},
       {{"--bench"}, OPT_SWITCH, .on = &o->bench},
       {{"--bench-pos"}, OPT_TEXT, .text = &o->bench_pos},
-      {{"--bench-prompt"}, OPT_INT, .count = &o->bench_prompt, .min = 1, .max = 65536,
-       .takes = "a count of prompt tokens (1 to 65536)"},
       {{"--bench-steps"}, OPT_INT, .count = &o->bench_steps, .min = 1, .max = 100000,
        .takes = "a count (1 to 100000)"},
       {{"-r", "--repetitions"}, OPT_INT, .count = &o->bench_reps, .min = 1, .max = 1000,

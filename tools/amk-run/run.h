@@ -61,7 +61,6 @@ typedef struct {
   bool random_weights;
   uint64_t random_weights_seed;
   int64_t batch_size;   /* -b: prompt tokens per prefill step (1: token by token) */
-  int64_t bench_prompt; /* --bench-prompt: the prompt the bench prefills */
   bool prefill;         /* set by main: the prompt goes through prefill programs */
   int64_t tp; /* --tp: tensor-parallel ranks (0 or 1: one program) */
 } RunOptions;
