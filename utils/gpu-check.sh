@@ -17,6 +17,8 @@
 #      split-KV} x {f32, bf16}: the golden greedy tokens on the GPU
 #      (utils/check_golden.py --device cuda; f32 also the golden logits) and
 #      amk-run --check against the reference VM
+#   3c. weight-only int8 and int4 (docs/Quantization.md): llama-tiny and every
+#      fixture under --check (llama-tiny in f32 and bf16); the 1B shape in bf16
 #   4. Llama-3.2-1B shape, bf16, random weights: 256 tokens on the GPU under
 #      --check, every step compared with the reference VM (which fires tasks
 #      on every core; $AMK_1B_CHECK_STEPS limits the steps checked), no hang
@@ -179,8 +181,28 @@ else
   done
 fi
 
-echo "== 4. Llama-3.2-1B shape, bf16, random weights, 256 tokens"
+echo "== 3c. weight-only int8 and int4 under --check"
 L1B=$ROOT/examples/configs/llama-3.2-1b
+for q in int8 int4; do
+  for dt in f32 bf16; do
+    s=$(run_logged "quant-tiny-$q-$dt" "$BIN/amk-run" "$EX" --dtype "$dt" --quant "$q" --device cuda \
+      --check --prompt-ids 1,17,42,99,3 -n 12)
+    row "$s" "llama-tiny $q $dt: --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/quant-tiny-$q-$dt.log" | head -1 | cut -c1-150)"
+  done
+  if [ -n "$FIXTURES" ]; then
+    for fx in "$FIXTURES"/*/; do
+      fx=${fx%/}
+      n=$(basename "$fx")
+      s=$(run_logged "quant-$n-$q" "$BIN/amk-run" "$fx" --dtype bf16 --quant "$q" --device cuda --check -n 8)
+      row "$s" "$n $q bf16: --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/quant-$n-$q.log" | head -1 | cut -c1-150)"
+    done
+  fi
+  s=$(STEP_TIMEOUT=400 run_logged "quant-1b-$q" "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
+    --quant "$q" --max-seq 256 --device cuda --check --check-steps 8 --prompt-ids 1,2,3 -n 8 --ignore-eos)
+  row "$s" "1B $q bf16: --check, 8 steps" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/quant-1b-$q.log" | head -1 | cut -c1-150)"
+done
+
+echo "== 4. Llama-3.2-1B shape, bf16, random weights, 256 tokens"
 s=$(STEP_TIMEOUT=400 run_logged l1b-check "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
   --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1 --ignore-eos)
 row "$s" "1B bf16: 256 tokens, --check (first $CHECK_1B steps vs the VM)" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|kernel time\|error' "$LOG/l1b-check.log" | tr '\n' ' ' | cut -c1-170)"
