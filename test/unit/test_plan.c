@@ -486,6 +486,59 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
   amk_module_free(m);
 }
 
+/* Random weights of a tied lm_head: the embedding's tensor again (one rule,
+ * the same bytes), taking no stretch of the stream, so that a program that
+ * finds either buffer by source (a prefill program) sees the same numbers. */
+static void test_tied_random(UnitCounts *c, const char *text) {
+  char *tied = replace_once(text, "source \"lm_head.weight\"",
+                            "source \"model.embed_tokens.weight\"");
+  AmkModule *um, *tm;
+  AmkDiagEngine *ud, *td;
+  AmkPlan *up, *tp;
+  CHECK(c, tied != NULL);
+  if (!tied || !parse_and_plan(c, "untied", text, &um, &ud, &up)) {
+    free(tied);
+    return;
+  }
+  if (!parse_and_plan(c, "tied", tied, &tm, &td, &tp)) {
+    amk_plan_free(up);
+    amk_diag_free(ud);
+    amk_module_free(um);
+    free(tied);
+    return;
+  }
+  AmkWeights *uw = amk_weights_random(up, 9, ud), *tw = amk_weights_random(tp, 9, td);
+  CHECK(c, uw && tw);
+  int32_t embed = buffer_named(tm, "embed.w"), head = buffer_named(tm, "lm_head.w");
+  int32_t after = buffer_named(tm, "L0.qkv_proj.w"); /* the next weight in list order */
+  AmkRandomRule e, h, u_head, u_after, t_after;
+  CHECK(c, embed >= 0 && head > embed && after > head);
+  if (uw && tw && embed >= 0 && head > embed && after > head) {
+    CHECK(c, amk_weights_random_rule(tw, (uint32_t)embed, &e) &&
+                 amk_weights_random_rule(tw, (uint32_t)head, &h) && e.state == h.state &&
+                 e.center == h.center && e.scale == h.scale);
+    size_t ne = 0, nh = 0;
+    const void *be = amk_weights_data(tw, (uint32_t)embed, &ne);
+    const void *bh = amk_weights_data(tw, (uint32_t)head, &nh);
+    CHECK(c, be && bh && ne == 256 * 64 * 4 && nh == ne && memcmp(be, bh, ne) == 0);
+    /* Untied, the head has a stretch of its own; tied, the next buffer
+     * starts where the untied head did. */
+    CHECK(c, amk_weights_random_rule(uw, (uint32_t)head, &u_head) && u_head.state != e.state);
+    CHECK(c, amk_weights_random_rule(uw, (uint32_t)after, &u_after) &&
+                 amk_weights_random_rule(tw, (uint32_t)after, &t_after) &&
+                 t_after.state == u_head.state && u_after.state != t_after.state);
+  }
+  amk_weights_free(uw);
+  amk_weights_free(tw);
+  amk_plan_free(up);
+  amk_plan_free(tp);
+  amk_diag_free(ud);
+  amk_diag_free(td);
+  amk_module_free(um);
+  amk_module_free(tm);
+  free(tied);
+}
+
 int main(int argc, char **argv) {
   UnitCounts c = {0};
   if (argc != 5) {
@@ -501,6 +554,7 @@ int main(int argc, char **argv) {
     test_fused_split(&c, fused);
     test_validation_option(&c, split);
     test_assigned(&c, assigned, argv[4]);
+    test_tied_random(&c, assigned);
   }
   free(split);
   free(fused);

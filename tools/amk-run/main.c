@@ -382,12 +382,10 @@ int main(int argc, char **argv) {
    * pipeline without fuse: the engines share the KV caches by name, and
    * fuse gives the decode program per-head k|v caches that the prefill
    * programs (unfused) do not have; one rank (tensor-parallel prefill
-   * programs do not exist yet); checkpoint weights (the prefill programs
-   * borrow weights by source, and random weights of a tied lm_head are not
-   * the embedding's: their logits differed on the SmolLM2 shape). */
+   * programs do not exist yet). */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
               strcmp(device, "cpu") == 0 && !pipeline_text_has(o.pipeline, "fuse") &&
-              o.tp <= 1 && !o.random_weights;
+              o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -549,7 +547,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.check                   ? "--check compares every step"
-            : o.random_weights ? "random weights are not shared with prefill programs yet"
             : pipeline_text_has(o.pipeline, "fuse")
                 ? "the fused decode program's KV caches are not the prefill programs'; "
                   "--passes without fuse prefills"
