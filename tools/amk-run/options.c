@@ -67,7 +67,7 @@ static void usage(FILE *out) {
         "                           [[...], ...] (row i after feeding token i)\n"
         "  -b, --batch-size N       prompt tokens per prefill step (default 512; 1: one\n"
         "                           step per token); prefill runs on the CPU reference\n"
-        "                           VM, for a model folder whose --passes leave out fuse\n"
+        "                           VM, for a model folder, not with --check or --tp\n"
         "                           (-v says how the prompt goes in)\n\n"
         "SAMPLING:\n"
         "  --temp T                 sampling temperature (default 0: greedy)\n"
