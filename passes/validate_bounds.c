@@ -521,6 +521,30 @@ static void check_quantized_tile(AmkValidator *v, const AmkTask *t, const AmkPar
   }
 }
 
+/* Whether a pattern's input 1 is a weight matrix whose rows are the tile's
+ * columns [n_off, n_off + N_tile). The per-head patterns count heads and
+ * read a cache (attention) or inv_freq (rope_kv, attention_rope) there: a
+ * cache's rows are positions, which an attention tile's query heads may
+ * well exceed (9 heads over an 8-row cache). */
+static bool input1_is_weight(int64_t pattern) {
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_PLAIN:
+  case AMK_PATTERN_NORM:
+  case AMK_PATTERN_RESIDUAL:
+  case AMK_PATTERN_SILU:
+  case AMK_PATTERN_SILU_RESIDUAL:
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+    return true;
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_ATTENTION_ROPE:
+    return false;
+  case AMK_PATTERN_COUNT:
+    break;
+  }
+  return true; /* an unknown pattern: check_pattern reports it */
+}
+
 static void check_tile(AmkValidator *v, const AmkTask *t,
                        const AmkParamTable *pt) {
   int64_t k, n_tile, n_off, qdtype = 0, flags = 0;
@@ -561,7 +585,9 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
                   "n_off+N_tile=%" PRId64 " exceeds the width %" PRId64
                   " of output buffer #%" PRId32 " ('%s')",
                   end, last_dim(out), out->id, out->name);
-    if (w->ok && w->rank >= 2 && end > w->dim[0])
+    bool weight_rows =
+        !have_flags || flags < 0 || input1_is_weight(flags >> AMK_PATTERN_SHIFT);
+    if (weight_rows && w->ok && w->rank >= 2 && end > w->dim[0])
       bound_error(v, t,
                   "n_off+N_tile=%" PRId64 " exceeds the %" PRId64
                   " rows of weight buffer #%" PRId32 " ('%s')",

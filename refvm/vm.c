@@ -229,6 +229,15 @@ bool amk_vm_share_kv(AmkVm *vm, const AmkVm *from, AmkDiagEngine *diag) {
   return true;
 }
 
+void *amk_vm_kv_data(AmkVm *vm, uint32_t b, size_t *nbytes) {
+  if (b >= vm->plan->n_buffers || vm->plan->buffers[b].kind != AMK_KIND_KV_CACHE) {
+    *nbytes = 0;
+    return NULL;
+  }
+  *nbytes = vm->buffers[b].nbytes;
+  return vm->buffers[b].data;
+}
+
 static void write_i32(VmBuffer *vb, int32_t value) {
   memset(vb->data, 0, vb->nbytes);
   if (vb->nbytes >= sizeof value)
@@ -708,6 +717,10 @@ static bool engine_share_kv(void *self, const void *from, AmkDiagEngine *diag) {
   return amk_vm_share_kv(self, from, diag);
 }
 
+static void *engine_kv_data(void *self, uint32_t b, size_t *nbytes) {
+  return amk_vm_kv_data(self, b, nbytes);
+}
+
 static bool engine_reset(void *self, AmkDiagEngine *diag) {
   amk_vm_reset(self);
   return true;
@@ -725,6 +738,7 @@ const AmkEngineOps *amk_vm_engine(void) {
       .step_rows = engine_step_rows,
       .logit_rows = engine_logit_rows,
       .share_kv = engine_share_kv,
+      .kv_data = engine_kv_data,
   };
   return &ops;
 }

@@ -107,6 +107,11 @@ bool amk_engine_share_kv(AmkEngine *e, const AmkEngine *from, AmkDiagEngine *dia
   return e->ops->share_kv(e->self, from->self, diag);
 }
 
+void *amk_engine_kv_data(AmkEngine *e, uint32_t b, size_t *nbytes) {
+  *nbytes = 0;
+  return e->ops->kv_data ? e->ops->kv_data(e->self, b, nbytes) : NULL;
+}
+
 bool amk_engine_can_generate(const AmkEngine *e) { return e->ops->generate != NULL; }
 
 AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *kernel_ms,

@@ -307,6 +307,38 @@ static int64_t quantized_bytes(const AmkPlan *plan) {
   return total;
 }
 
+/* The columns of one matrix row of buffer b as amk_weights_random counts
+ * them (the quantized weights' K, a matrix's last dim, else every element). */
+static int64_t random_cols(const AmkPlanBuffer *pb) {
+  return pb->quant.role == AMK_PLAN_QUANT_WEIGHT ? pb->quant.cols
+         : pb->rank >= 2                         ? pb->shape[pb->rank - 1]
+                                                 : pb->numel;
+}
+
+/* The first buffer before b that amk_weights_random fills with b's source
+ * and the same matrix (rows and columns), or -1. */
+static int64_t same_tensor_before(const AmkPlan *plan, uint32_t b, int64_t cols) {
+  const AmkPlanBuffer *pb = &plan->buffers[b];
+  const char *src = plan->m->buffers[b].source;
+  if (!src)
+    return -1;
+  int64_t rows =
+      pb->quant.role == AMK_PLAN_QUANT_WEIGHT ? pb->shape[0] : pb->numel / (cols ? cols : 1);
+  for (uint32_t e = 0; e < b; e++) {
+    const AmkPlanBuffer *eb = &plan->buffers[e];
+    const char *esrc = plan->m->buffers[e].source;
+    if (!is_loaded(eb) || eb->quant.role == AMK_PLAN_QUANT_SCALES || !esrc ||
+        strcmp(esrc, src) != 0 || (eb->rank >= 2) != (pb->rank >= 2))
+      continue;
+    int64_t ecols = random_cols(eb);
+    int64_t erows =
+        eb->quant.role == AMK_PLAN_QUANT_WEIGHT ? eb->shape[0] : eb->numel / (ecols ? ecols : 1);
+    if (ecols == cols && erows == rows)
+      return e;
+  }
+  return -1;
+}
+
 AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine *diag) {
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);
@@ -322,21 +354,29 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
    * Quantized weights are the quantized random matrix, made now (no engine
    * quantizes); their scales take no stretch of the stream. */
   uint64_t state = seed;
+  uint64_t *rule_states =
+      amk_xcalloc(plan->n_buffers ? plan->n_buffers : 1, sizeof *rule_states);
   for (uint32_t b = 0; b < plan->n_buffers; b++) {
     const AmkPlanBuffer *pb = &plan->buffers[b];
     if (!is_loaded(pb) || pb->quant.role == AMK_PLAN_QUANT_SCALES)
       continue;
-    int64_t cols = pb->quant.role == AMK_PLAN_QUANT_WEIGHT ? pb->quant.cols
-                   : pb->rank >= 2                         ? pb->shape[pb->rank - 1]
-                                                           : pb->numel;
+    int64_t cols = random_cols(pb);
+    /* A buffer of a source an earlier one took (a tied lm_head and the
+     * embedding) is that tensor again, as a checkpoint would give it: the
+     * same rule, no stretch of its own. Programs that borrow weights by
+     * source (prefill) then see the numbers whichever buffer they find. */
+    int64_t twin = same_tensor_before(plan, b, cols);
+    uint64_t rule_state = twin >= 0 ? rule_states[twin] : state;
+    rule_states[b] = rule_state;
     AmkRandomRule rule = {
-        .state = state,
+        .state = rule_state,
         .center = pb->rank >= 2 ? 0.0 : 1.0,
         .scale = pb->rank >= 2 ? 1.0 / sqrt((double)(cols > 0 ? cols : 1)) : 0.1,
     };
     if (pb->quant.role == AMK_PLAN_QUANT_WEIGHT) {
       if (!quant_layout_fits(w, b, diag)) {
         amk_progress_end(progress);
+        free(rule_states);
         amk_weights_free(w);
         return NULL;
       }
@@ -345,16 +385,20 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
       if (bad >= 0) { /* random weights are finite and small: never */
         amk_progress_end(progress);
         report_unquantizable(plan->m->buffers[b].name, bad, diag);
+        free(rule_states);
         amk_weights_free(w);
         return NULL;
       }
-      state += (uint64_t)(rows * cols) * SPLITMIX64_GAMMA;
+      if (twin < 0)
+        state += (uint64_t)(rows * cols) * SPLITMIX64_GAMMA;
       continue;
     }
     w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM, .nbytes = (size_t)pb->nbytes,
                                    .rule = rule};
-    state += (uint64_t)pb->numel * SPLITMIX64_GAMMA;
+    if (twin < 0)
+      state += (uint64_t)pb->numel * SPLITMIX64_GAMMA;
   }
+  free(rule_states);
   amk_progress_end(progress);
   return w;
 }
@@ -364,8 +408,9 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
  * when there is none. */
 static int64_t find_whole(const AmkPlan *full, const char *name, const AmkSourcePart *part,
                           int64_t rows, int64_t cols, int64_t *row0, int64_t *col0) {
-  /* The buffer of the same name first: random buffers of one tensor (a
-   * tied head and the embedding) are not the same numbers. */
+  /* The buffer of the same name first (random buffers of one tensor, a
+   * tied head and the embedding, are the same numbers, but a rank's slice
+   * is best taken from its own buffer's counterpart). */
   for (uint32_t k = 0; k <= full->n_buffers; k++) {
     uint32_t fb = k;
     if (k == 0) {

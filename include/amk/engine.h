@@ -93,6 +93,9 @@ typedef struct {
                              AmkDiagEngine *diag);
   const float *(*logit_rows)(const void *self, size_t *rows, size_t *vocab);
   bool (*share_kv)(void *self, const void *from, AmkDiagEngine *diag);
+  /* The host bytes of KV_CACHE buffer b (NULL: none, or not on the host):
+   * what amk_engine_copy_kv_rows reads and writes. */
+  void *(*kv_data)(void *self, uint32_t b, size_t *nbytes);
 } AmkEngineOps;
 
 typedef struct AmkEngine AmkEngine;
@@ -139,6 +142,29 @@ AmkStepStatus amk_engine_step_rows(AmkEngine *e, const int32_t *tokens, int64_t 
                                    AmkDiagEngine *diag);
 const float *amk_engine_logit_rows(const AmkEngine *e, size_t *rows, size_t *vocab);
 bool amk_engine_share_kv(AmkEngine *e, const AmkEngine *from, AmkDiagEngine *diag);
+/* The host bytes of KV_CACHE buffer b, or NULL (*nbytes 0) where the
+ * engine keeps none (no kv_data hook) or b is no KV cache. */
+void *amk_engine_kv_data(AmkEngine *e, uint32_t b, size_t *nbytes);
+
+/* KV rows across cache layouts (runtime/kv_layout.c). The unfused programs
+ * (import, tile; every prefill program) keep per layer `P.kcache` and
+ * `P.vcache` [max_seq, n_kv, head_dim]; fuse's rope_kv writes per-head
+ * `P.kv_cache.hC` [max_seq, 2, head_dim] (plane 0 keys, 1 values) or one
+ * combined `P.kv_cache` [max_seq, 2, n_kv * head_dim] (P the layer's
+ * prefix, e.g. "L3."). A map pairs every head's key and value row of `to`
+ * with the same layer, plane and head of `from`; NULL after reporting a
+ * cache of another name, shape or dtype, or one `from` lacks. */
+typedef struct AmkKvMap AmkKvMap;
+AmkKvMap *amk_kv_map_new(const AmkPlan *to, const AmkPlan *from, AmkDiagEngine *diag);
+void amk_kv_map_free(AmkKvMap *map);
+/* Whether the two plans' KV caches are the same buffers by name, size and
+ * dtype (then amk_engine_share_kv binds them, and nothing is copied). */
+bool amk_kv_same_caches(const AmkPlan *a, const AmkPlan *b);
+/* Copies rows [row_begin, row_end) of every KV cache of `from` into `to`
+ * through the map (made for to's and from's plans, in that order). False,
+ * after reporting, when an engine keeps no host bytes (kv_data). */
+bool amk_engine_copy_kv_rows(const AmkKvMap *map, AmkEngine *to, AmkEngine *from,
+                             int64_t row_begin, int64_t row_end, AmkDiagEngine *diag);
 
 /* Whether the engine decodes greedily by itself, and doing so. */
 bool amk_engine_can_generate(const AmkEngine *e);

@@ -51,6 +51,9 @@ const float *amk_vm_logit_rows(const AmkVm *vm, size_t *rows, size_t *vocab);
  * name (same size and dtype, else an error): a prefill program's VM and
  * the decode program's then run on one cache. `from` must outlive vm. */
 bool amk_vm_share_kv(AmkVm *vm, const AmkVm *from, AmkDiagEngine *diag);
+/* The bytes of KV_CACHE buffer b (its own or the ones it shares), or NULL
+ * (*nbytes 0) when b is no KV cache. */
+void *amk_vm_kv_data(AmkVm *vm, uint32_t b, size_t *nbytes);
 
 /* Clears the KV caches (a new sequence). */
 void amk_vm_reset(AmkVm *vm);

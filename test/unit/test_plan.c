@@ -1,19 +1,22 @@
 /* The lowered plan (amk/plan.h) and the weights loader (amk/weights.h).
  *
- *   test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR
+ *   test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR UNFUSED.amkir
  *
  * SPLIT is a one-layer program tiled with two split-KV partitions and no SM
  * assignment; FUSED the same layer with three partitions, fused (the combine
  * folded into the o_proj tiles); ASSIGNED a compiled program with every task
  * on an SM and a synthetic rope CONST; CHECKPOINT_DIR a folder whose
- * checkpoint fits ASSIGNED. Checks follow modes, partitions, params at a
+ * checkpoint fits ASSIGNED; UNFUSED the same model imported and tiled, not
+ * fused (kcache/vcache). Checks follow modes, partitions, params at a
  * position, IO, waits, queues, rope tables, the conflict error, the
- * already-validated option and both weight sources. */
+ * already-validated option, both weight sources (a tied head's random
+ * numbers) and KV rows copied between UNFUSED's and ASSIGNED's caches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/engine.h"
 #include "amk/fileio.h"
 #include "amk/io.h"
 #include "amk/plan.h"
@@ -486,10 +489,174 @@ static void test_assigned(UnitCounts *c, const char *text, const char *checkpoin
   amk_module_free(m);
 }
 
+/* Random weights of a tied lm_head: the embedding's tensor again (one rule,
+ * the same bytes), taking no stretch of the stream, so that a program that
+ * finds either buffer by source (a prefill program) sees the same numbers. */
+static void test_tied_random(UnitCounts *c, const char *text) {
+  char *tied = replace_once(text, "source \"lm_head.weight\"",
+                            "source \"model.embed_tokens.weight\"");
+  AmkModule *um, *tm;
+  AmkDiagEngine *ud, *td;
+  AmkPlan *up, *tp;
+  CHECK(c, tied != NULL);
+  if (!tied || !parse_and_plan(c, "untied", text, &um, &ud, &up)) {
+    free(tied);
+    return;
+  }
+  if (!parse_and_plan(c, "tied", tied, &tm, &td, &tp)) {
+    amk_plan_free(up);
+    amk_diag_free(ud);
+    amk_module_free(um);
+    free(tied);
+    return;
+  }
+  AmkWeights *uw = amk_weights_random(up, 9, ud), *tw = amk_weights_random(tp, 9, td);
+  CHECK(c, uw && tw);
+  int32_t embed = buffer_named(tm, "embed.w"), head = buffer_named(tm, "lm_head.w");
+  int32_t after = buffer_named(tm, "L0.qkv_proj.w"); /* the next weight in list order */
+  AmkRandomRule e, h, u_head, u_after, t_after;
+  CHECK(c, embed >= 0 && head > embed && after > head);
+  if (uw && tw && embed >= 0 && head > embed && after > head) {
+    CHECK(c, amk_weights_random_rule(tw, (uint32_t)embed, &e) &&
+                 amk_weights_random_rule(tw, (uint32_t)head, &h) && e.state == h.state &&
+                 e.center == h.center && e.scale == h.scale);
+    size_t ne = 0, nh = 0;
+    const void *be = amk_weights_data(tw, (uint32_t)embed, &ne);
+    const void *bh = amk_weights_data(tw, (uint32_t)head, &nh);
+    CHECK(c, be && bh && ne == 256 * 64 * 4 && nh == ne && memcmp(be, bh, ne) == 0);
+    /* Untied, the head has a stretch of its own; tied, the next buffer
+     * starts where the untied head did. */
+    CHECK(c, amk_weights_random_rule(uw, (uint32_t)head, &u_head) && u_head.state != e.state);
+    CHECK(c, amk_weights_random_rule(uw, (uint32_t)after, &u_after) &&
+                 amk_weights_random_rule(tw, (uint32_t)after, &t_after) &&
+                 t_after.state == u_head.state && u_after.state != t_after.state);
+  }
+  amk_weights_free(uw);
+  amk_weights_free(tw);
+  amk_plan_free(up);
+  amk_plan_free(tp);
+  amk_diag_free(ud);
+  amk_diag_free(td);
+  amk_module_free(um);
+  amk_module_free(tm);
+  free(tied);
+}
+
+/* text with every `from` replaced by `to` (malloc'd). */
+static char *replace_all(const char *text, const char *from, const char *to) {
+  char *out = strdup(text);
+  for (char *next; out && strstr(out, from); out = next) {
+    next = replace_once(out, from, to);
+    free(out);
+  }
+  return out;
+}
+
+/* KV rows across layouts (runtime/kv_layout.c): rows of an unfused
+ * program's kcache/vcache [max_seq, n_kv, head_dim] land in a fused one's
+ * per-head caches [max_seq, 2, head_dim] (plane 0 keys, 1 values), at the
+ * places the layouts' definitions give, and nowhere else; a cache of no
+ * known layout is an error naming it. llama-tiny: 2 layers, 2 KV heads,
+ * head_dim 16, 128 rows. */
+static void test_kv_map(UnitCounts *c, const char *unfused_text, const char *fused_text) {
+  AmkModule *um, *fm;
+  AmkDiagEngine *ud, *fd;
+  AmkPlan *up, *fp;
+  if (!parse_and_plan(c, "unfused", unfused_text, &um, &ud, &up))
+    return;
+  if (!parse_and_plan(c, "fused", fused_text, &fm, &fd, &fp)) {
+    amk_plan_free(up);
+    amk_diag_free(ud);
+    amk_module_free(um);
+    return;
+  }
+  AmkWeights *uw = amk_weights_random(up, 3, ud), *fw = amk_weights_random(fp, 3, fd);
+  AmkEngineOptions one = amk_engine_options_default();
+  one.threads = 1;
+  AmkEngine *ue = uw ? amk_engine_create(amk_vm_engine(), up, uw, &one, ud) : NULL;
+  AmkEngine *fe = fw ? amk_engine_create(amk_vm_engine(), fp, fw, &one, fd) : NULL;
+  AmkKvMap *to_fused = amk_kv_map_new(fp, up, fd), *to_unfused = amk_kv_map_new(up, fp, ud);
+  CHECK(c, ue && fe && to_fused && to_unfused);
+  CHECK(c, !amk_kv_same_caches(up, fp) && amk_kv_same_caches(up, up));
+  enum { ROWS = 128, NKV = 2, HD = 16 };
+  if (ue && fe && to_fused && to_unfused) {
+    /* Element e of layer L's kcache holds 1000 * L + e + 1, of its vcache
+     * the negative. */
+    const char *layers[2] = {"L0.", "L1."};
+    for (int l = 0; l < 2; l++)
+      for (int plane = 0; plane < 2; plane++) {
+        char name[32];
+        snprintf(name, sizeof name, "%s%s", layers[l], plane ? "vcache" : "kcache");
+        int32_t b = buffer_named(um, name);
+        size_t nbytes = 0;
+        float *f = b >= 0 ? amk_engine_kv_data(ue, (uint32_t)b, &nbytes) : NULL;
+        CHECK(c, f && nbytes == ROWS * NKV * HD * sizeof *f);
+        for (size_t e = 0; f && e < nbytes / sizeof *f; e++)
+          f[e] = (plane ? -1.0f : 1.0f) * (float)(1000 * l + (int)e + 1);
+      }
+    CHECK(c, amk_engine_copy_kv_rows(to_fused, fe, ue, 2, 5, fd));
+    int bad = 0, copied = 0;
+    for (int l = 0; l < 2; l++)
+      for (int h = 0; h < NKV; h++) {
+        char name[32];
+        snprintf(name, sizeof name, "%skv_cache.h%d", layers[l], h);
+        int32_t b = buffer_named(fm, name);
+        size_t nbytes = 0;
+        const float *f = b >= 0 ? amk_engine_kv_data(fe, (uint32_t)b, &nbytes) : NULL;
+        CHECK(c, f && nbytes == ROWS * 2 * HD * sizeof *f);
+        for (int r = 0; f && r < ROWS; r++)
+          for (int plane = 0; plane < 2; plane++)
+            for (int d = 0; d < HD; d++) {
+              float got = f[(r * 2 + plane) * HD + d];
+              float want = r >= 2 && r < 5 ? (plane ? -1.0f : 1.0f) *
+                                                 (float)(1000 * l + (r * NKV + h) * HD + d + 1)
+                                           : 0.0f;
+              bad += got != want;
+              copied += got != 0.0f;
+            }
+      }
+    CHECK(c, bad == 0 && copied == 2 * NKV * 3 * 2 * HD);
+    /* And back: a row of the fused caches into a cleared unfused pair. */
+    amk_engine_reset(ue, ud);
+    CHECK(c, amk_engine_copy_kv_rows(to_unfused, ue, fe, 3, 4, ud));
+    size_t nbytes = 0;
+    const float *k1 = amk_engine_kv_data(ue, (uint32_t)buffer_named(um, "L1.kcache"), &nbytes);
+    CHECK(c, k1 && k1[(3 * NKV + 1) * HD + 5] == (float)(1000 + (3 * NKV + 1) * HD + 5 + 1) &&
+                 k1[(2 * NKV + 1) * HD + 5] == 0.0f);
+  }
+  amk_kv_map_free(to_fused);
+  amk_kv_map_free(to_unfused);
+  /* A per-head cache renamed out of the known layouts. */
+  char *renamed = replace_all(fused_text, "L0.kv_cache.h1", "L0.kv_store.h1");
+  AmkModule *rm = NULL;
+  AmkDiagEngine *rd = NULL;
+  AmkPlan *rp = NULL;
+  if (renamed && parse_and_plan(c, "renamed", renamed, &rm, &rd, &rp)) {
+    CHECK(c, amk_kv_map_new(rp, up, rd) == NULL &&
+                 count_errors_containing(rd, "KV cache 'L0.kv_store.h1' is none of the layouts") ==
+                     1);
+    amk_plan_free(rp);
+    amk_diag_free(rd);
+    amk_module_free(rm);
+  }
+  free(renamed);
+  amk_engine_free(ue);
+  amk_engine_free(fe);
+  amk_weights_free(uw);
+  amk_weights_free(fw);
+  amk_plan_free(up);
+  amk_plan_free(fp);
+  amk_diag_free(ud);
+  amk_diag_free(fd);
+  amk_module_free(um);
+  amk_module_free(fm);
+}
+
 int main(int argc, char **argv) {
   UnitCounts c = {0};
-  if (argc != 5) {
-    fprintf(stderr, "usage: test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR\n");
+  if (argc != 6) {
+    fprintf(stderr, "usage: test_plan SPLIT.amkir FUSED.amkir ASSIGNED.amkir CHECKPOINT_DIR "
+                    "UNFUSED.amkir\n");
     return 2;
   }
   char *split = read_text(argv[1]), *fused = read_text(argv[2]);
@@ -501,6 +668,12 @@ int main(int argc, char **argv) {
     test_fused_split(&c, fused);
     test_validation_option(&c, split);
     test_assigned(&c, assigned, argv[4]);
+    test_tied_random(&c, assigned);
+    char *unfused = read_text(argv[5]);
+    CHECK(&c, unfused != NULL);
+    if (unfused)
+      test_kv_map(&c, unfused, assigned);
+    free(unfused);
   }
   free(split);
   free(fused);

@@ -89,19 +89,6 @@ static AmkModule *load_program(const RunOptions *o, int64_t rank, const char *pi
 
 bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
 
-/* Whether a comma-separated pass list names `pass`. */
-static bool pipeline_text_has(const char *list, const char *pass) {
-  size_t n = strlen(pass);
-  for (const char *p = list; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && strncmp(p, pass, n) == 0)
-      return true;
-    p = end ? end + 1 : NULL;
-  }
-  return false;
-}
-
 AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pipeline_text,
                               int64_t batch_size, bool all_logits, AmkDiagEngine *diag) {
   AmkModule *m = amk_module_new();
@@ -378,16 +365,12 @@ int main(int argc, char **argv) {
   amk_diag_set_source(diag, "amk-run", NULL, 0);
   /* Batched prefill: -b > 1, a model folder (the prefill programs are
    * compiled from it), the CPU reference VM (the CUDA engine runs no
-   * prefill programs yet), not --check's step-by-step comparison, and a
-   * pipeline without fuse: the engines share the KV caches by name, and
-   * fuse gives the decode program per-head k|v caches that the prefill
-   * programs (unfused) do not have; one rank (tensor-parallel prefill
-   * programs do not exist yet); checkpoint weights (the prefill programs
-   * borrow weights by source, and random weights of a tied lm_head are not
-   * the embedding's: their logits differed on the SmolLM2 shape). */
+   * prefill programs yet), not --check's step-by-step comparison, and one
+   * rank (tensor-parallel prefill programs do not exist yet). A fused
+   * decode program's KV rows are copied from the prefill programs' caches
+   * (prefill.c). */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
-              strcmp(device, "cpu") == 0 && !pipeline_text_has(o.pipeline, "fuse") &&
-              o.tp <= 1 && !o.random_weights;
+              strcmp(device, "cpu") == 0 && o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -549,11 +532,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.check                   ? "--check compares every step"
-            : o.random_weights ? "random weights are not shared with prefill programs yet"
-            : pipeline_text_has(o.pipeline, "fuse")
-                ? "the fused decode program's KV caches are not the prefill programs'; "
-                  "--passes without fuse prefills"
-                : "the engine runs no prefill programs");
+            : o.tp > 1 ? "tensor-parallel ranks have no prefill programs yet"
+                       : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,

@@ -2,14 +2,19 @@
  * at most -b tokens, each one step of a prefill program compiled from the
  * model folder for the chunk's row count (the batch size, and the
  * remainder). The programs are compiled when first needed and kept; each
- * runs on the decode engine's KV caches (shared by name) and weights
- * (borrowed by name), so decoding continues on the cache the prompt
- * filled. */
+ * runs on the decode engine's weights (borrowed by source) and, when the
+ * decode program keeps the prefill programs' kcache/vcache layout, on its
+ * KV caches (shared by name), so decoding continues on the cache the
+ * prompt filled. A fused decode program keeps per-head k|v caches instead:
+ * the prefill programs then share one cache of their own layout, and each
+ * chunk's rows are copied into the decode program's (and the rows decode
+ * steps wrote since the last chunk copied back first; docs/Runtime.md). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/engine.h"
 #include "amk/plan.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
@@ -35,6 +40,14 @@ struct RunPrefill {
   PrefillProgram programs[MAX_PROGRAMS];
   int n_programs;
   AmkEngine *last; /* the engine of the last chunk */
+  /* Copying KV rows (the decode program's caches are of another layout):
+   * programs[0] owns the prefill layout's caches, which the other programs
+   * share (it is never replaced); to_decode maps them into the decode
+   * program's, from_decode back. Rows [0, synced) hold the same keys and
+   * values in both. */
+  bool copy_kv;
+  AmkKvMap *to_decode, *from_decode;
+  int64_t synced;
 };
 
 static void program_free(PrefillProgram *p) {
@@ -55,8 +68,11 @@ RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkE
 void run_prefill_free(RunPrefill *p) {
   if (!p)
     return;
-  for (int i = 0; i < p->n_programs; i++)
+  /* The others share programs[0]'s caches: it goes last. */
+  for (int i = p->n_programs - 1; i >= 0; i--)
     program_free(&p->programs[i]);
+  amk_kv_map_free(p->to_decode);
+  amk_kv_map_free(p->from_decode);
   free(p);
 }
 
@@ -79,12 +95,29 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
             amk_engine_name(p->decode));
     ok = false;
   }
+  /* The first program decides how the caches meet: shared by name when
+   * the decode program has the same ones, else copied through maps. */
+  bool first = p->n_programs == 0;
+  if (ok && first && !amk_kv_same_caches(next.plan, amk_engine_plan(p->decode))) {
+    p->copy_kv = true;
+    ok = (p->to_decode = amk_kv_map_new(amk_engine_plan(p->decode), next.plan, diag)) &&
+         (p->from_decode = amk_kv_map_new(next.plan, amk_engine_plan(p->decode), diag));
+  }
   ok = ok && (next.engine = amk_engine_create(ops, next.plan, next.weights, &eopt, diag)) &&
-       amk_engine_share_kv(next.engine, p->decode, diag);
+       (!p->copy_kv ? amk_engine_share_kv(next.engine, p->decode, diag)
+        : first     ? true /* it owns the prefill layout's caches */
+                    : amk_engine_share_kv(next.engine, p->programs[0].engine, diag));
   if (!ok) {
+    if (first) {
+      amk_kv_map_free(p->to_decode);
+      amk_kv_map_free(p->from_decode);
+      p->to_decode = p->from_decode = NULL;
+      p->copy_kv = false;
+    }
     program_free(&next);
     return NULL;
   }
+  /* Slot 0 is never replaced (it may own the caches the others share). */
   int slot = p->n_programs < MAX_PROGRAMS ? p->n_programs++ : MAX_PROGRAMS - 1;
   if (p->programs[slot].m)
     program_free(&p->programs[slot]);
@@ -105,7 +138,25 @@ AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n,
   if (!prog)
     return AMK_STEP_ERROR;
   p->last = prog->engine;
-  return amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+  if (!p->copy_kv)
+    return amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+  /* The rows before the chunk into the prefill layout: those decode steps
+   * wrote since the last chunk (all of them after a rewind, which the
+   * driver does not do today), then the chunk's rows out. */
+  AmkEngine *owner = p->programs[0].engine;
+  if (pos < p->synced)
+    p->synced = 0;
+  if (p->synced < pos &&
+      !amk_engine_copy_kv_rows(p->from_decode, owner, p->decode, p->synced, pos, diag))
+    return AMK_STEP_ERROR;
+  p->synced = pos;
+  AmkStepStatus st = amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+  if (st != AMK_STEP_OK)
+    return st;
+  if (!amk_engine_copy_kv_rows(p->to_decode, p->decode, owner, pos, pos + n, diag))
+    return AMK_STEP_ERROR;
+  p->synced = pos + n;
+  return AMK_STEP_OK;
 }
 
 const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab) {

@@ -124,7 +124,7 @@ bool run_text_encode_turn(const RunText *t, const char *text, AmkTokenIds *ids,
                           AmkDiagEngine *diag);
 
 /* Whether the prompt goes through prefill programs: -b > 1, a model
- * folder, the CPU reference VM (not --check, not the GPU bench). */
+ * folder, the CPU reference VM, one rank (not --check, not the GPU bench). */
 bool run_prefill_wanted(const RunOptions *o);
 
 /* Compiles the model folder o->target through o's pipeline (pipeline_text
