@@ -3,13 +3,15 @@
  * model folder for the chunk's row count (the batch size, and the
  * remainder). The programs are compiled when first needed and kept; each
  * runs on the decode engine's KV caches (shared by name) and weights
- * (borrowed by name), so decoding continues on the cache the prompt
- * filled. */
+ * (borrowed by source), so decoding continues on the cache the prompt
+ * filled. On the GPU the prefill engine uses the decode engine's device
+ * copies of both (no second upload). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/backend.h"
 #include "amk/plan.h"
 #include "amk/vm.h"
 #include "amk/weights.h"
@@ -68,12 +70,16 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   PrefillProgram next = {.rows = rows};
   AmkEngineOptions eopt = amk_engine_options_default();
   eopt.threads = (int)p->o->threads;
+  eopt.timeout_ms = p->o->timeout_ms;
+  eopt.share_with = p->decode; /* the GPU's weights and KV caches, in place */
   bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
             (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
             (next.weights = amk_weights_share(next.plan, p->weights, diag)) != NULL;
   /* An engine of the decode engine's kind, on its caches. */
-  const AmkEngineOps *ops = strcmp(amk_engine_name(p->decode), "cpu") == 0 ? amk_vm_engine()
-                                                                             : NULL;
+  const char *kind = amk_engine_name(p->decode);
+  const AmkEngineOps *ops = strcmp(kind, "cpu") == 0    ? amk_vm_engine()
+                            : strcmp(kind, "cuda") == 0 ? amk_cuda_engine()
+                                                        : NULL;
   if (ok && !ops) {
     fprintf(stderr, "amk-run: error: the %s engine runs no prefill programs\n",
             amk_engine_name(p->decode));
