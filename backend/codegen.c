@@ -491,6 +491,36 @@ static bool head_params(Gen *g, const AmkTask *t, const AmkInstParams *p, int64_
   return true;
 }
 
+/* amk_attention_rows's shared memory (megakernel.cuh): qs, ks (rows padded
+ * by one), vs and ps. */
+#define ATTR_BK 32 /* AMK_ATTR_BK */
+static size_t attention_rows_smem_floats(int nt, int64_t hd) {
+  size_t nq = (size_t)nt / 16;
+  return nq * (size_t)hd + ATTR_BK * (size_t)(hd + 1) + ATTR_BK * (size_t)hd + nq * ATTR_BK;
+}
+
+/* ATTENTION_TILE over M > 1 query rows (a prefill program): q and the
+ * output [M, n_heads * head_dim]; causal by flags bit 0 at run time. */
+static bool gen_attention_rows(Gen *g, const AmkTask *t, const BufInfo *q, const BufInfo *k,
+                               const BufInfo *v, const BufInfo *o, int64_t hd, int64_t nh,
+                               int64_t nkv, AmkStrBuf *inst) {
+  int64_t m_rows = q->numel / (nh * hd), kvw = nkv * hd;
+  if (k->numel != v->numel || k->dtype != v->dtype)
+    return fail(g, t, "the k and v caches differ in size or dtype");
+  if (k->numel % kvw != 0)
+    return fail(g, t, "the caches are not rows of %" PRId64, kvw);
+  if (o->numel != q->numel)
+    return fail(g, t, "output has %" PRId64 " elements, want %" PRId64 " (%" PRId64
+                      " query rows of n_heads x head_dim)",
+                o->numel, q->numel, m_rows);
+  int64_t rows = k->numel / kvw;
+  if (rows > INT32_MAX || m_rows > INT32_MAX || m_rows * nh > INT32_MAX)
+    return fail(g, t, "the cache or the query rows are too many");
+  need_smem(g, attention_rows_smem_floats(g->nt, hd));
+  EMIT(inst, attention_rows, q->dtype, k->dtype, o->dtype, hd, nh, nkv, rows, m_rows);
+  return true;
+}
+
 /* mode 0: ATTENTION_TILE, 1: pattern attention, 2: pattern attention_rope
  * (3 when its cache is the per-head [max_seq, 2, head_dim]). */
 static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int mode,
@@ -534,8 +564,12 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
       return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
     rows = cache->numel / (2 * kvw);
   } else {
+    /* A prefill chunk: M > 1 query rows of an unsplit ATTENTION_TILE. */
+    if (mode == 0 && !partial && q.numel > nh * hd && q.numel % (nh * hd) == 0)
+      return gen_attention_rows(g, t, &q, &k, &v, &o, hd, nh, nkv, inst);
     if (q.numel != nh * hd)
-      return fail(g, t, "q has %" PRId64 " elements, want %" PRId64, q.numel, nh * hd);
+      return fail(g, t, "q has %" PRId64 " elements, want %" PRId64 "%s", q.numel, nh * hd,
+                  mode == 0 ? " (or rows of it without the partial flag)" : "");
     if (k.numel != v.numel || k.dtype != v.dtype)
       return fail(g, t, "the k and v caches differ in size or dtype");
     if (k.numel % kvw != 0)
@@ -956,6 +990,19 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
 
 /* ---- the whole source -------------------------------------------------------- */
 
+/* Token rows a step feeds: the elements of the IO_INPUT token_id (what
+ * amk_plan_build takes as plan->rows), 1 without one. */
+static int64_t program_step_rows(const AmkModule *m) {
+  for (uint32_t b = 0; b < m->n_buffers; b++) {
+    const AmkBuffer *buf = &m->buffers[b];
+    int64_t n = 0;
+    if (buf->kind == AMK_KIND_IO_INPUT && buf->name && strcmp(buf->name, "token_id") == 0 &&
+        amk_buffer_numel(buf, &n) && n > 1 && n <= INT32_MAX)
+      return n;
+  }
+  return 1;
+}
+
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
@@ -1024,6 +1071,11 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                 model ? model : (m->source_name ? m->source_name : "program"), m->n_tasks,
                 n_keys, g.nt, ring.total_smem, AMK_ABI_VERSION);
   amk_sb_printf(&s, "#define AMK_NT %d\n", g.nt);
+  /* A prefill program's step feeds several token rows (decode's source
+   * stays as it was: the device default is 1). */
+  int64_t step_rows = program_step_rows(m);
+  if (step_rows > 1)
+    amk_sb_printf(&s, "#define AMK_STEP_ROWS %" PRId64 "\n", step_rows);
   if (opt && opt->gemv_pair_max_bytes > 0)
     amk_sb_printf(&s, "#define AMK_GEMV_PAIR_MAX_BYTES %d\n", opt->gemv_pair_max_bytes);
   if (opt && opt->gemv_xs_scalar)

@@ -34,6 +34,15 @@ struct AmkCudaVm {
   uint64_t *buf_addr;  /* device address of each buffer */
   size_t *buf_bytes;
   uint32_t *host_flags; /* host-mapped: [0] abort, [1] token, [2] pos */
+  /* A prefill program (rows > 1 tokens a step): pinned staging of its
+   * tokens then positions; logit_rows rows of logits. */
+  int64_t rows, logit_rows;
+  int32_t *rows_host;
+  /* Buffers whose device memory is another VM's (a prefill program on the
+   * decode program's weights and KV caches): that VM, and per buffer. */
+  const AmkCudaVm *share;
+  bool *borrowed;
+  int64_t borrowed_bytes;
   CUdeviceptr host_flags_dev;
   amk_program_t prog;
   CUdeviceptr counters, status;
@@ -155,6 +164,8 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
       vm->drv.cuMemFreeHost(vm->host_flags);
     if (vm->logits_raw)
       vm->drv.cuMemFreeHost(vm->logits_raw);
+    if (vm->rows_host)
+      vm->drv.cuMemFreeHost(vm->rows_host);
     if (vm->mod)
       vm->drv.cuModuleUnload(vm->mod);
     if (vm->ctx_retained)
@@ -164,6 +175,7 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
     amk_cuda_driver_close(&vm->drv);
   free(vm->buf_addr);
   free(vm->buf_bytes);
+  free(vm->borrowed);
   free(vm->logits);
   free(vm->block_of);
   free(vm->trace_host);
@@ -173,6 +185,41 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
 /* ---- creation -------------------------------------------------------------------- */
 
 static size_t align_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+
+/* A prefill program's VM on the decode program's device memory: each
+ * WEIGHT/CONST buffer whose bytes `from` holds (by source, the rule the
+ * host's amk_weights_share borrows by) and each KV cache `from` has by
+ * name, size and dtype takes from's address instead of memory of its own.
+ * The rest (activations, synthetic CONSTs, a weight `from` lacks) is
+ * allocated and filled as usual. */
+static bool borrow_buffers(AmkCudaVm *vm, const AmkCudaVm *from, AmkDiagEngine *diag) {
+  const AmkPlan *plan = vm->plan;
+  if (from->dead) {
+    amk_error(diag, no_loc(), "the GPU context is unusable after an earlier timeout");
+    return false;
+  }
+  vm->share = from;
+  for (uint32_t b = 0; b < plan->n_buffers; b++) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    int64_t found = -1, offset = 0;
+    if (pb->kind == AMK_KIND_KV_CACHE) {
+      for (uint32_t f = 0; f < from->plan->n_buffers && found < 0; f++)
+        if (from->plan->buffers[f].kind == AMK_KIND_KV_CACHE &&
+            strcmp(from->m->buffers[f].name, vm->m->buffers[b].name) == 0 &&
+            from->plan->buffers[f].nbytes == pb->nbytes &&
+            from->plan->buffers[f].dtype == pb->dtype)
+          found = f;
+    } else if (pb->kind == AMK_KIND_WEIGHT || pb->kind == AMK_KIND_CONST) {
+      found = amk_weights_source_in(plan, b, from->plan, &offset);
+    }
+    if (found < 0 || pb->nbytes <= 0)
+      continue;
+    vm->borrowed[b] = true;
+    vm->buf_addr[b] = from->buf_addr[found] + (uint64_t)offset;
+    vm->borrowed_bytes += pb->nbytes;
+  }
+  return true;
+}
 
 AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
                               const AmkCudaVmOptions *opt_in, AmkDiagEngine *diag) {
@@ -272,6 +319,9 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   vm->buf_addr = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_addr);
   vm->buf_bytes = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_bytes);
   offset = amk_xcalloc(nb ? nb : 1, sizeof *offset);
+  vm->borrowed = amk_xcalloc(nb ? nb : 1, sizeof *vm->borrowed);
+  if (opt.share && !borrow_buffers(vm, opt.share, diag))
+    goto fail;
   size_t total = 0;
   size_t *page_off = amk_xcalloc(plan->n_pages ? plan->n_pages : 1, sizeof *page_off);
   for (uint32_t p = 0; p < plan->n_pages; p++) {
@@ -281,7 +331,9 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   for (uint32_t b = 0; b < nb; b++) {
     const AmkPlanBuffer *pb = &plan->buffers[b];
     vm->buf_bytes[b] = (size_t)(pb->nbytes > 0 ? pb->nbytes : 0);
-    if (pb->page >= 0) {
+    if (vm->borrowed[b]) {
+      continue; /* the other VM's address, set by borrow_buffers */
+    } else if (pb->page >= 0) {
       offset[b] = page_off[pb->page];
     } else {
       offset[b] = total;
@@ -317,14 +369,15 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   CU(vm->drv.cuMemAlloc(&vm->arena, total), "cuMemAlloc (buffers)");
   CU(vm->drv.cuMemsetD8(vm->arena, 0, total), "cuMemsetD8");
   for (uint32_t b = 0; b < nb; b++)
-    vm->buf_addr[b] = vm->arena + offset[b];
+    if (!vm->borrowed[b])
+      vm->buf_addr[b] = vm->arena + offset[b];
   /* Weights: straight from the loader (mapped checkpoint, converted or
    * random copies, synthetic CONSTs). */
   for (uint32_t b = 0; b < nb; b++) {
     AmkBufferKind kind = plan->buffers[b].kind;
     if (kind != AMK_KIND_WEIGHT && kind != AMK_KIND_CONST)
       continue;
-    if (!vm->buf_bytes[b])
+    if (!vm->buf_bytes[b] || vm->borrowed[b])
       continue;
     /* Random weights are made here, by the same rule the host uses; mapped
      * checkpoint stretches go up as they are, with no host copy. */
@@ -481,9 +534,15 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   vm->logits_buffer = plan->logits_buffer;
   vm->vocab = plan->vocab;
   vm->max_seq = plan->max_seq;
+  vm->rows = plan->rows;
+  vm->logit_rows = plan->logit_rows;
   CU(vm->drv.cuMemHostAlloc(&vm->logits_raw, vm->buf_bytes[vm->logits_buffer] + 16, 0),
      "cuMemHostAlloc (logits)");
-  vm->logits = amk_xcalloc((size_t)(vm->vocab > 0 ? vm->vocab : 1), sizeof *vm->logits);
+  vm->logits = amk_xcalloc((size_t)(vm->vocab > 0 ? vm->vocab * vm->logit_rows : 1),
+                           sizeof *vm->logits);
+  if (vm->rows > 1)
+    CU(vm->drv.cuMemHostAlloc((void **)&vm->rows_host, (size_t)vm->rows * 2 * sizeof(int32_t), 0),
+       "cuMemHostAlloc (prefill tokens)");
   CU(vm->drv.cuStreamCreate(&vm->stream, AMK_CU_STREAM_NON_BLOCKING), "cuStreamCreate");
   CU(vm->drv.cuEventCreate(&vm->ev0, AMK_CU_EVENT_DEFAULT), "cuEventCreate");
   CU(vm->drv.cuEventCreate(&vm->ev1, AMK_CU_EVENT_DEFAULT), "cuEventCreate");
@@ -492,6 +551,12 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
            "%d variants; compile %.0f ms%s",
            name, arch, n_sms, vm->grid, vm->threads, vm->smem, regs, local, cg.n_variants,
            compile_ms, compile_ms < 50 ? " (cached)" : "");
+  if (vm->share) {
+    size_t used = strlen(vm->describe);
+    snprintf(vm->describe + used, sizeof vm->describe - used,
+             "; %" PRId64 " token rows a step, %.1f MB of weights and KV caches shared",
+             vm->rows, (double)vm->borrowed_bytes / 1e6);
+  }
   if (opt.verbose)
     fprintf(stderr, "amk: cuda: %s\n", vm->describe);
   if (opt.trace) {
@@ -609,35 +674,37 @@ static AmkCudaStepStatus wait_launch(AmkCudaVm *vm, CUevent done, int64_t pos, b
   return AMK_CUDA_STEP_OK;
 }
 
-AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
-                                   AmkDiagEngine *diag) {
+/* Checks a step's tokens and position: n = the program's rows tokens at
+ * positions pos..pos+n-1 (the VM's step_begin says the same). */
+static bool step_args_ok(AmkCudaVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
+                         AmkDiagEngine *diag) {
   if (vm->dead) {
     amk_error(diag, no_loc(), "the GPU context is unusable after an earlier timeout");
-    return AMK_CUDA_STEP_ERROR;
+    return false;
   }
-  if (token < 0 || token >= vm->vocab) {
-    amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")", token,
-              vm->vocab);
-    return AMK_CUDA_STEP_ERROR;
+  if (n != vm->rows) {
+    amk_error(diag, no_loc(), "a step of this program feeds %" PRId64 " token%s, not %" PRId64,
+              vm->rows, vm->rows == 1 ? "" : "s", n);
+    return false;
   }
-  if (pos < 0 || pos >= vm->max_seq || pos > INT32_MAX - 1) {
+  for (int64_t r = 0; r < n; r++)
+    if (tokens[r] < 0 || tokens[r] >= vm->vocab) {
+      amk_error(diag, no_loc(), "token %d is outside the vocabulary [0, %" PRId64 ")",
+                tokens[r], vm->vocab);
+      return false;
+    }
+  if (pos < 0 || pos > vm->max_seq - n || pos > INT32_MAX - n) {
     amk_error(diag, no_loc(), "position %" PRId64 " is beyond the KV cache (%" PRId64 " rows)",
-              pos, vm->max_seq);
-    return AMK_CUDA_STEP_ERROR;
+              pos + n - 1, vm->max_seq);
+    return false;
   }
-  vm->drv.cuCtxSetCurrent(vm->ctx);
-  vm->host_flags[0] = 0;
-  vm->host_flags[1] = (uint32_t)token;
-  vm->host_flags[2] = (uint32_t)pos;
-  if (!cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->token_buffer], &vm->host_flags[1], 4,
-                                           vm->stream),
-             "write token", diag))
-    return AMK_CUDA_STEP_ERROR;
-  if (vm->pos_buffer >= 0 &&
-      !cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], &vm->host_flags[2], 4,
-                                           vm->stream),
-             "write pos", diag))
-    return AMK_CUDA_STEP_ERROR;
+  return true;
+}
+
+/* One launch at position pos once the IO inputs are queued for writing:
+ * counters and status cleared, the kernel, every logits row back as fp32. */
+static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
+                                     AmkDiagEngine *diag) {
   if (!cu_ok(vm, vm->drv.cuMemsetD32Async(vm->counters, 0, (size_t)(vm->n_counters ? vm->n_counters : 1),
                                           vm->stream),
              "zero counters", diag) ||
@@ -667,7 +734,7 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
   if (kernel_ms)
     *kernel_ms = ms;
   AmkDType dt = vm->m->buffers[vm->logits_buffer].dtype;
-  for (int64_t i = 0; i < vm->vocab; i++) {
+  for (int64_t i = 0; i < vm->vocab * vm->logit_rows; i++) {
     if (dt == AMK_DTYPE_F32) {
       vm->logits[i] = ((const float *)vm->logits_raw)[i];
     } else {
@@ -690,6 +757,80 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
     }
   }
   return AMK_CUDA_STEP_OK;
+}
+
+AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
+                                   AmkDiagEngine *diag) {
+  if (!step_args_ok(vm, &token, 1, pos, diag))
+    return AMK_CUDA_STEP_ERROR;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  vm->host_flags[0] = 0;
+  vm->host_flags[1] = (uint32_t)token;
+  vm->host_flags[2] = (uint32_t)pos;
+  if (!cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->token_buffer], &vm->host_flags[1], 4,
+                                           vm->stream),
+             "write token", diag))
+    return AMK_CUDA_STEP_ERROR;
+  if (vm->pos_buffer >= 0 &&
+      !cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], &vm->host_flags[2], 4,
+                                           vm->stream),
+             "write pos", diag))
+    return AMK_CUDA_STEP_ERROR;
+  return launch_step(vm, pos, kernel_ms, diag);
+}
+
+AmkCudaStepStatus amk_cuda_vm_step_rows(AmkCudaVm *vm, const int32_t *tokens, int64_t n,
+                                        int64_t pos, float *kernel_ms, AmkDiagEngine *diag) {
+  if (vm->rows == 1 && n == 1)
+    return amk_cuda_vm_step(vm, tokens[0], pos, kernel_ms, diag);
+  if (!step_args_ok(vm, tokens, n, pos, diag))
+    return AMK_CUDA_STEP_ERROR;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  vm->host_flags[0] = 0;
+  /* Row r's token, and its position pos + r when the pos buffer has one per
+   * row (ROPE rotates row r by it), else the first position alone: what the
+   * CPU VM's step_begin writes. */
+  int32_t *ids = vm->rows_host, *positions = vm->rows_host + n;
+  memcpy(ids, tokens, (size_t)n * sizeof *ids);
+  for (int64_t r = 0; r < n; r++)
+    positions[r] = (int32_t)(pos + r);
+  size_t pos_bytes = vm->pos_buffer >= 0 ? vm->buf_bytes[vm->pos_buffer] : 0;
+  if (pos_bytes > (size_t)n * sizeof *positions)
+    pos_bytes = (size_t)n * sizeof *positions;
+  if (pos_bytes < (size_t)n * sizeof *positions)
+    pos_bytes = pos_bytes >= sizeof *positions ? sizeof *positions : 0;
+  if (!cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->token_buffer], ids,
+                                           (size_t)n * sizeof *ids, vm->stream),
+             "write tokens", diag) ||
+      (pos_bytes && !cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], positions,
+                                                         pos_bytes, vm->stream),
+                           "write positions", diag)))
+    return AMK_CUDA_STEP_ERROR;
+  return launch_step(vm, pos, kernel_ms, diag);
+}
+
+const float *amk_cuda_vm_logit_rows(const AmkCudaVm *vm, size_t *rows, size_t *vocab) {
+  *rows = (size_t)vm->logit_rows;
+  *vocab = (size_t)vm->vocab;
+  return vm->logits;
+}
+
+bool amk_cuda_vm_share_kv(AmkCudaVm *vm, const AmkCudaVm *from, AmkDiagEngine *diag) {
+  for (uint32_t b = 0; b < vm->plan->n_buffers; b++) {
+    if (vm->plan->buffers[b].kind != AMK_KIND_KV_CACHE)
+      continue;
+    if (vm->share != from || !vm->borrowed[b]) {
+      amk_error(diag, no_loc(),
+                "the programs do not share KV cache '%s': %s", vm->m->buffers[b].name,
+                vm->share != from ? "the CUDA engine binds its caches when it is created (the "
+                                    "engine option share_with), and this one was created on "
+                                    "another engine's or its own"
+                                  : "the other program has no KV cache of that name, size "
+                                    "and dtype");
+      return false;
+    }
+  }
+  return true;
 }
 
 /* Grows the device prompt array and the host-mapped produced array. */
@@ -863,7 +1004,7 @@ AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, 
 
 const float *amk_cuda_vm_logits(const AmkCudaVm *vm, size_t *n) {
   *n = (size_t)vm->vocab;
-  return vm->logits;
+  return vm->logits + (vm->logit_rows - 1) * vm->vocab; /* the last row's */
 }
 
 void amk_cuda_vm_set_tracing(AmkCudaVm *vm, bool on) { vm->prog.trace = on ? vm->trace : 0; }
@@ -962,6 +1103,7 @@ static void *engine_create(const AmkPlan *plan, const AmkWeights *weights,
   copt.use_cache = opt->use_cache;
   copt.verbose = opt->verbose;
   copt.trace = opt->trace;
+  copt.share = opt->share_self;
   return amk_cuda_vm_create(plan, weights, &copt, diag);
 }
 
@@ -993,6 +1135,19 @@ static AmkStepStatus engine_generate(void *self, const AmkGenerate *g, double *k
                         .on_token = g->on_token,
                         .ctx = g->ctx};
   return engine_status(amk_cuda_vm_generate(self, &cg, kernel_ms, diag));
+}
+
+static AmkStepStatus engine_step_rows(void *self, const int32_t *tokens, int64_t n, int64_t pos,
+                                      AmkDiagEngine *diag) {
+  return engine_status(amk_cuda_vm_step_rows(self, tokens, n, pos, NULL, diag));
+}
+
+static const float *engine_logit_rows(const void *self, size_t *rows, size_t *vocab) {
+  return amk_cuda_vm_logit_rows(self, rows, vocab);
+}
+
+static bool engine_share_kv(void *self, const void *from, AmkDiagEngine *diag) {
+  return amk_cuda_vm_share_kv(self, from, diag);
 }
 
 static const float *engine_logits(const void *self, size_t *n) {
@@ -1027,6 +1182,9 @@ const AmkEngineOps *amk_cuda_engine(void) {
       .set_tracing = engine_set_tracing,
       .trace = engine_trace,
       .generate = engine_generate,
+      .step_rows = engine_step_rows,
+      .logit_rows = engine_logit_rows,
+      .share_kv = engine_share_kv,
   };
   return &ops;
 }

@@ -19,6 +19,7 @@
   X(gemv_combine, "iiiiiiii")                                                  \
   X(gemv_quant, "iiiiiiiiiii")                                                 \
   X(attention, "iiiiiiiiii")                                                   \
+  X(attention_rows, "iiiiiiii")                                                \
   X(combine, "iiiii")                                                          \
   X(rope_kv, "iiiiiiii")                                                       \
   X(embed, "iiiLLL")                                                           \

@@ -13,6 +13,11 @@
 #define AMK_NT 256
 #endif
 #define AMK_NWARPS (AMK_NT / 32)
+// Token rows a step feeds: 1 for decode, the chunk's rows for a prefill
+// program (codegen defines it then); the step's window ends at pos + rows.
+#ifndef AMK_STEP_ROWS
+#define AMK_STEP_ROWS 1
+#endif
 
 typedef const amk_program_t &AmkP;
 typedef const amk_instruction_t &AmkI;
@@ -545,12 +550,13 @@ __device__ __forceinline__ AmkWindow amk_window(AmkI I, AmkA A, int pos) {
     w.pos = pos;
   } else if (A.follow == AMK_FOLLOW_WINDOW) {
     w.kv_start = 0;
-    w.kv_len = pos + 1;
+    w.kv_len = pos + AMK_STEP_ROWS;
     w.pos = pos;
   } else if (A.follow == AMK_FOLLOW_PARTITION) {
-    // Partition p of P covers [p*c, min(W, (p+1)*c)), W = pos+1, c = ceil(W/P);
-    // a partial no combine reads keeps kv_start and its compiled span.
-    long long window = (long long)pos + 1, start, end;
+    // Partition p of P covers [p*c, min(W, (p+1)*c)), W = pos+rows,
+    // c = ceil(W/P); a partial no combine reads keeps kv_start and its
+    // compiled span (runtime/plan.c, amk_plan_params_at).
+    long long window = (long long)pos + AMK_STEP_ROWS, start, end;
     if (A.part_count > 0) {
       long long chunk = (window + A.part_count - 1) / A.part_count;
       start = (long long)A.part_index * chunk;
@@ -1843,6 +1849,127 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
 }
 
+// ATTENTION_TILE over M > 1 query rows (a prefill chunk): q and out
+// [M, NH * HD], caches [ROWS, NKV, HD]. With flags bit 0 (causal) query row r
+// reads [kv_start, kv_start + kv_len - (M - 1 - r)), else the whole window
+// (docs/Instructions.md; the VM's amk_kernel_ATTENTION_TILE). The decode
+// template above is left alone: this one is only instantiated for M > 1.
+// Per KV head, the query vectors (row r, head h of that KV head) go in
+// passes of AMK_NT / 16; 16 consecutive lanes own one query vector for the
+// whole pass (its scores, its online-softmax state, HD / 16 of its output
+// elements), so the softmax needs only shuffles among those 16 lanes. K and
+// V come in tiles of AMK_ATTR_BK rows staged in shared memory as fp32.
+#define AMK_ATTR_BK 32
+template <int QDT, int KDT, int ODT, int HD, int NH, int NKV, int ROWS, int M>
+__device__ void amk_attention_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(M > 1, "one query row takes amk_attention");
+  constexpr int NQ = AMK_NT / 16;       // query vectors per pass
+  constexpr int DPT = (HD + 15) / 16;   // output elements per lane
+  constexpr int KPT = AMK_ATTR_BK / 16; // scores per lane per tile
+  constexpr int KS = HD + 1;            // padded K row: 16 rows in distinct banks
+  constexpr int GROUP = NH / NKV;
+  constexpr int WIDTH = NH * HD;
+  const void *q = amk_in(A, 0), *kc = amk_in(A, 1), *vc = amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  if (win.kv_start < 0 || win.kv_len < 0 || win.kv_start > ROWS - win.kv_len) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
+    return;
+  }
+  const bool causal = (I.params.flags.i & 1) != 0;
+  const float scale = I.params.scale.f;
+  float *qs = smem;                    // NQ * HD
+  float *ks = qs + NQ * HD;            // AMK_ATTR_BK * KS
+  float *vs = ks + AMK_ATTR_BK * KS;   // AMK_ATTR_BK * HD
+  float *ps = vs + AMK_ATTR_BK * HD;   // NQ * AMK_ATTR_BK
+  const int tid = threadIdx.x, qv = tid >> 4, l16 = tid & 15;
+  constexpr int NV = M * GROUP; // query vectors of one KV head
+  for (int kvh = 0; kvh < NKV; kvh++) {
+    for (int v0 = 0; v0 < NV; v0 += NQ) {
+      // This lane's query vector: row r, head h; its window end (exclusive).
+      int v = v0 + qv;
+      bool live = v < NV;
+      int r = live ? v / GROUP : 0, h = kvh * GROUP + (live ? v % GROUP : 0);
+      int end = win.kv_start + win.kv_len - (causal ? (M - 1 - r) : 0);
+      if (end < win.kv_start)
+        end = win.kv_start;
+      // The pass reads up to its last query row's end.
+      int last_v = v0 + NQ - 1 < NV - 1 ? v0 + NQ - 1 : NV - 1;
+      int pass_end = win.kv_start + win.kv_len - (causal ? (M - 1 - last_v / GROUP) : 0);
+      __syncthreads(); // the previous pass is done with qs
+      for (int i = tid; i < NQ * HD; i += AMK_NT) {
+        int vq = v0 + i / HD, d = i % HD;
+        qs[i] = vq < NV ? amk_ld<QDT>(q, (long long)(vq / GROUP) * WIDTH +
+                                             (long long)(kvh * GROUP + vq % GROUP) * HD + d)
+                        : 0.0f;
+      }
+      float run_m = -INFINITY, run_l = 0.0f, acc[DPT];
+#pragma unroll
+      for (int i = 0; i < DPT; i++)
+        acc[i] = 0.0f;
+      for (int k0 = win.kv_start; k0 < pass_end; k0 += AMK_ATTR_BK) {
+        int n = pass_end - k0 < AMK_ATTR_BK ? pass_end - k0 : AMK_ATTR_BK;
+        __syncthreads(); // qs written; the previous tile's ks, vs, ps read
+        for (int i = tid; i < AMK_ATTR_BK * HD; i += AMK_NT) {
+          int j = i / HD, d = i % HD;
+          long long off = (long long)(k0 + j) * (NKV * HD) + (long long)kvh * HD + d;
+          ks[j * KS + d] = j < n ? amk_ld<KDT>(kc, off) : 0.0f;
+          vs[j * HD + d] = j < n ? amk_ld<KDT>(vc, off) : 0.0f;
+        }
+        __syncthreads();
+        // Scores of keys l16 + 16 * t of the tile; -inf past this row's end.
+        float s[KPT], tmax = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < KPT; t++) {
+          int j = l16 + 16 * t;
+          float dot = 0.0f;
+#pragma unroll 8
+          for (int d = 0; d < HD; d++)
+            dot += qs[qv * HD + d] * ks[j * KS + d];
+          s[t] = k0 + j < end ? dot * scale : -INFINITY;
+          tmax = fmaxf(tmax, s[t]);
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1)
+          tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+        float m_new = fmaxf(run_m, tmax), lsum = 0.0f;
+#pragma unroll
+        for (int t = 0; t < KPT; t++) {
+          float p = s[t] == -INFINITY ? 0.0f : expf(s[t] - m_new);
+          ps[qv * AMK_ATTR_BK + l16 + 16 * t] = p;
+          lsum += p;
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1)
+          lsum += __shfl_xor_sync(0xffffffffu, lsum, o);
+        float corr = run_m == -INFINITY ? 0.0f : expf(run_m - m_new);
+        run_l = run_l * corr + lsum;
+        run_m = m_new;
+        __syncwarp(); // ps of this query vector: written and read by its 16 lanes
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          int d = l16 + 16 * i;
+          float a = acc[i] * corr;
+          if (HD % 16 == 0 || d < HD)
+            for (int j = 0; j < n; j++)
+              a += ps[qv * AMK_ATTR_BK + j] * vs[j * HD + d];
+          acc[i] = a;
+        }
+      }
+      if (live) {
+        long long o = (long long)r * WIDTH + (long long)h * HD;
+#pragma unroll
+        for (int i = 0; i < DPT; i++) {
+          int d = l16 + 16 * i;
+          if (HD % 16 == 0 || d < HD)
+            amk_st<ODT>(out, o + d, run_l > 0.0f ? acc[i] / run_l : 0.0f);
+        }
+      }
+    }
+  }
+}
+
 // How many leading partials of a combine can hold keys: with partials that
 // follow the position (A.combine_follows), partition p of np covers rows
 // from p * c, c = ceil(W / np), W = pos + 1, so those from ceil(W / c) on
@@ -1850,7 +1977,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 __device__ __forceinline__ int amk_live_parts(AmkA A, int pos, int np) {
   if (!A.combine_follows)
     return np;
-  long long w = (long long)pos + 1, c = (w + np - 1) / np;
+  long long w = (long long)pos + AMK_STEP_ROWS, c = (w + np - 1) / np;
   long long live = (w + c - 1) / c;
   return live < np ? (int)live : np;
 }

@@ -19,8 +19,17 @@ AmkEngineOptions amk_engine_options_default(void) {
 AmkEngine *amk_engine_create(const AmkEngineOps *ops, const AmkPlan *plan,
                              const AmkWeights *weights, const AmkEngineOptions *opt,
                              AmkDiagEngine *diag) {
-  AmkEngineOptions defaults = amk_engine_options_default();
-  void *self = ops->create(plan, weights, opt ? opt : &defaults, diag);
+  AmkEngineOptions used = opt ? *opt : amk_engine_options_default();
+  used.share_self = NULL;
+  if (used.share_with) {
+    if (used.share_with->ops != ops) {
+      amk_error(diag, no_loc(), "a %s engine cannot use the device copies of a %s engine",
+                ops->name, used.share_with->ops->name);
+      return NULL;
+    }
+    used.share_self = used.share_with->self;
+  }
+  void *self = ops->create(plan, weights, &used, diag);
   if (!self)
     return NULL;
   AmkEngine *e = amk_xcalloc(1, sizeof *e);

@@ -907,6 +907,14 @@ static int64_t find_source(const AmkPlan *plan, uint32_t b, const AmkPlan *from,
   return -1;
 }
 
+int64_t amk_weights_source_in(const AmkPlan *plan, uint32_t b, const AmkPlan *from,
+                              int64_t *offset) {
+  if (b >= plan->n_buffers || !is_loaded(&plan->buffers[b]))
+    return -1;
+  *offset = 0;
+  return find_source(plan, b, from, offset);
+}
+
 AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDiagEngine *diag) {
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);

@@ -39,6 +39,17 @@ for shape in "${SHAPES[@]}"; do
     --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
     --trace "$LOG/$shape.trace.json" >"$LOG/$shape.bench.log" 2>&1
   echo "rc=$?"
+  if [ "$shape" = llama-3.2-1b ]; then
+    # Time to first token of a 512-token prompt: one prefill program of 512
+    # rows (a pipeline without fuse) plus one decode step, beside the
+    # anchors' hf_prefill_512 (HF's eager forward over 512 tokens).
+    echo "== ours: $shape prefill of 512 tokens (TTFT)"
+    timeout 300 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
+      --max-seq 2048 --passes import,tile,sm-assign,color -b 512 --bench --bench-pos 0 \
+      --bench-steps 16 --bench-warmup 2 --bench-prompt 512 --json -v \
+      >"$LOG/$shape.prefill.log" 2>&1
+    echo "rc=$?"
+  fi
 done
 
 if [ -n "$ANCHORS" ] && [ -f "$ANCHORS" ]; then
@@ -91,6 +102,22 @@ for s in shapes:
         vl = f"{lin / t:.2f}x" if lin else "-"
         print(f"| {s} | {floor:.3f} | {t:.4f} ({r['pos']}) | {r['pct_read_bw']:.1f}% | {g} | {l} | {vg} | {vl} | {r['check']} |")
 print()
+# Time to first token, 512-token prompt (1B shape): ours (prefill + one
+# decode step) against HF's eager 512-token forward; the target is 1.2x.
+p = os.path.join(log, "llama-3.2-1b.prefill.log")
+if "llama-3.2-1b" in shapes and os.path.exists(p):
+    lines = [l for l in open(p).read().splitlines() if l.startswith("{")]
+    pf = json.loads(lines[-1]).get("prefill") if lines else None
+    hf = anchors.get("llama-3.2-1b", {}).get("hf_prefill_512", {}).get("median_ms")
+    print("| shape | prompt | ours prefill ms | prefill tokens/s | ours TTFT ms | HF eager prefill ms | TTFT / HF (target <= 1.2) |")
+    print("|---|---|---|---|---|---|---|")
+    if pf:
+        ratio = f"{pf['ttft_ms'] / hf:.2f}" if hf else "-"
+        print(f"| llama-3.2-1b | {pf['prompt_tokens']} | {pf['prefill_ms']:.3f} | {pf['prefill_tokens_per_s']:.0f} | "
+              f"{pf['ttft_ms']:.3f} | {hf if hf else '-'} | {ratio} |")
+    else:
+        print("| llama-3.2-1b | 512 | no prefill result (see llama-3.2-1b.prefill.log) | | | | |")
+    print()
 print("floor: weight bytes over the read bandwidth amk-run measured in the same run;")
 print("ours vs X: X's time over ours (above 1: we are faster).")
 for s in shapes:

@@ -169,6 +169,11 @@ typedef struct {
   bool use_cache;     /* NVRTC cubin cache (default true via amk_cuda_vm_options_default) */
   bool verbose;       /* print device, grid and compile facts to stderr */
   bool trace;         /* stamp every instruction of every launch (amk_cuda_vm_trace) */
+  /* A VM over the decode program of the same model (a prefill program's
+   * VM): its WEIGHT/CONST buffers of the same source (amk_weights_source_in)
+   * and its KV caches of the same name, size and dtype are used in place,
+   * not allocated or uploaded again. It must outlive this VM. */
+  const struct AmkCudaVm *share;
 } AmkCudaVmOptions;
 
 AmkCudaVmOptions amk_cuda_vm_options_default(void);
@@ -191,6 +196,16 @@ typedef enum {
  * NULL) receives the kernel time measured with CUDA events. */
 AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos,
                                    float *kernel_ms, AmkDiagEngine *diag);
+/* One step of a prefill program (its plan's rows > 1 tokens at positions
+ * pos..pos+n-1, n = rows); amk_cuda_vm_logit_rows then holds every logits
+ * row the program writes (amk_cuda_vm_logits the last). */
+AmkCudaStepStatus amk_cuda_vm_step_rows(AmkCudaVm *vm, const int32_t *tokens, int64_t n,
+                                        int64_t pos, float *kernel_ms, AmkDiagEngine *diag);
+const float *amk_cuda_vm_logit_rows(const AmkCudaVm *vm, size_t *rows, size_t *vocab);
+/* Whether vm runs on from's KV caches: a VM binds them when it is created
+ * with AmkCudaVmOptions.share = from (no copy); false after reporting
+ * otherwise, naming the cache. */
+bool amk_cuda_vm_share_kv(AmkCudaVm *vm, const AmkCudaVm *from, AmkDiagEngine *diag);
 /* Greedy decoding on the device with no host round trip per token: launch
  * i runs at position pos + i; while the prompt lasts the next token is
  * feed[i + 1], after it the argmax of launch i's logits, which the device

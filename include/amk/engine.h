@@ -40,6 +40,14 @@ typedef struct {
   const AmkPlan *const *tp_plans;
   const AmkWeights *const *tp_weights;
   uint32_t tp_size;
+  /* Prefill: an engine of the same kind, over the decode program, whose
+   * device copies this one uses instead of making its own: weights by
+   * source (amk_weights_source_in), KV caches by name (the CUDA engine; the
+   * CPU VM borrows through amk_weights_share and share_kv and ignores it).
+   * It must outlive the new engine. amk_engine_create refuses one of
+   * another kind and passes its engine-side object as share_self. */
+  const struct AmkEngine *share_with;
+  const void *share_self;
 } AmkEngineOptions;
 
 /* Every field at its default (use_cache on). */

@@ -84,6 +84,14 @@ void amk_weights_free(AmkWeights *w);
  * program of one model share one load this way (and the same random
  * weights); `from` must outlive the result. */
 AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDiagEngine *diag);
+/* The rule amk_weights_share borrows by: the buffer of `from` whose bytes
+ * `plan`'s loaded WEIGHT/CONST buffer b takes (the same source and dtype,
+ * or a part of a '+'-joined source), its byte offset in *offset; -1 when
+ * there is none (or b is not loaded from a checkpoint source). An engine
+ * with device copies uses it to share them (the CUDA engine's prefill
+ * programs). */
+int64_t amk_weights_source_in(const AmkPlan *plan, uint32_t b, const AmkPlan *from,
+                              int64_t *offset);
 
 /* The bytes of buffer b (list position), nbytes of them; NULL (and 0) for
  * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file.

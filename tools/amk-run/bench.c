@@ -50,10 +50,72 @@ static double median_of(double *v, size_t n) {
   return v[n / 2];
 }
 
+/* The prefill the bench times (--bench-prompt). */
+typedef struct {
+  int64_t tokens, batch;
+  size_t reps;
+  double prefill_ms;    /* median wall time of the prompt's chunks */
+  double first_step_ms; /* median wall time of the decode step after it */
+  double ttft_ms;       /* median of prefill + that step, run by run */
+  double tokens_per_s;  /* tokens / prefill_ms */
+} BenchPrefill;
+
+/* Feeds a P-token prompt from position 0 through the prefill programs (in
+ * chunks of -b), then one decode step at position P, and times both on the
+ * host's clock (each step waits for its launch: what a user waits for).
+ * The prompt is the run's prompt ids repeated. One untimed round first
+ * (the prefill programs compile then), then -r rounds (at least 3).
+ * Returns the exit status. */
+static int bench_prefill(const RunContext *rc, BenchPrefill *out, AmkDiagEngine *diag) {
+  const RunOptions *o = rc->o;
+  int64_t n = o->bench_prompt > 0 ? o->bench_prompt : 512;
+  int32_t *ids = amk_xmalloc((size_t)(n + 1) * sizeof *ids);
+  for (int64_t i = 0; i <= n; i++)
+    ids[i] = rc->text->prompt[i % rc->text->n_prompt];
+  size_t reps = (size_t)(o->bench_reps > 3 ? o->bench_reps : 3);
+  double *pre = amk_xmalloc(reps * sizeof *pre), *step = amk_xmalloc(reps * sizeof *step);
+  double *ttft = amk_xmalloc(reps * sizeof *ttft);
+  int64_t batch = run_prefill_batch(rc->prefill);
+  int status = 0;
+  for (size_t r = 0; r <= reps && status == 0; r++) {
+    double t0 = run_now_ms();
+    for (int64_t pos = 0; pos < n && status == 0; pos += batch) {
+      int64_t len = n - pos < batch ? n - pos : batch;
+      AmkStepStatus st = run_prefill_chunk(rc->prefill, ids + pos, len, pos, diag);
+      if (st != AMK_STEP_OK)
+        status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+    }
+    double t1 = run_now_ms();
+    if (status == 0) {
+      AmkStepStatus st = amk_engine_step(rc->engine, ids[n], n, NULL, diag);
+      if (st != AMK_STEP_OK)
+        status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+    }
+    double t2 = run_now_ms();
+    if (status == 0 && r > 0) { /* round 0 warms up (and compiles) */
+      pre[r - 1] = t1 - t0;
+      step[r - 1] = t2 - t1;
+      ttft[r - 1] = t2 - t0;
+    }
+  }
+  if (status == 0) {
+    *out = (BenchPrefill){.tokens = n, .batch = batch, .reps = reps,
+                          .prefill_ms = median_of(pre, reps),
+                          .first_step_ms = median_of(step, reps),
+                          .ttft_ms = median_of(ttft, reps)};
+    out->tokens_per_s = out->prefill_ms > 0 ? (double)n * 1e3 / out->prefill_ms : 0;
+  }
+  free(ids);
+  free(pre);
+  free(step);
+  free(ttft);
+  return status;
+}
+
 /* llama-bench's outputs: a Markdown table (md, the default), csv, json (one
  * object) or jsonl (one object a row). */
 static void print_rows(const RunContext *rc, const BenchRow *rows, size_t n, double read_bw,
-                       int64_t wbytes, const char *format) {
+                       int64_t wbytes, const BenchPrefill *pf, const char *format) {
   const char *device = rc->device;
   const char *engine = amk_engine_describe(rc->engine);
   bool gpu = strcmp(device, "cuda") == 0;
@@ -79,6 +141,13 @@ static void print_rows(const RunContext *rc, const BenchRow *rows, size_t n, dou
              r->pos, r->reps, r->steps, r->median_ms, r->p10_ms, r->p90_ms, r->tps_mean,
              r->tps_sd, r->gbs, pct, r->check);
     }
+    if (pf) {
+      printf("\n| prompt | chunk | reps | prefill ms | prefill tokens/s | first step ms | TTFT ms |\n");
+      printf("|-------:|------:|-----:|-----------:|-----------------:|--------------:|--------:|\n");
+      printf("| %6" PRId64 " | %5" PRId64 " | %4zu | %10.3f | %16.1f | %13.3f | %7.3f |\n",
+             pf->tokens, pf->batch, pf->reps, pf->prefill_ms, pf->tokens_per_s,
+             pf->first_step_ms, pf->ttft_ms);
+    }
     return;
   }
   if (strcmp(format, "csv") == 0) {
@@ -94,6 +163,11 @@ static void print_rows(const RunContext *rc, const BenchRow *rows, size_t n, dou
              r->steps, r->median_ms, r->p10_ms, r->p90_ms, r->tps_mean, r->tps_sd, r->gbs,
              r->pct_read_bw, r->check);
     }
+    if (pf)
+      printf("\nprompt,chunk,reps,prefill_ms,prefill_tokens_per_s,first_step_ms,ttft_ms\n"
+             "%" PRId64 ",%" PRId64 ",%zu,%.5f,%.2f,%.5f,%.5f\n",
+             pf->tokens, pf->batch, pf->reps, pf->prefill_ms, pf->tokens_per_s,
+             pf->first_step_ms, pf->ttft_ms);
     return;
   }
   bool lines = strcmp(format, "jsonl") == 0;
@@ -127,8 +201,24 @@ static void print_rows(const RunContext *rc, const BenchRow *rows, size_t n, dou
                     r->cr.max_abs, r->cr.scale, r->cr.ref_token, r->cr.gpu_token);
     amk_sb_puts(&out, lines ? "}\n" : "}");
   }
-  if (!lines)
+  if (pf) {
+    if (lines) {
+      amk_sb_printf(&out, "{\"device\": \"%s\", \"engine\": ", device);
+      amk_write_json_string(engine, &out);
+      amk_sb_puts(&out, ", \"prefill\": {");
+    } else {
+      amk_sb_puts(&out, "], \"prefill\": {");
+    }
+    amk_sb_printf(&out,
+                  "\"prompt_tokens\": %" PRId64 ", \"chunk\": %" PRId64 ", \"reps\": %zu, "
+                  "\"prefill_ms\": %.5f, \"prefill_tokens_per_s\": %.2f, "
+                  "\"first_step_ms\": %.5f, \"ttft_ms\": %.5f}",
+                  pf->tokens, pf->batch, pf->reps, pf->prefill_ms, pf->tokens_per_s,
+                  pf->first_step_ms, pf->ttft_ms);
+    amk_sb_puts(&out, lines ? "}\n" : "}\n");
+  } else if (!lines) {
     amk_sb_puts(&out, "]}\n");
+  }
   fputs(out.data ? out.data : "", stdout);
   amk_sb_free(&out);
 }
@@ -141,6 +231,26 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
   const RunOptions *o = rc->o;
   AmkEngine *engine = rc->engine, *reference = rc->reference;
   bool gpu = strcmp(rc->device, "cuda") == 0;
+  if (o->bench_prompt > 0 && !rc->prefill) {
+    fprintf(stderr, "amk-run: error: --bench-prompt times prefill programs, which this run "
+                    "does not use (-b 1, a compiled program, fuse in --passes, random weights "
+                    "or --tp; -v says which)\n");
+    return 1;
+  }
+  /* The default prompt is timed where it fits; one asked for must fit. */
+  int64_t prompt = o->bench_prompt > 0 ? o->bench_prompt : 512;
+  bool time_prefill = rc->prefill && prompt < amk_engine_max_seq(engine);
+  if (rc->prefill && !time_prefill && o->verbose)
+    fprintf(stderr, "amk-run: the prefill is not timed: the default --bench-prompt 512 does "
+                    "not fit the KV cache (%" PRId64 " rows)\n",
+            amk_engine_max_seq(engine));
+  if (rc->prefill && !time_prefill && o->bench_prompt > 0) {
+    fprintf(stderr, "amk-run: error: --bench-prompt %" PRId64 " leaves no room for a decode "
+                    "step in the KV cache (%" PRId64 " rows); compile with a larger "
+                    "-c/--ctx-size\n",
+            prompt, amk_engine_max_seq(engine));
+    return 1;
+  }
   int64_t positions[64];
   size_t n_pos = 0;
   const char *p = o->bench_pos ? o->bench_pos : "0";
@@ -258,8 +368,15 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
       status = 2;
     }
   }
+  /* The prefill of a --bench-prompt prompt, with prefill programs. */
+  BenchPrefill pf = {0};
+  bool timed_prefill = false;
+  if (status == 0 && time_prefill) {
+    status = bench_prefill(rc, &pf, diag);
+    timed_prefill = status == 0;
+  }
   if (n_rows)
-    print_rows(rc, rows, n_rows, read_bw, wbytes,
+    print_rows(rc, rows, n_rows, read_bw, wbytes, timed_prefill ? &pf : NULL,
                o->bench_format ? o->bench_format : o->json ? "json" : "md");
   free(rows);
   free(tps);

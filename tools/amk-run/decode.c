@@ -103,9 +103,11 @@ static bool device_token(void *ctx, int64_t step, int32_t token) {
 
 /* Greedy decoding with nothing else to do per step stays on the device: no
  * logits come back, the device picks and feeds each token. Launch i feeds
- * the token at position n_fed + i. */
+ * the token at position n_fed + i: the known tokens not yet fed (the rest
+ * of the prompt, or after a prefill the first new token), then its own. */
 static int decode_on_device(Decoder *d, AmkDiagEngine *diag) {
-  int64_t start = d->n_fed, n_feed = d->n_prompt - start, launches0 = d->launches;
+  int64_t start = d->n_fed, n_feed = d->n_seq - start, launches0 = d->launches;
+  int64_t n_prompt_feed = d->n_prompt > start ? d->n_prompt - start : 0;
   AmkGenerate g = {.feed = d->sequence + start,
                    .n_feed = n_feed,
                    .pos = start,
@@ -121,10 +123,14 @@ static int decode_on_device(Decoder *d, AmkDiagEngine *diag) {
   int64_t launches = d->launches - launches0;
   d->kernel_ms += kms;
   double first = d->first_token_ms >= 0 ? d->first_token_ms : t1;
-  d->prompt_ms += first - t0;
-  d->eval_ms += t1 - first;
-  d->prompt_tokens += n_feed;
-  d->eval_steps += launches > n_feed ? launches - n_feed : 0;
+  if (n_prompt_feed > 0) {
+    d->prompt_ms += first - t0;
+    d->eval_ms += t1 - first;
+  } else {
+    d->eval_ms += t1 - t0; /* the prompt went in by prefill */
+  }
+  d->prompt_tokens += n_prompt_feed;
+  d->eval_steps += launches > n_prompt_feed ? launches - n_prompt_feed : 0;
   /* Drained launches past the kept tokens wrote KV rows that the next
    * decode overwrites before any step reads them. */
   d->n_fed = start + launches < d->n_seq ? start + launches : d->n_seq;
@@ -185,6 +191,49 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
   return 2;
 }
 
+/* --check with prefill: the reference VM prefills the same chunk (its own
+ * prefill program, on its own caches); the chunk's last logits row must
+ * match the reference's by check_step's rule. Returns the exit status. */
+static int check_chunk(Decoder *d, int64_t pos, int64_t n, const float *logits, size_t vocab,
+                       AmkDiagEngine *diag) {
+  AmkStepStatus st = run_prefill_chunk(d->rc->reference_prefill, d->sequence + pos, n, pos, diag);
+  if (st != AMK_STEP_OK)
+    return 1;
+  size_t ref_rows, nv;
+  const float *ref = run_prefill_logits(d->rc->reference_prefill, &ref_rows, &nv);
+  ref += (ref_rows - 1) * nv;
+  size_t ref_bad = amk_count_nonfinite(ref, nv), got_bad = amk_count_nonfinite(logits, vocab);
+  if (got_bad > ref_bad) {
+    amk_progress_break_line(stderr);
+    fprintf(stderr,
+            "amk-run: CHECK FAILED at the prompt's chunk at positions %" PRId64 "..%" PRId64
+            ": %zu of %zu GPU logits of its last row are not finite (NaN or Inf); the "
+            "reference VM has %zu\n",
+            pos, pos + n - 1, got_bad, vocab, ref_bad);
+    return 2;
+  }
+  if (got_bad)
+    return 0; /* the non-finite logits are reported as an error next */
+  bool low = amk_engine_plan(d->rc->engine)->low_precision;
+  AmkLogitCheck cr = amk_check_logits(ref, logits, nv < vocab ? nv : vocab, low);
+  double rel = cr.max_abs / (cr.scale > 1 ? cr.scale : 1);
+  if (rel > d->worst_rel)
+    d->worst_rel = rel;
+  d->checked++;
+  if (cr.pass)
+    return 0;
+  amk_progress_break_line(stderr);
+  fprintf(stderr,
+          "amk-run: CHECK FAILED at the prompt's chunk at positions %" PRId64 "..%" PRId64
+          " (its last row): max |gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy "
+          "tokens ref %d, gpu %d\n",
+          pos, pos + n - 1, cr.max_abs, cr.scale,
+          low ? "bf16/f16: within 5% of the scale, greedy tokens equal unless a rounding tie"
+              : "f32 tolerance 1e-4 of the scale",
+          cr.ref_token, cr.gpu_token);
+  return 2;
+}
+
 /* Batched prefill: the prompt from n_fed in chunks of at most -b tokens,
  * one step each; the last chunk's last logits row chooses the first new
  * token. *stop is set when no more steps are wanted. Returns the exit
@@ -205,6 +254,11 @@ static int prefill_prompt(Decoder *d, AmkStrBuf *dump, AmkProgress *progress, bo
       return st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
     logits = run_prefill_logits(p, &rows, &vocab);
     d->prompt_ms += run_now_ms() - t0;
+    int status;
+    if (o->check && d->rc->reference_prefill &&
+        (o->check_steps == 0 || d->checked < o->check_steps) &&
+        (status = check_chunk(d, pos, n, logits + (rows - 1) * vocab, vocab, diag)) != 0)
+      return status;
     d->prompt_tokens += n;
     d->launches++;
     size_t nonfinite = amk_count_nonfinite(logits, rows * vocab);
@@ -422,9 +476,19 @@ static int decode_run(Decoder *d, AmkStrBuf *dump, int64_t *last_launch, AmkDiag
   const RunOptions *o = d->o;
   d->done = d->n_seq >= d->total;
   d->stopped_at_eos = false;
-  d->on_device = o->sampling.temperature <= 0 && !o->check && !o->dump_logits && !o->trace &&
-                 d->n_prompt > d->n_fed && d->total > d->n_prompt &&
-                 amk_engine_can_generate(d->rc->engine);
+  bool greedy_device = o->sampling.temperature <= 0 && !o->check && !o->dump_logits &&
+                       !o->trace && amk_engine_can_generate(d->rc->engine);
+  /* With prefill programs the prompt goes in by chunks first; the device
+   * then decodes from the first new token. */
+  if (greedy_device && d->rc->prefill && d->n_prompt - d->n_fed >= 2 && !d->done) {
+    bool stop = false;
+    int status = prefill_prompt(d, dump, NULL, &stop, diag);
+    if (status != 0 || stop || d->done)
+      return status;
+    d->on_device = d->total > d->n_seq;
+    return d->on_device ? decode_on_device(d, diag) : 0;
+  }
+  d->on_device = greedy_device && d->n_prompt > d->n_fed && d->total > d->n_prompt;
   return d->on_device ? decode_on_device(d, diag)
                       : decode_step_by_step(d, dump, last_launch, diag);
 }

@@ -364,13 +364,16 @@ int main(int argc, char **argv) {
   AmkDiagEngine *diag = amk_diag_new(stderr);
   amk_diag_set_source(diag, "amk-run", NULL, 0);
   /* Batched prefill: -b > 1, a model folder (the prefill programs are
-   * compiled from it), the CPU reference VM (the CUDA engine runs no
-   * prefill programs yet), not --check's step-by-step comparison, and one
-   * rank (tensor-parallel prefill programs do not exist yet). A fused
-   * decode program's KV rows are copied from the prefill programs' caches
-   * (prefill.c). */
-  o.prefill = o.batch_size > 1 && amk_is_directory(o.target) && !o.check &&
-              strcmp(device, "cpu") == 0 && o.tp <= 1;
+   * compiled from it), on the CPU reference VM or the GPU (with --check
+   * the reference VM runs the same chunks, compared chunk by chunk), and one
+   * rank (tensor-parallel prefill programs do not exist yet). A fused decode
+   * program's KV rows are copied from the prefill programs' caches through
+   * host memory (prefill.c), which the CUDA engine does not offer yet: on
+   * the GPU the pipeline must leave out fuse. */
+  bool on_gpu = strcmp(device, "cuda") == 0;
+  o.prefill = o.batch_size > 1 && amk_is_directory(o.target) &&
+              (strcmp(device, "cpu") == 0 || on_gpu) &&
+              !(on_gpu && pipeline_text_has(o.pipeline, "fuse")) && o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -520,30 +523,37 @@ int main(int argc, char **argv) {
   if (ok && (o.check || (o.bench && !cpu_bench)))
     ok = (reference = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
   /* Batched prefill: from a model folder (the prefill programs are
-   * compiled from it), on an engine that runs them, not beside --check's
-   * per-step comparison. */
-  RunPrefill *prefill = NULL;
+   * compiled from it), on an engine that runs them; with --check the
+   * reference VM prefills the same chunks. */
+  RunPrefill *prefill = NULL, *reference_prefill = NULL;
   if (ok && run_prefill_wanted(&o) && amk_engine_can_prefill(engine)) {
     prefill = run_prefill_new(&o, loaded, engine);
+    /* --check: the reference VM prefills the same chunks beside it. */
+    if (reference && o.check)
+      reference_prefill = run_prefill_new(&o, loaded, reference);
     if (o.verbose && !o.json)
       fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs)\n",
               (long long)o.batch_size);
   } else if (ok && o.verbose && !o.json && o.batch_size > 1)
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
-            : o.check                   ? "--check compares every step"
             : o.tp > 1 ? "tensor-parallel ranks have no prefill programs yet"
-                       : "the engine runs no prefill programs");
+            : pipeline_text_has(o.pipeline, "fuse")
+                ? "on the GPU the fused decode program's KV caches are not the prefill "
+                  "programs' and no device-side row copy exists yet; --passes without fuse "
+                  "prefills"
+                : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,
-                      .reference = reference,
+                      .reference = reference, .reference_prefill = reference_prefill,
                       .device = device, .t_start = t_start, .t_loaded = run_now_ms()};
     exit_status = o.bench  ? run_bench(&run, diag)
                   : o.chat ? run_chat(&run, diag)
                            : run_decode(&run, diag);
   }
   run_prefill_free(prefill);
+  run_prefill_free(reference_prefill);
   amk_engine_free(reference);
   amk_engine_free(engine);
   for (uint32_t r = 0; r < n_ranks; r++) {

@@ -67,8 +67,10 @@ static void usage(FILE *out) {
         "                           [[...], ...] (row i after feeding token i)\n"
         "  -b, --batch-size N       prompt tokens per prefill step (default 512; 1: one\n"
         "                           step per token); prefill runs on the CPU reference\n"
-        "                           VM, for a model folder, not with --check or --tp\n"
-        "                           (-v says how the prompt goes in)\n\n"
+        "                           step per token); prefill runs for a model folder on\n"
+        "                           the CPU reference VM, or on the GPU with --passes\n"
+        "                           without fuse; not with --tp (-v says how the prompt\n"
+        "                           goes in; --check compares each chunk)\n\n"
         "SAMPLING:\n"
         "  --temp T                 sampling temperature (default 0: greedy)\n"
         "  --top-k K                sample among the K most likely tokens (default: all)\n"
@@ -99,6 +101,11 @@ static void usage(FILE *out) {
         "  --bench-pos P,Q          positions to time (default 0)\n"
         "  --bench-steps N          timed steps per position (default 128)\n"
         "  --bench-warmup N         untimed steps first (default 10)\n"
+        "  --bench-prompt N         --bench with prefill programs (-b > 1): also time the\n"
+        "                           prefill of an N-token prompt from position 0 (one\n"
+        "                           untimed, then -r timed, at least 3): prefill tokens/s\n"
+        "                           and time to first token (prefill + one decode step;\n"
+        "                           default 512)\n"
         "  --timeout-ms T           GPU watchdog per launch (default 10000); a launch that\n"
         "                           exceeds it is aborted and reported as TIMEOUT (exit 3)\n"
         "  --trace FILE             GPU: stamp every task of every launch; write the\n"
@@ -379,8 +386,9 @@ static int check_combination(RunOptions *o) {
                     "--device cpu\n");
     return 1;
   }
-  if ((o->bench_format || o->bench_reps) && !o->bench) {
-    fprintf(stderr, "amk-run: error: -o/--output and -r/--repetitions apply to --bench\n");
+  if ((o->bench_format || o->bench_reps || o->bench_prompt) && !o->bench) {
+    fprintf(stderr, "amk-run: error: -o/--output, -r/--repetitions and --bench-prompt apply "
+                    "to --bench\n");
     return 1;
   }
   if (o->weights && o->random_weights) {
@@ -470,6 +478,8 @@ int run_parse_args(int argc, char **argv, RunOptions *o) {
       {{"-o", "--output"}, OPT_CUSTOM, .custom = read_bench_format},
       {{"--bench-warmup"}, OPT_INT, .count = &o->bench_warmup, .min = 0, .max = 100000,
        .takes = "a count (0 to 100000)"},
+      {{"--bench-prompt"}, OPT_INT, .count = &o->bench_prompt, .min = 2, .max = 65536,
+       .takes = "a count of prompt tokens (2 to 65536)"},
       {{"--timeout-ms"}, OPT_REAL, .real = &o->timeout_ms, .lo = 0, .hi = INFINITY,
        .lo_open = true, .takes = "a positive number"},
       {{"--trace"}, OPT_TEXT, .text = &o->trace},

@@ -8,12 +8,15 @@
  * prompt filled. A fused decode program keeps per-head k|v caches instead:
  * the prefill programs then share one cache of their own layout, and each
  * chunk's rows are copied into the decode program's (and the rows decode
- * steps wrote since the last chunk copied back first; docs/Runtime.md). */
+ * steps wrote since the last chunk copied back first; docs/Runtime.md).
+ * On the GPU the prefill engine uses the decode engine's device copies of
+ * the weights and KV caches (no second upload). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/backend.h"
 #include "amk/engine.h"
 #include "amk/plan.h"
 #include "amk/vm.h"
@@ -84,12 +87,16 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   PrefillProgram next = {.rows = rows};
   AmkEngineOptions eopt = amk_engine_options_default();
   eopt.threads = (int)p->o->threads;
+  eopt.timeout_ms = p->o->timeout_ms;
+  eopt.share_with = p->decode; /* the GPU's weights and KV caches, in place */
   bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
             (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
             (next.weights = amk_weights_share(next.plan, p->weights, diag)) != NULL;
   /* An engine of the decode engine's kind, on its caches. */
-  const AmkEngineOps *ops = strcmp(amk_engine_name(p->decode), "cpu") == 0 ? amk_vm_engine()
-                                                                             : NULL;
+  const char *kind = amk_engine_name(p->decode);
+  const AmkEngineOps *ops = strcmp(kind, "cpu") == 0    ? amk_vm_engine()
+                            : strcmp(kind, "cuda") == 0 ? amk_cuda_engine()
+                                                        : NULL;
   if (ok && !ops) {
     fprintf(stderr, "amk-run: error: the %s engine runs no prefill programs\n",
             amk_engine_name(p->decode));

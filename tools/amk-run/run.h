@@ -54,6 +54,7 @@ typedef struct {
   const char *bench_pos;
   int64_t bench_steps, bench_warmup;
   int64_t bench_reps;       /* -r: timed repetitions per position */
+  int64_t bench_prompt;     /* --bench-prompt: tokens of the prefill the bench times */
   const char *bench_format; /* -o md|csv|json|jsonl (NULL: md, or json with --json) */
   double timeout_ms;
   const char *trace; /* --trace FILE: Chrome trace of the last launch */
@@ -124,7 +125,7 @@ bool run_text_encode_turn(const RunText *t, const char *text, AmkTokenIds *ids,
                           AmkDiagEngine *diag);
 
 /* Whether the prompt goes through prefill programs: -b > 1, a model
- * folder, the CPU reference VM, one rank (not --check, not the GPU bench). */
+ * folder, the CPU reference VM or the GPU (main says which else). */
 bool run_prefill_wanted(const RunOptions *o);
 
 /* Compiles the model folder o->target through o's pipeline (pipeline_text
@@ -156,6 +157,8 @@ typedef struct {
   RunPrefill *prefill; /* NULL: the prompt is fed token by token */
   AmkEngine *engine;
   AmkEngine *reference; /* the CPU VM beside the GPU with --check or --bench */
+  /* --check with prefill: the reference VM's prefill of the same chunks. */
+  RunPrefill *reference_prefill;
   const char *device;   /* "cpu" or "cuda" */
   double t_start, t_loaded;
 } RunContext;

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Compile every fixture x pipeline variant x dtype to a cubin with amk-opt."""
+"""Compile every fixture x pipeline variant x dtype to a cubin with amk-opt.
+
+With a third argument `prefill`, the variants are prefill programs of 8 rows
+(import --batch-size=8, untiled and tiled with SM assignment): what
+amk-run's prefill runs on the GPU."""
 import os
 import subprocess
 import sys
@@ -16,6 +20,11 @@ VARIANTS = [
     ["-import", "-tile", "--kv-partitions=2", "-fuse", "-sm-assign", "-color"],
 ]
 
+PREFILL_VARIANTS = [
+    ["-import", "--batch-size=8"],
+    ["-import", "--batch-size=8", "-tile", "-sm-assign", "-color"],
+]
+
 # LeakSanitizer's own tracer thread sometimes crashes while NVRTC's threads
 # are alive ("Tracer caught signal 11 ... LeakSanitizer has encountered a
 # fatal error"): a failure of the tool, not a leak. Such a run is repeated
@@ -25,10 +34,11 @@ LSAN_TOOL_FAILURE = "LeakSanitizer has encountered a fatal error"
 
 def main():
     out, root = sys.argv[1], sys.argv[2]
+    variants = PREFILL_VARIANTS if sys.argv[3:] == ["prefill"] else VARIANTS
     env = dict(os.environ, AMK_CACHE_DIR=os.path.join(out, "cache"))
     n = failed = 0
     for fixture in sorted(os.listdir(root)):
-        for v, passes in enumerate(VARIANTS):
+        for v, passes in enumerate(variants):
             for dtype in ("f32", "bf16"):
                 n += 1
                 cubin = os.path.join(out, f"{fixture}-{v}-{dtype}.cubin")

@@ -1,0 +1,112 @@
+/* amk_weights_source_in: where a prefill program's weight lies in the
+ * decode program's buffers (the rule both the host's amk_weights_share and
+ * the CUDA engine's device sharing use), and amk_engine_create's check of
+ * share_with.
+ *
+ *   test_weights_share DECODE_FUSED.amkir PREFILL.amkir
+ *
+ * DECODE_FUSED is llama-tiny fused (q|k|v and gate|up joined), PREFILL its
+ * prefill program of 4 rows (unfused). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/engine.h"
+#include "amk/fileio.h"
+#include "amk/io.h"
+#include "amk/plan.h"
+#include "amk/vm.h"
+#include "amk/weights.h"
+#include "unit.h"
+
+static AmkModule *load(const char *path) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  size_t len = 0;
+  char *text = amk_read_file(path, &len, d);
+  AmkModule *m = text ? amk_parse_text(path, text, len, d) : NULL;
+  free(text);
+  amk_diag_free(d);
+  return m;
+}
+
+static int32_t buffer_named(const AmkPlan *p, const char *name) {
+  for (uint32_t b = 0; b < p->n_buffers; b++)
+    if (strcmp(p->m->buffers[b].name, name) == 0)
+      return (int32_t)b;
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  UnitCounts c = {0};
+  if (argc != 3) {
+    fprintf(stderr, "usage: test_weights_share DECODE_FUSED.amkir PREFILL.amkir\n");
+    return 2;
+  }
+  AmkDiagEngine *diag = amk_diag_new(stderr);
+  AmkModule *dm = load(argv[1]), *pm = load(argv[2]);
+  CHECK(&c, dm && pm);
+  AmkPlan *dp = dm ? amk_plan_build(dm, NULL, diag) : NULL;
+  AmkPlan *pp = pm ? amk_plan_build(pm, NULL, diag) : NULL;
+  CHECK(&c, dp && pp);
+  if (dp && pp) {
+    int64_t off = -1;
+    /* q, k, v of layer 0 are rows of the joined qkv buffer: q [64, 64],
+     * k and v [32, 64] f32, so k starts 64*64*4 bytes in, v 32*64*4 later. */
+    int32_t qkv = buffer_named(dp, "L0.qkv_proj.w");
+    CHECK(&c, qkv >= 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.q_proj.w"), dp, &off) ==
+                  qkv && off == 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.k_proj.w"), dp, &off) ==
+                  qkv && off == 64 * 64 * 4);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.v_proj.w"), dp, &off) ==
+                  qkv && off == 64 * 64 * 4 + 32 * 64 * 4);
+    /* up_proj is the second half of gate|up [320, 64]. */
+    int32_t gu = buffer_named(dp, "L1.gate_up_proj.w");
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L1.up_proj.w"), dp, &off) ==
+                  gu && off == 160 * 64 * 4);
+    /* A weight of the same source and shape: offset 0 in that buffer. */
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "lm_head.w"), dp, &off) ==
+                  buffer_named(dp, "lm_head.w") && off == 0);
+    /* Not loaded from a checkpoint: the synthetic row id, activations, KV
+     * caches; an index past the end. */
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "last_row"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.q"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.kcache"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, pp->n_buffers, dp, &off) < 0);
+
+    /* share_with must be an engine of the same kind. */
+    AmkWeights *w = amk_weights_random(dp, 1, diag);
+    AmkEngineOptions opt = amk_engine_options_default();
+    opt.threads = 1;
+    AmkEngine *decode = w ? amk_engine_create(amk_vm_engine(), dp, w, &opt, diag) : NULL;
+    CHECK(&c, decode != NULL);
+    if (decode) {
+      AmkDiagEngine *cap = amk_diag_new(stderr);
+      amk_diag_set_capture(cap, 1);
+      opt.share_with = decode;
+      opt.tp_plans = (const AmkPlan *const *)&dp;
+      opt.tp_weights = (const AmkWeights *const *)&w;
+      opt.tp_size = 1;
+      CHECK(&c, amk_engine_create(amk_vm_group_engine(), dp, w, &opt, cap) == NULL);
+      CHECK(&c, amk_diag_captured_count(cap) == 1 &&
+                    strstr(amk_diag_captured(cap, 0)->message,
+                           "cannot use the device copies of a cpu engine") != NULL);
+      amk_diag_free(cap);
+      /* The same kind is accepted (the CPU VM borrows otherwise). */
+      opt.tp_plans = NULL;
+      opt.tp_weights = NULL;
+      opt.tp_size = 0;
+      AmkEngine *again = amk_engine_create(amk_vm_engine(), dp, w, &opt, diag);
+      CHECK(&c, again != NULL);
+      amk_engine_free(again);
+    }
+    amk_engine_free(decode);
+    amk_weights_free(w);
+  }
+  amk_plan_free(pp);
+  amk_plan_free(dp);
+  amk_module_free(pm);
+  amk_module_free(dm);
+  amk_diag_free(diag);
+  return unit_finish("test_weights_share", &c);
+}
