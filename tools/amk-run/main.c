@@ -37,6 +37,19 @@ double run_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* Whether a comma-separated pass list names `pass`. */
+static bool pipeline_text_has(const char *list, const char *pass) {
+  size_t n = strlen(pass);
+  for (const char *p = list; p && *p;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, pass, n) == 0)
+      return true;
+    p = end ? end + 1 : NULL;
+  }
+  return false;
+}
+
 static bool has_pass(const AmkPipeline *p, const char *name) {
   for (size_t i = 0; i < amk_pipeline_size(p); i++)
     if (strcmp(amk_pipeline_pass_at(p, i)->name, name) == 0)
