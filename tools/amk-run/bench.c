@@ -17,7 +17,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-bool run_write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag) {
+bool run_write_trace(const char *path, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag) {
   AmkTrace tr;
   if (!amk_engine_trace(engine, &tr, diag))
     return false;
@@ -26,9 +26,9 @@ bool run_write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDia
   amk_sb_init(&report);
   amk_trace_chrome_json(&tr, &json);
   amk_trace_report(&tr, &report);
-  bool ok = amk_write_file_atomic(o->trace, json.data, json.len, diag) == 0;
+  bool ok = amk_write_file_atomic(path, json.data, json.len, diag) == 0;
   fprintf(stderr, "amk-run: trace of the launch at position %" PRId64 "%s%s\n%s", pos,
-          ok ? " written to " : "", ok ? o->trace : "", report.data ? report.data : "");
+          ok ? " written to " : "", ok ? path : "", report.data ? report.data : "");
   amk_sb_free(&json);
   amk_sb_free(&report);
   return ok;
@@ -59,6 +59,32 @@ typedef struct {
   double ttft_ms;       /* median of prefill + that step, run by run */
   double tokens_per_s;  /* tokens / prefill_ms */
 } BenchPrefill;
+
+/* --trace with a timed prefill: one more launch of the first chunk (the
+ * same rows again), stamped, written beside the decode trace as
+ * NAME.prefill.json (NAME.json's stem). Returns the exit status. */
+static int trace_prefill_chunk(const RunContext *rc, const int32_t *ids, int64_t len,
+                               AmkDiagEngine *diag) {
+  AmkStepStatus st = run_prefill_chunk(rc->prefill, ids, len, 0, diag);
+  AmkEngine *e = run_prefill_last_engine(rc->prefill);
+  if (st == AMK_STEP_OK && e) {
+    amk_engine_set_tracing(e, true);
+    st = run_prefill_chunk(rc->prefill, ids, len, 0, diag);
+    amk_engine_set_tracing(e, false);
+  }
+  if (st != AMK_STEP_OK)
+    return st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
+  const char *t = rc->o->trace;
+  size_t stem = strlen(t);
+  if (stem > 5 && strcmp(t + stem - 5, ".json") == 0)
+    stem -= 5;
+  AmkStrBuf path;
+  amk_sb_init(&path);
+  amk_sb_printf(&path, "%.*s.prefill.json", (int)stem, t);
+  bool ok = run_write_trace(path.data, e, 0, diag);
+  amk_sb_free(&path);
+  return ok ? 0 : 1;
+}
 
 /* Feeds a P-token prompt from position 0 through the prefill programs (in
  * chunks of -b), then one decode step at position P, and times both on the
@@ -98,6 +124,8 @@ static int bench_prefill(const RunContext *rc, BenchPrefill *out, AmkDiagEngine 
       ttft[r - 1] = t2 - t0;
     }
   }
+  if (status == 0 && o->trace)
+    status = trace_prefill_chunk(rc, ids, n < batch ? n : batch, diag);
   if (status == 0) {
     *out = (BenchPrefill){.tokens = n, .batch = batch, .reps = reps,
                           .prefill_ms = median_of(pre, reps),
@@ -335,7 +363,7 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag) {
         status = st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
         break;
       }
-      if (!run_write_trace(o, engine, pos, diag)) {
+      if (!run_write_trace(o->trace, engine, pos, diag)) {
         status = 1;
         break;
       }

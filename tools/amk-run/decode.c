@@ -535,7 +535,7 @@ int run_decode(const RunContext *rc, AmkDiagEngine *diag) {
     status = 1;
   fflush(stdout); /* the tokens' line ends before the reports */
   if (status == 0 && o->trace && last_launch >= 0 &&
-      !run_write_trace(o, rc->engine, last_launch, diag))
+      !run_write_trace(o->trace, rc->engine, last_launch, diag))
     status = 1;
   if (status == 0 && o->dump_logits) {
     if (d.n_seq == 0)
@@ -689,7 +689,7 @@ int run_chat(const RunContext *rc, AmkDiagEngine *diag) {
   }
   double t_end = run_now_ms();
   if (status == 0 && o->trace && last_launch >= 0 &&
-      !run_write_trace(o, rc->engine, last_launch, diag))
+      !run_write_trace(o->trace, rc->engine, last_launch, diag))
     status = 1;
   if (status == 0)
     print_report(&d, t_end);

@@ -89,6 +89,7 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   eopt.threads = (int)p->o->threads;
   eopt.timeout_ms = p->o->timeout_ms;
   eopt.share_with = p->decode; /* the GPU's weights and KV caches, in place */
+  eopt.trace = p->o->trace != NULL; /* the bench traces one chunk (bench.c) */
   bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
             (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
             (next.weights = amk_weights_share(next.plan, p->weights, diag)) != NULL;
@@ -165,6 +166,8 @@ AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n,
   p->synced = pos + n;
   return AMK_STEP_OK;
 }
+
+AmkEngine *run_prefill_last_engine(const RunPrefill *p) { return p->last; }
 
 const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab) {
   return amk_engine_logit_rows(p->last, rows, vocab);

@@ -149,6 +149,8 @@ AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n,
 /* The last chunk's logits: its last row's, or with --dump-logits every
  * row's (*rows of them). */
 const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab);
+/* The engine that ran the last chunk (NULL before the first). */
+AmkEngine *run_prefill_last_engine(const RunPrefill *p);
 
 /* What main hands to decoding and the bench. */
 typedef struct {
@@ -176,7 +178,7 @@ int run_bench(const RunContext *rc, AmkDiagEngine *diag);
 
 /* --trace: the last launch (at pos) as a Chrome trace in o->trace and its
  * report on stderr. */
-bool run_write_trace(const RunOptions *o, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag);
+bool run_write_trace(const char *path, AmkEngine *engine, int64_t pos, AmkDiagEngine *diag);
 
 /* Milliseconds on a monotonic clock. */
 double run_now_ms(void);
