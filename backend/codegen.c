@@ -404,9 +404,12 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
       return fail(g, t, "bias has %" PRId64 " elements, want %" PRId64, a.numel, w_rows);
   }
   if (mma) {
-    need_smem(g, gemm_mma_smem_bytes(g->gemm_tile_n) / 4);
+    /* A tile of at most 64 columns (tile makes them when 128-column tiles
+     * would leave SMs idle) takes 64-column sub-tiles: no padding computed. */
+    int tile_n = n_tile <= 64 ? 64 : g->gemm_tile_n;
+    need_smem(g, gemm_mma_smem_bytes(tile_n) / 4);
     EMIT(inst, gemm_mma, x.dtype, w.dtype, o.dtype, bias ? (int)a.dtype : 0, k, n_out, m_rows,
-         bias ? 1 : 0, g->gemm_tile_n);
+         bias ? 1 : 0, tile_n);
     return true;
   }
   size_t xs = (size_t)(m_rows * k);

@@ -1139,8 +1139,8 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
 // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for rows [m_off, m_off +
 // M_tile) and columns [n_off, n_off + N_tile), x and W both bf16 or both f16,
 // fp32 accumulation, the output rounded to its dtype once (as the reference
-// VM stores it). The task's rectangle is cut into AMK_MMA_BM x BN (128 or
-// 256) sub-tiles that the block takes one after another; each walks K in
+// VM stores it). The task's rectangle is cut into AMK_MMA_BM x BN (64, 128
+// or 256) sub-tiles that the block takes one after another; each walks K in
 // steps of AMK_MMA_BK through AMK_MMA_STAGES shared-memory stages filled by
 // cp.async (L2 only: activations are written by other blocks during the
 // launch), while the 8 warps (2 x 4, 64 x BN / 4 outputs each) multiply
@@ -1234,14 +1234,14 @@ __device__ __forceinline__ void amk_mma_store2(void *out, const void *bias, long
 }
 
 // XDT == WDT (bf16 or f16); M: the input's rows; BIAS: input 2 is a bias
-// (ADT) of one value per weight row; BN: the sub-tile's columns, 128 or 256.
+// (ADT) of one value per weight row; BN: the sub-tile's columns, 64, 128 or 256.
 template <int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int M, int BIAS, int BN>
 __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   static_assert(XDT == WDT && (XDT == AMK_ABI_DTYPE_BF16 || XDT == AMK_ABI_DTYPE_F16),
                 "the tensor-core GEMM multiplies bf16 by bf16 or f16 by f16");
   static_assert(K % 8 == 0, "rows must be whole 16-byte pieces");
   static_assert(AMK_NT == 256 || K < 0, "the warp layout is 2 x 4 warps");
-  static_assert(BN == 128 || BN == 256, "sub-tiles are 128 x 128 or 128 x 256");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "sub-tiles are 128 x 64, 128 or 256");
   constexpr int WN = BN / 4;      // a warp's columns
   constexpr int NT8 = WN / 8;     // its 8-column mma tiles
   constexpr int STAGE = amk_mma_stage_bytes(BN);

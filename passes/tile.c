@@ -43,7 +43,14 @@ enum {
    * most 6 partials. An explicit --kv-partitions may go up to 8; the
    * combine then stays a task. */
   AUTO_KV_PARTITIONS = AMK_MAX_INPUTS - 2,
-  LONG_CACHE_ROWS = 1024
+  LONG_CACHE_ROWS = 1024,
+  /* A prefill GEMM's tiles: rows and columns of the tensor cores' sub-tile
+   * (amk_gemm_mma's AMK_MMA_BM x BN), so no tile computes padding. */
+  GEMM_ROW_BLOCK = 128,
+  GEMM_COL_BLOCK = 128,
+  /* An elementwise op over several rows is split into column windows of a
+   * multiple of this many columns (16 bytes of bf16). */
+  ELTWISE_COL_MULTIPLE = 8
 };
 enum { ATTENTION_PARTIAL_FLAG = 2 };
 
@@ -54,7 +61,7 @@ typedef struct {
 } TilePlan;
 
 typedef struct {
-  int64_t gemv_split, gemv_tiles, attention_split, attention_tiles;
+  int64_t gemv_split, gemv_tiles, attention_split, attention_tiles, eltwise_split, eltwise_tiles;
 } TileCounts;
 
 /* `config.tiling.<group>.<key>`, or NULL. */
@@ -180,6 +187,26 @@ static int compare_ids(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A prefill program's GEMM over more than GEMM_ROW_BLOCK rows: its number
+ * of row blocks (tile splits it over rows too); 0 for anything else. */
+static int64_t gemm_row_blocks(const AmkTask *t) {
+  int64_t m_tile;
+  if (t->op != AMK_OP_GEMM_TILE || !amk_task_param_int(t, "M_tile", &m_tile) ||
+      m_tile <= GEMM_ROW_BLOCK || m_tile > INT32_MAX)
+    return 0;
+  return (m_tile + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK;
+}
+
+/* Columns of a multi-row GEMM's tiles: the tensor cores' sub-tile width
+ * (GEMM_COL_BLOCK), or half of it when the phase (its GEMMs' `total`
+ * columns in `m_blocks` row blocks) would not give every SM a tile:
+ * codegen then narrows the sub-tile, so twice the tiles take about the
+ * same time each (docs/Fusion.md). */
+static int64_t gemm_tile_cols(int64_t m_blocks, int64_t total, int64_t num_sms) {
+  int64_t wide = m_blocks * ((total + GEMM_COL_BLOCK - 1) / GEMM_COL_BLOCK);
+  return wide >= num_sms ? GEMM_COL_BLOCK : GEMM_COL_BLOCK / 2;
+}
+
 /* The rows of each GEMV's tiles, by list position (0: not a GEMV to split). */
 static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
   /* The second inputs of silu_mul tasks (up): their GEMV is stacked with
@@ -214,10 +241,12 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
       }
     for (uint32_t k = i; k < j; k++) {
       amk_task_param_int(order[k].task, "N_tile", &n_tile);
+      int64_t m_blocks = gemm_row_blocks(order[k].task);
       rows[order[k].pos] =
           plan->n_tile ? plan->n_tile
-          : sharing > 1 ? auto_tile_rows(total, plan->num_sms, GROUP_ROW_MULTIPLE)
-                       : auto_tile_rows(n_tile, plan->num_sms, TILE_ROW_MULTIPLE);
+          : m_blocks > 0 ? gemm_tile_cols(m_blocks, total, plan->num_sms)
+          : sharing > 1  ? auto_tile_rows(total, plan->num_sms, GROUP_ROW_MULTIPLE)
+                         : auto_tile_rows(n_tile, plan->num_sms, TILE_ROW_MULTIPLE);
     }
     i = j;
   }
@@ -241,21 +270,40 @@ static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
               src->id, src->label ? src->label : "", (long long)n_tile);
     return false;
   }
-  if (rows <= 0 || rows >= n_tile)
+  int64_t m_blocks = gemm_row_blocks(src), m_tile = 0, m_off = 0;
+  if (m_blocks > 0) {
+    amk_task_param_int(src, "M_tile", &m_tile);
+    amk_task_param_int(src, "m_off", &m_off);
+  }
+  if (rows <= 0 || (rows >= n_tile && m_blocks == 0))
     return true;
-  int64_t n_pieces = (n_tile + rows - 1) / rows;
-  for (int64_t i = 0; i < n_pieces; i++) {
-    int64_t start = i * rows, end = start + rows < n_tile ? start + rows : n_tile;
-    AmkTask *t = clone_task(m, e, src, pos);
-    amk_task_set_param(m, t, "N_tile", amk_value_int(end - start));
-    amk_task_set_param(m, t, "n_off", amk_value_int(n_off + start));
-    t->est_bytes = share(src->est_bytes, start, end, n_tile);
-    t->est_flops = share(src->est_flops, start, end, n_tile);
-    t->label = indexed_label(m, src->label, "[t%lld]", i, 0);
+  int64_t n_pieces = (n_tile + rows - 1) / rows, m_pieces = m_blocks > 0 ? m_blocks : 1;
+  /* Columns vary fastest, so that the tiles of one row block, which read
+   * the same input rows, run side by side. */
+  for (int64_t r = 0; r < m_pieces; r++) {
+    int64_t m_start = r * GEMM_ROW_BLOCK;
+    int64_t m_end = m_blocks > 0 && m_start + GEMM_ROW_BLOCK < m_tile ? m_start + GEMM_ROW_BLOCK
+                                                                      : m_tile;
+    for (int64_t i = 0; i < n_pieces; i++) {
+      int64_t start = i * rows, end = start + rows < n_tile ? start + rows : n_tile;
+      AmkTask *t = clone_task(m, e, src, pos);
+      amk_task_set_param(m, t, "N_tile", amk_value_int(end - start));
+      amk_task_set_param(m, t, "n_off", amk_value_int(n_off + start));
+      int64_t piece = r * n_tile + start, piece_end = r * n_tile + end;
+      if (m_blocks > 0) {
+        amk_task_set_param(m, t, "M_tile", amk_value_int(m_end - m_start));
+        amk_task_set_param(m, t, "m_off", amk_value_int(m_off + m_start));
+        t->label = indexed_label(m, src->label, "[m%lld.t%lld]", r, i);
+      } else {
+        t->label = indexed_label(m, src->label, "[t%lld]", i, 0);
+      }
+      t->est_bytes = share(src->est_bytes, piece, piece_end, m_pieces * n_tile);
+      t->est_flops = share(src->est_flops, piece, piece_end, m_pieces * n_tile);
+    }
   }
   amk_rw_kill_task(e, pos);
   counts->gemv_split++;
-  counts->gemv_tiles += n_pieces;
+  counts->gemv_tiles += n_pieces * m_pieces;
   return true;
 }
 
@@ -265,6 +313,50 @@ static int64_t last_dim(const AmkModule *m, int32_t buffer) {
   if (!b || b->rank == 0 || !amk_value_as_int(&b->shape[b->rank - 1], &d))
     return 0;
   return d;
+}
+
+/* An elementwise op over several rows (a prefill program's residual adds
+ * and silu_mul) that tile splits into column windows (n_off, N_tile: the
+ * op's semantics take them): *cols, about one window per SM, a multiple of
+ * ELTWISE_COL_MULTIPLE columns. One row has nothing to share out: a decode
+ * program's elementwise ops are fused or tiny. */
+static bool eltwise_split_cols(const AmkModule *m, const AmkTask *src, const TilePlan *plan,
+                               int64_t *cols) {
+  bool columnwise = src->op == AMK_OP_ADD || src->op == AMK_OP_SILU_MUL ||
+                    src->op == AMK_OP_MUL || src->op == AMK_OP_GELU;
+  if (!columnwise || src->n_outputs != 1 || plan->num_sms <= 0 || amk_task_param(src, "N_tile"))
+    return false;
+  const AmkBuffer *out = amk_module_buffer(m, src->outputs[0]);
+  int64_t width = last_dim(m, src->outputs[0]), numel = 1, d;
+  if (!out || width <= 0)
+    return false;
+  for (uint32_t i = 0; i < out->rank; i++) {
+    if (!amk_value_as_int(&out->shape[i], &d) || d <= 0 || d > INT32_MAX)
+      return false;
+    numel *= d;
+  }
+  if (numel / width <= 1)
+    return false;
+  *cols = auto_tile_rows(width, plan->num_sms, ELTWISE_COL_MULTIPLE);
+  return *cols < width;
+}
+
+static void split_eltwise(AmkModule *m, AmkRwEdit *e, uint32_t pos, const AmkTask *src,
+                          int64_t cols, TileCounts *counts) {
+  int64_t width = last_dim(m, src->outputs[0]);
+  int64_t n_pieces = (width + cols - 1) / cols;
+  for (int64_t i = 0; i < n_pieces; i++) {
+    int64_t start = i * cols, end = start + cols < width ? start + cols : width;
+    AmkTask *t = clone_task(m, e, src, pos);
+    amk_task_set_param(m, t, "N_tile", amk_value_int(end - start));
+    amk_task_set_param(m, t, "n_off", amk_value_int(start));
+    t->est_bytes = share(src->est_bytes, start, end, width);
+    t->est_flops = share(src->est_flops, start, end, width);
+    t->label = indexed_label(m, src->label, "[c%lld]", i, 0);
+  }
+  amk_rw_kill_task(e, pos);
+  counts->eltwise_split++;
+  counts->eltwise_tiles += n_pieces;
 }
 
 /* An attention over several query rows (a prefill chunk: q [M, n_heads *
@@ -451,8 +543,14 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
     if (!amk_task_param_int(src, "N_tile", &n_tile) ||
         !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0 || rows <= 0)
       return 1;
-    return rows >= n_tile ? 1 : (n_tile + rows - 1) / rows;
+    int64_t m_blocks = gemm_row_blocks(src);
+    if (rows >= n_tile && m_blocks == 0)
+      return 1;
+    return (n_tile + rows - 1) / rows * (m_blocks > 0 ? m_blocks : 1);
   }
+  int64_t cols;
+  if (eltwise_split_cols(m, src, plan, &cols))
+    return (last_dim(m, src->outputs[0]) + cols - 1) / cols;
   if (src->op == AMK_OP_ATTENTION_TILE && src->n_inputs == 3 &&
       !is_multi_row_attention(m, src) && amk_task_param_int(src, "n_heads", &n_heads) &&
       amk_task_param_int(src, "n_kv_heads", &n_kv) && n_heads > 0 && n_kv > 0 &&
@@ -530,12 +628,15 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   TileCounts counts = {0};
   bool ok = true;
   uint32_t n = m->n_tasks;
+  int64_t cols;
   for (uint32_t pos = 0; pos < n && ok; pos++) {
     AmkTask src = m->tasks[pos]; /* by value: adding tasks moves the array */
     if (is_splittable_gemv(&src))
       ok = split_gemv(m, &e, ctx, pos, &src, tile_rows[pos], &counts);
     else if (src.op == AMK_OP_ATTENTION_TILE && !is_multi_row_attention(m, &src))
       ok = split_attention(m, &e, ctx, pos, &src, &plan, &counts);
+    else if (eltwise_split_cols(m, &src, &plan, &cols))
+      split_eltwise(m, &e, pos, &src, cols, &counts);
   }
   if (ok) {
     amk_rw_fix_thresholds(m, &e, old_counts, n_old_counters);
@@ -565,6 +666,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     amk_stat_int(ctx->stats, "tile", "GEMV tiles made", counts.gemv_tiles);
     amk_stat_int(ctx->stats, "tile", "attention tasks split", counts.attention_split);
     amk_stat_int(ctx->stats, "tile", "attention tiles made", counts.attention_tiles);
+    amk_stat_int(ctx->stats, "tile", "elementwise tasks split", counts.eltwise_split);
+    amk_stat_int(ctx->stats, "tile", "elementwise tiles made", counts.eltwise_tiles);
     amk_stat_int(ctx->stats, "tile", "critical path (tasks) before", path_before);
     amk_stat_int(ctx->stats, "tile", "critical path (tasks) after", path_after);
     amk_stat_int(ctx->stats, "tile", "dependent hops per layer before", layer_before);

@@ -572,11 +572,16 @@ static int64_t saturating_add(int64_t a, int64_t b) {
 /* Whether `op` may write only a tile of its output (the columns
  * [n_off, n_off + N_tile), for GEMM also rows [m_off, m_off + M_tile)), so
  * that several writers of one buffer can be disjoint. Every op is listed:
- * a new op fails to compile here until its footprint is decided. */
+ * a new op fails to compile here until its footprint is decided. The
+ * elementwise ops take a column window (their N_tile, inst_columns). */
 static bool op_writes_tile(AmkOp op) {
   switch (op) {
   case AMK_OP_GEMV_TILE:
   case AMK_OP_GEMM_TILE:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_GELU:
+  case AMK_OP_ADD:
+  case AMK_OP_MUL:
     return true;
   case AMK_OP_NOP:
   case AMK_OP_COPY:
@@ -585,10 +590,6 @@ static bool op_writes_tile(AmkOp op) {
   case AMK_OP_LAYERNORM:
   case AMK_OP_ATTENTION_TILE:
   case AMK_OP_ROPE:
-  case AMK_OP_SILU_MUL:
-  case AMK_OP_GELU:
-  case AMK_OP_ADD:
-  case AMK_OP_MUL:
   case AMK_OP_DEQUANT:
   case AMK_OP_SOFTMAX:
   case AMK_OP_ALLREDUCE_SHARD:

@@ -114,6 +114,24 @@ static void require_numel(AmkValidator *v, const AmkTask *t, const char *what,
                 what, s->id, s->name, s->numel, expected, why);
 }
 
+/* An elementwise op's column window (tile splits a prefill program's over
+ * the SMs): with N_tile, columns [n_off, n_off + N_tile) of each row of
+ * the output must exist (n_off absent: 0). */
+static void check_column_window(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                                const Shape *out) {
+  int64_t n_tile, n_off = 0;
+  if (!pt->v[AMK_PARAM_N_tile])
+    return;
+  if (!param_at_least(v, t, pt, AMK_PARAM_N_tile, 1, &n_tile) ||
+      (pt->v[AMK_PARAM_n_off] && !param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &n_off)))
+    return;
+  if (out->ok && n_off + n_tile > last_dim(out))
+    bound_error(v, t,
+                "column window n_off+N_tile=%" PRId64 " exceeds the width %" PRId64
+                " of output buffer #%" PRId32 " ('%s')",
+                n_off + n_tile, last_dim(out), out->id, out->name);
+}
+
 /* "[2, 160]" */
 static void format_shape(const Shape *s, char *buf, size_t size) {
   size_t len = (size_t)snprintf(buf, size, "[");
@@ -840,6 +858,8 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
       const Shape *in = shape_of(v, t->inputs[i]);
       require_numel(v, t, "input", out->numel, "the output's size", in);
     }
+    if (t->op != AMK_OP_SOFTMAX && t->op != AMK_OP_COPY && t->op != AMK_OP_ALLREDUCE_SHARD)
+      check_column_window(v, t, pt, out);
     if (t->op == AMK_OP_GELU)
       check_variant_flags(v, t, pt, AMK_FLAG_GELU_TANH);
     break;
@@ -901,7 +921,9 @@ bool amk_validate_op_has_bounds(AmkOp op) {
  * [n_off, n_off + N_tile) (per-head attention patterns in heads of
  * head_dim (+2 with flags bit 1) columns, GEMM rows [m_off, m_off + M_tile)),
  * KV_APPEND and rope_kv row `pos` of the cache (rope_kv: its KV heads'
- * columns of each plane of a combined cache), any other op the whole buffer.
+ * columns of each plane of a combined cache), elementwise ops with N_tile
+ * columns [n_off, n_off + N_tile) of every row, any other op the whole
+ * buffer.
  * A read of an activation is taken to be the whole buffer (no lowering reads
  * part of one whose writers leave a gap); an IO_OUTPUT must be whole. A KV
  * cache holds earlier positions before the step, so only its rows of the
@@ -1012,6 +1034,21 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
     f.row_hi = (pos + n_rows) * per;
     return f;
   }
+  case AMK_OP_ADD:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_MUL:
+  case AMK_OP_GELU:
+    /* A column window (n_off, N_tile) of every row. */
+    amk_validator_params(v, t, &pt);
+    n_off = 0;
+    if (!amk_validator_int(pt.v[AMK_PARAM_N_tile], &n_tile) || n_tile < 1 ||
+        n_tile > INT32_MAX ||
+        (pt.v[AMK_PARAM_n_off] && !amk_validator_int(pt.v[AMK_PARAM_n_off], &n_off)) ||
+        n_off < 0 || n_off > INT32_MAX)
+      return whole;
+    f.col_lo = clamp_i64(n_off, 0, width);
+    f.col_hi = clamp_i64(n_off + n_tile, 0, width);
+    return f;
   default:
     return whole;
   }
