@@ -41,6 +41,24 @@ enum {
 #define AMK_CU_EVENT_DEFAULT 0
 #define AMK_CU_STREAM_NON_BLOCKING 1
 
+/* CUDA_MEMCPY2D (its CUmemorytype fields as int, the enum's size). */
+#define AMK_CU_MEMORYTYPE_DEVICE 2
+typedef struct {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  CUdeviceptr srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  CUdeviceptr dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+} AmkCudaMemcpy2D;
+
 /* The driver entry points, fetched with cuGetProcAddress. */
 #define AMK_CUDA_DRIVER_FUNCS(X)                                               \
   X(cuInit, CUresult, (unsigned))                                             \
@@ -70,6 +88,7 @@ enum {
   X(cuMemcpyDtoH, CUresult, (void *, CUdeviceptr, size_t))                    \
   X(cuMemcpyHtoDAsync, CUresult, (CUdeviceptr, const void *, size_t, CUstream)) \
   X(cuMemcpyDtoHAsync, CUresult, (void *, CUdeviceptr, size_t, CUstream))     \
+  X(cuMemcpy2DAsync, CUresult, (const AmkCudaMemcpy2D *, CUstream))          \
   X(cuMemsetD8, CUresult, (CUdeviceptr, unsigned char, size_t))               \
   X(cuMemsetD32, CUresult, (CUdeviceptr, unsigned, size_t))                   \
   X(cuMemsetD32Async, CUresult, (CUdeviceptr, unsigned, size_t, CUstream))    \

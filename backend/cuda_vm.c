@@ -833,6 +833,54 @@ bool amk_cuda_vm_share_kv(AmkCudaVm *vm, const AmkCudaVm *from, AmkDiagEngine *d
   return true;
 }
 
+bool amk_cuda_vm_copy_kv_rows(AmkCudaVm *vm, const AmkCudaVm *from, const AmkKvRowCopy *copies,
+                              uint32_t n, int64_t row_begin, int64_t row_end,
+                              AmkDiagEngine *diag) {
+  if (vm->dead || from->dead)
+    return false;
+  if (row_begin < 0 || row_end < row_begin) {
+    amk_error(diag, no_loc(), "KV rows [%" PRId64 ", %" PRId64 ") are no range", row_begin,
+              row_end);
+    return false;
+  }
+  if (row_end == row_begin)
+    return true;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  for (uint32_t i = 0; i < n; i++) {
+    const AmkKvRowCopy *c = &copies[i];
+    bool in_range = c->to_buffer < vm->plan->n_buffers &&
+                    c->from_buffer < from->plan->n_buffers && c->width > 0 &&
+                    c->to_offset >= 0 && c->from_offset >= 0 &&
+                    c->to_offset + c->width <= c->to_pitch &&
+                    c->from_offset + c->width <= c->from_pitch;
+    /* Both caches hold rows [0, row_end) whole. */
+    if (!in_range || (int64_t)vm->buf_bytes[c->to_buffer] < row_end * c->to_pitch ||
+        (int64_t)from->buf_bytes[c->from_buffer] < row_end * c->from_pitch) {
+      amk_error(diag, no_loc(), "KV rows up to %" PRId64 " do not fit cache '%s' or '%s'",
+                row_end,
+                c->to_buffer < vm->plan->n_buffers ? vm->m->buffers[c->to_buffer].name : "?",
+                c->from_buffer < from->plan->n_buffers ? from->m->buffers[c->from_buffer].name
+                                                      : "?");
+      return false;
+    }
+    AmkCudaMemcpy2D m = {
+        .srcMemoryType = AMK_CU_MEMORYTYPE_DEVICE,
+        .srcDevice = from->buf_addr[c->from_buffer] + (uint64_t)(row_begin * c->from_pitch +
+                                                                 c->from_offset),
+        .srcPitch = (size_t)c->from_pitch,
+        .dstMemoryType = AMK_CU_MEMORYTYPE_DEVICE,
+        .dstDevice = vm->buf_addr[c->to_buffer] + (uint64_t)(row_begin * c->to_pitch +
+                                                            c->to_offset),
+        .dstPitch = (size_t)c->to_pitch,
+        .WidthInBytes = (size_t)c->width,
+        .Height = (size_t)(row_end - row_begin)};
+    if (!cu_ok(vm, vm->drv.cuMemcpy2DAsync(&m, vm->stream), "cuMemcpy2DAsync (KV rows)", diag))
+      return false;
+  }
+  return cu_ok(vm, vm->drv.cuStreamSynchronize(vm->stream), "cuStreamSynchronize (KV rows)",
+               diag);
+}
+
 /* Grows the device prompt array and the host-mapped produced array. */
 static bool reserve_decode(AmkCudaVm *vm, int64_t n_feed, int64_t n_steps, AmkDiagEngine *diag) {
   if (!vm->decode_state) {
@@ -1150,6 +1198,12 @@ static bool engine_share_kv(void *self, const void *from, AmkDiagEngine *diag) {
   return amk_cuda_vm_share_kv(self, from, diag);
 }
 
+static bool engine_copy_kv_rows(void *self, const void *from, const AmkKvRowCopy *copies,
+                                uint32_t n, int64_t row_begin, int64_t row_end,
+                                AmkDiagEngine *diag) {
+  return amk_cuda_vm_copy_kv_rows(self, from, copies, n, row_begin, row_end, diag);
+}
+
 static const float *engine_logits(const void *self, size_t *n) {
   return amk_cuda_vm_logits(self, n);
 }
@@ -1183,6 +1237,7 @@ const AmkEngineOps *amk_cuda_engine(void) {
       .trace = engine_trace,
       .generate = engine_generate,
       .step_rows = engine_step_rows,
+      .copy_kv_rows = engine_copy_kv_rows,
       .logit_rows = engine_logit_rows,
       .share_kv = engine_share_kv,
   };

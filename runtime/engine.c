@@ -121,6 +121,21 @@ void *amk_engine_kv_data(AmkEngine *e, uint32_t b, size_t *nbytes) {
   return e->ops->kv_data ? e->ops->kv_data(e->self, b, nbytes) : NULL;
 }
 
+bool amk_engine_copies_kv_on_device(const AmkEngine *to, const AmkEngine *from) {
+  return to->ops == from->ops && to->ops->copy_kv_rows != NULL;
+}
+
+bool amk_engine_copy_kv_device(AmkEngine *to, const AmkEngine *from, const AmkKvRowCopy *copies,
+                               uint32_t n, int64_t row_begin, int64_t row_end,
+                               AmkDiagEngine *diag) {
+  if (!amk_engine_copies_kv_on_device(to, from)) {
+    amk_error(diag, no_loc(), "the %s engine cannot copy KV rows from the %s engine on the device",
+              to->ops->name, from->ops->name);
+    return false;
+  }
+  return to->ops->copy_kv_rows(to->self, from->self, copies, n, row_begin, row_end, diag);
+}
+
 bool amk_engine_can_generate(const AmkEngine *e) { return e->ops->generate != NULL; }
 
 AmkStepStatus amk_engine_generate(AmkEngine *e, const AmkGenerate *g, double *kernel_ms,

@@ -190,6 +190,22 @@ static char *slot_bytes(AmkEngine *e, const KvSlot *s, int64_t row_end, int64_t 
 bool amk_engine_copy_kv_rows(const AmkKvMap *map, AmkEngine *to, AmkEngine *from,
                              int64_t row_begin, int64_t row_end, AmkDiagEngine *diag) {
   int64_t elem = map->elem_bytes;
+  size_t unused;
+  if (!amk_engine_kv_data(to, map->to.n ? map->to.at[0].buffer : 0, &unused) &&
+      amk_engine_copies_kv_on_device(to, from)) {
+    /* Caches on the device: the same pieces, in bytes, copied there. */
+    AmkKvRowCopy *copies = amk_xcalloc(map->to.n ? map->to.n : 1, sizeof *copies);
+    for (uint32_t i = 0; i < map->to.n; i++) {
+      const KvSlot *t = &map->to.at[i], *f = &map->from.at[i];
+      copies[i] = (AmkKvRowCopy){.to_buffer = t->buffer, .from_buffer = f->buffer,
+                                 .to_pitch = t->stride * elem, .to_offset = t->offset * elem,
+                                 .from_pitch = f->stride * elem,
+                                 .from_offset = f->offset * elem, .width = t->width * elem};
+    }
+    bool ok = amk_engine_copy_kv_device(to, from, copies, map->to.n, row_begin, row_end, diag);
+    free(copies);
+    return ok;
+  }
   for (uint32_t i = 0; i < map->to.n; i++) {
     const KvSlot *t = &map->to.at[i], *f = &map->from.at[i];
     char *dst = slot_bytes(to, t, row_end, elem, diag);

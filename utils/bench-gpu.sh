@@ -41,13 +41,15 @@ for shape in "${SHAPES[@]}"; do
   echo "rc=$?"
   if [ "$shape" = llama-3.2-1b ]; then
     # Time to first token of a 512-token prompt: one prefill program of 512
-    # rows (a pipeline without fuse) plus one decode step, beside the
-    # anchors' hf_prefill_512 (HF's eager forward over 512 tokens).
+    # rows, its KV rows copied into the fused decode program's caches, plus
+    # one decode step, beside the anchors' hf_prefill_512 (HF's eager
+    # forward over 512 tokens); the trace of the prefill launch goes to the
+    # log (where its time went).
     echo "== ours: $shape prefill of 512 tokens (TTFT)"
     timeout 300 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
-      --max-seq 2048 --passes import,tile,sm-assign,color -b 512 --bench --bench-pos 0 \
+      --max-seq 2048 -b 512 --bench --bench-pos 0 \
       --bench-steps 16 --bench-warmup 2 --bench-prompt 512 --json -v \
-      >"$LOG/$shape.prefill.log" 2>&1
+      --trace "$LOG/$shape.ttft.json" >"$LOG/$shape.prefill.log" 2>&1
     echo "rc=$?"
   fi
 done

@@ -32,7 +32,9 @@
 #      independent reference, and the 512 x 8192 x 2048 bf16 GEMM's TFLOP/s
 #   7. prefill programs on the GPU under --check (each chunk's last logits
 #      row against the reference VM's prefill of the same chunk, then every
-#      decode step): llama-tiny f32/bf16, every fixture of AMK_FIXTURES and
+#      decode step; the fused decode program takes each chunk's KV rows
+#      device to device): llama-tiny f32/bf16 (also without fuse, on
+#      shared caches), every fixture of AMK_FIXTURES and
 #      the families (golden prompt, -b 4: chunks and a remainder), and the
 #      1B shape with random weights and a 600-token prompt, -b 512 (two
 #      chunks: 512 and 88 rows)
@@ -238,14 +240,20 @@ else
 fi
 
 echo "== 7. prefill programs on the GPU under --check"
-PREFILL_PASSES=import,tile,sm-assign,color # no fuse: the engines share the KV caches by name
+# The default pipeline (fused decode program: each chunk's KV rows are
+# copied device to device into its caches) everywhere; without fuse (the
+# engines share the caches by name) on llama-tiny too.
+UNFUSED=import,tile,sm-assign,color
 IDS20=1,17,42,99,3,5,8,13,21,34,55,89,144,233,7,11,19,23,29,31
 for dt in f32 bf16; do
-  s=$(run_logged "prefill-tiny-$dt" "$BIN/amk-run" "$EX" --device cuda --check -v --dtype "$dt" \
-    --passes "$PREFILL_PASSES" -b 8 --prompt-ids "$IDS20" -n 8 -c 64)
-  # A PASS needs the prompt to have gone in by prefill programs.
-  grep -q 'fed in chunks' "$LOG/prefill-tiny-$dt.log" || [ "$s" != PASS ] || s=FAIL
-  row "$s" "prefill: llama-tiny $dt -b 8, 20-token prompt, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/prefill-tiny-$dt.log" | head -1 | cut -c1-150)"
+  for pipe in default unfused; do
+    [ $pipe = unfused ] && set -- --passes "$UNFUSED" || set --
+    s=$(run_logged "prefill-tiny-$dt-$pipe" "$BIN/amk-run" "$EX" --device cuda --check -v --dtype "$dt" \
+      "$@" -b 8 --prompt-ids "$IDS20" -n 8 -c 64)
+    # A PASS needs the prompt to have gone in by prefill programs.
+    grep -q 'fed in chunks' "$LOG/prefill-tiny-$dt-$pipe.log" || [ "$s" != PASS ] || s=FAIL
+    row "$s" "prefill: llama-tiny $dt $pipe -b 8, 20-token prompt, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/prefill-tiny-$dt-$pipe.log" | head -1 | cut -c1-150)"
+  done
 done
 PREFILL_FIX=("${FIX_LIST[@]:1}")
 if [ -n "$FAMILIES" ]; then
@@ -256,14 +264,14 @@ for fx in "${PREFILL_FIX[@]}"; do
   prompt=$(python3 -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['prompt'])))" "$fx/golden.json")
   for dt in f32 bf16; do
     s=$(run_logged "prefill-$name-$dt" "$BIN/amk-run" "$fx" --device cuda --check -v --dtype "$dt" \
-      --passes "$PREFILL_PASSES" -b 4 --prompt-ids "$prompt" -n 8)
+      -b 4 --prompt-ids "$prompt" -n 8)
     grep -q 'fed in chunks' "$LOG/prefill-$name-$dt.log" || [ "$s" != PASS ] || s=FAIL
     row "$s" "prefill: $name $dt -b 4, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/prefill-$name-$dt.log" | head -1 | cut -c1-150)"
   done
 done
 IDS600=$(python3 -c "print(','.join(str((i * 7919) % 128000 + 1) for i in range(600)))")
 s=$(STEP_TIMEOUT=900 run_logged prefill-l1b "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
-  --max-seq 2048 --device cuda --check --check-steps 4 -v --passes "$PREFILL_PASSES" -b 512 \
+  --max-seq 2048 --device cuda --check --check-steps 4 -v -b 512 \
   --prompt-ids "$IDS600" -n 2 --ignore-eos)
 grep -q 'fed in chunks' "$LOG/prefill-l1b.log" || [ "$s" != PASS ] || s=FAIL
 row "$s" "prefill: 1B bf16 random weights, 600 tokens, -b 512, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|token by token\|error' "$LOG/prefill-l1b.log" | head -1 | cut -c1-150)"

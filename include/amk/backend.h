@@ -206,6 +206,13 @@ const float *amk_cuda_vm_logit_rows(const AmkCudaVm *vm, size_t *rows, size_t *v
  * with AmkCudaVmOptions.share = from (no copy); false after reporting
  * otherwise, naming the cache. */
 bool amk_cuda_vm_share_kv(AmkCudaVm *vm, const AmkCudaVm *from, AmkDiagEngine *diag);
+/* Rows [row_begin, row_end) of from's KV caches into vm's, piece by piece
+ * (copies: plan buffer indices, byte pitches and offsets), device to device
+ * on vm's stream; returns when they are done. Both VMs in one context (a
+ * prefill VM created on the decode VM). False after reporting. */
+bool amk_cuda_vm_copy_kv_rows(AmkCudaVm *vm, const AmkCudaVm *from, const AmkKvRowCopy *copies,
+                              uint32_t n, int64_t row_begin, int64_t row_end,
+                              AmkDiagEngine *diag);
 /* Greedy decoding on the device with no host round trip per token: launch
  * i runs at position pos + i; while the prompt lasts the next token is
  * feed[i + 1], after it the argmax of launch i's logits, which the device

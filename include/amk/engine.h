@@ -73,6 +73,15 @@ typedef struct {
   void *ctx;
 } AmkGenerate;
 
+/* One strided piece of every row of a KV cache copied into another: row r
+ * of `to_buffer` at byte r * to_pitch + to_offset takes `width` bytes from
+ * row r of `from_buffer` at r * from_pitch + from_offset (buffers are plan
+ * buffer indices of the two engines). */
+typedef struct {
+  uint32_t to_buffer, from_buffer;
+  int64_t to_pitch, to_offset, from_pitch, from_offset, width;
+} AmkKvRowCopy;
+
 typedef struct {
   const char *name; /* "cpu", "cuda" */
   void *(*create)(const AmkPlan *plan, const AmkWeights *weights, const AmkEngineOptions *opt,
@@ -104,6 +113,12 @@ typedef struct {
   /* The host bytes of KV_CACHE buffer b (NULL: none, or not on the host):
    * what amk_engine_copy_kv_rows reads and writes. */
   void *(*kv_data)(void *self, uint32_t b, size_t *nbytes);
+  /* Engines that keep their KV caches off the host (kv_data NULL): copies
+   * rows [row_begin, row_end) of each of n strided row pieces from an
+   * engine of the same kind into self's caches, on the device; returns
+   * once they are done. */
+  bool (*copy_kv_rows)(void *self, const void *from, const AmkKvRowCopy *copies, uint32_t n,
+                       int64_t row_begin, int64_t row_end, AmkDiagEngine *diag);
 } AmkEngineOps;
 
 typedef struct AmkEngine AmkEngine;
@@ -153,6 +168,12 @@ bool amk_engine_share_kv(AmkEngine *e, const AmkEngine *from, AmkDiagEngine *dia
 /* The host bytes of KV_CACHE buffer b, or NULL (*nbytes 0) where the
  * engine keeps none (no kv_data hook) or b is no KV cache. */
 void *amk_engine_kv_data(AmkEngine *e, uint32_t b, size_t *nbytes);
+/* Whether `to` copies KV rows from `from` on the device (copy_kv_rows), and
+ * doing so; false after reporting where it cannot. */
+bool amk_engine_copies_kv_on_device(const AmkEngine *to, const AmkEngine *from);
+bool amk_engine_copy_kv_device(AmkEngine *to, const AmkEngine *from, const AmkKvRowCopy *copies,
+                               uint32_t n, int64_t row_begin, int64_t row_end,
+                               AmkDiagEngine *diag);
 
 /* KV rows across cache layouts (runtime/kv_layout.c). The unfused programs
  * (import, tile; every prefill program) keep per layer `P.kcache` and
@@ -169,8 +190,9 @@ void amk_kv_map_free(AmkKvMap *map);
  * dtype (then amk_engine_share_kv binds them, and nothing is copied). */
 bool amk_kv_same_caches(const AmkPlan *a, const AmkPlan *b);
 /* Copies rows [row_begin, row_end) of every KV cache of `from` into `to`
- * through the map (made for to's and from's plans, in that order). False,
- * after reporting, when an engine keeps no host bytes (kv_data). */
+ * through the map (made for to's and from's plans, in that order): through
+ * host bytes (kv_data), or on the device (copy_kv_rows, both engines of
+ * one kind). False, after reporting, when neither is possible. */
 bool amk_engine_copy_kv_rows(const AmkKvMap *map, AmkEngine *to, AmkEngine *from,
                              int64_t row_begin, int64_t row_end, AmkDiagEngine *diag);
 

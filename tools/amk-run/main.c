@@ -37,19 +37,6 @@ double run_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Whether a comma-separated pass list names `pass`. */
-static bool pipeline_text_has(const char *list, const char *pass) {
-  size_t n = strlen(pass);
-  for (const char *p = list; p && *p;) {
-    const char *end = strchr(p, ',');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    if (len == n && strncmp(p, pass, n) == 0)
-      return true;
-    p = end ? end + 1 : NULL;
-  }
-  return false;
-}
-
 static bool has_pass(const AmkPipeline *p, const char *name) {
   for (size_t i = 0; i < amk_pipeline_size(p); i++)
     if (strcmp(amk_pipeline_pass_at(p, i)->name, name) == 0)
@@ -380,13 +367,11 @@ int main(int argc, char **argv) {
    * compiled from it), on the CPU reference VM or the GPU (with --check
    * the reference VM runs the same chunks, compared chunk by chunk), and one
    * rank (tensor-parallel prefill programs do not exist yet). A fused decode
-   * program's KV rows are copied from the prefill programs' caches through
-   * host memory (prefill.c), which the CUDA engine does not offer yet: on
-   * the GPU the pipeline must leave out fuse. */
-  bool on_gpu = strcmp(device, "cuda") == 0;
+   * program's KV rows are copied from the prefill programs' caches
+   * (prefill.c): through host memory on the CPU, device to device on the
+   * GPU. */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) &&
-              (strcmp(device, "cpu") == 0 || on_gpu) &&
-              !(on_gpu && pipeline_text_has(o.pipeline, "fuse")) && o.tp <= 1;
+              (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) && o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -551,11 +536,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.tp > 1 ? "tensor-parallel ranks have no prefill programs yet"
-            : pipeline_text_has(o.pipeline, "fuse")
-                ? "on the GPU the fused decode program's KV caches are not the prefill "
-                  "programs' and no device-side row copy exists yet; --passes without fuse "
-                  "prefills"
-                : "the engine runs no prefill programs");
+                       : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,
