@@ -2268,6 +2268,10 @@ __device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   }
 }
 
+// Elements an elementwise thread loads before it computes (all in flight).
+#ifndef AMK_ELT_UNROLL
+#define AMK_ELT_UNROLL 8
+#endif
 // The narrowest index type that holds a tensor's element offsets.
 template <bool FITS_32> struct amk_index_t { typedef unsigned int type; };
 template <> struct amk_index_t<false> { typedef unsigned long long type; };
@@ -2292,31 +2296,49 @@ __device__ void amk_eltwise(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
   }
   float scale = (OPK == 3) ? I.params.scale.f : 1.0f;
   constexpr long long ROWS = NUMEL / WIDTH;
-  // 32-bit index arithmetic where the tensor allows it: a 64-bit division
-  // by the run-time window width costs ~10x its 32-bit form (a prefill
-  // program's column windows over 512 rows ran at ~3 ns an element).
+  // 32-bit index arithmetic where the tensor allows it (a 64-bit division
+  // by the run-time window width costs ~10x its 32-bit form). Each thread
+  // issues the loads of AMK_ELT_UNROLL elements before it uses any: the
+  // loop's stores may alias its loads, so without that every element
+  // waited one memory round trip (a prefill program's column windows of
+  // 512 rows ran at ~3 ns an element).
   using Index = typename amk_index_t<(NUMEL < 0x7fffffffLL)>::type;
   const Index n = (Index)(ROWS * cn), w = (Index)cn;
-  for (Index t = threadIdx.x; t < n; t += AMK_NT) {
-    Index row = t / w;
-    long long i = (long long)row * WIDTH + c0 + (t - row * w);
-    float v = amk_ld<ADT>(a, i), r;
-    if constexpr (OPK == 0) {
-      r = v / (1.0f + expf(-v)) * amk_ld<BDT>(b, i);
-    } else if constexpr (OPK == 1) {
-      r = v + amk_ld<BDT>(b, i);
-    } else if constexpr (OPK == 2) {
-      r = v * amk_ld<BDT>(b, i);
-    } else if constexpr (OPK == 3) {
-      r = v * scale;
-    } else if constexpr (OPK == 4) {
-      r = v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));
-    } else if constexpr (OPK == 6) {
-      r = 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
-    } else {
-      r = v;
+  constexpr int U = AMK_ELT_UNROLL;
+  for (Index t0 = threadIdx.x; t0 < n; t0 += (Index)AMK_NT * U) {
+    long long at[U];
+    float va[U], vb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      Index t = t0 + (Index)(u * AMK_NT);
+      Index row = t / w;
+      at[u] = t < n ? (long long)row * WIDTH + c0 + (t - row * w) : -1;
+      va[u] = at[u] >= 0 ? amk_ld<ADT>(a, at[u]) : 0.0f;
+      if constexpr (OPK <= 2)
+        vb[u] = at[u] >= 0 ? amk_ld<BDT>(b, at[u]) : 0.0f;
     }
-    amk_st<ODT>(out, i, r);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (at[u] < 0)
+        continue;
+      float v = va[u], r;
+      if constexpr (OPK == 0) {
+        r = v / (1.0f + expf(-v)) * vb[u];
+      } else if constexpr (OPK == 1) {
+        r = v + vb[u];
+      } else if constexpr (OPK == 2) {
+        r = v * vb[u];
+      } else if constexpr (OPK == 3) {
+        r = v * scale;
+      } else if constexpr (OPK == 4) {
+        r = v * 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+      } else if constexpr (OPK == 6) {
+        r = 0.5f * v * (1.0f + tanhf(0.79788456080286535588f * (v + 0.044715f * v * v * v)));
+      } else {
+        r = v;
+      }
+      amk_st<ODT>(out, at[u], r);
+    }
   }
 }
 

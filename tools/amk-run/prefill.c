@@ -88,7 +88,10 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   AmkEngineOptions eopt = amk_engine_options_default();
   eopt.threads = (int)p->o->threads;
   eopt.timeout_ms = p->o->timeout_ms;
-  eopt.share_with = p->decode; /* the GPU's weights and KV caches, in place */
+  /* The GPU's weights and KV caches, in place: the decode engine's, or,
+   * where the caches are copied, the first prefill program's (its caches
+   * of the prefill layout, the decode engine's weights). */
+  eopt.share_with = p->copy_kv && p->n_programs > 0 ? p->programs[0].engine : p->decode;
   eopt.trace = p->o->trace != NULL; /* the bench traces one chunk (bench.c) */
   bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
             (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
