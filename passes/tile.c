@@ -23,6 +23,10 @@
  * ATTENTION_COMBINE merges the partitions into the original output. Left
  * to itself, tile picks P for long caches only, at most 6 (fuse then folds
  * the combine into the tiles that read its output).
+ *
+ * A prefill chunk's multi-row ATTENTION_TILE stays one op, cut into tasks
+ * of one KV head x a block of query rows (n_off/N_tile, m_off/M_tile;
+ * split_prefill_attention, attention_block_rows).
  */
 #include <stdio.h>
 #include <stdlib.h>
