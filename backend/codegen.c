@@ -497,6 +497,7 @@ static bool head_params(Gen *g, const AmkTask *t, const AmkInstParams *p, int64_
 /* amk_attention_rows's shared memory (megakernel.cuh): qs, ks (rows padded
  * by one), vs and ps. */
 #define ATTR_BK 32 /* AMK_ATTR_BK */
+#define ATTRM_BK 64 /* AMK_ATTRM_BK: 2 stages x (K + V) x BK rows x (hd + 8) halves = BK x (hd + 8) x 2 floats */
 static size_t attention_rows_smem_floats(int nt, int64_t hd) {
   size_t nq = (size_t)nt / 16;
   return nq * (size_t)hd + ATTR_BK * (size_t)(hd + 1) + ATTR_BK * (size_t)hd + nq * ATTR_BK;
@@ -504,9 +505,10 @@ static size_t attention_rows_smem_floats(int nt, int64_t hd) {
 
 /* ATTENTION_TILE over M > 1 query rows (a prefill program): q and the
  * output [M, n_heads * head_dim]; causal by flags bit 0 at run time. */
-static bool gen_attention_rows(Gen *g, const AmkTask *t, const BufInfo *q, const BufInfo *k,
-                               const BufInfo *v, const BufInfo *o, int64_t hd, int64_t nh,
-                               int64_t nkv, AmkStrBuf *inst) {
+static bool gen_attention_rows(Gen *g, const AmkTask *t, const AmkInstParams *p,
+                               const BufInfo *q, const BufInfo *k, const BufInfo *v,
+                               const BufInfo *o, int64_t hd, int64_t nh, int64_t nkv,
+                               AmkStrBuf *inst) {
   int64_t m_rows = q->numel / (nh * hd), kvw = nkv * hd;
   if (k->numel != v->numel || k->dtype != v->dtype)
     return fail(g, t, "the k and v caches differ in size or dtype");
@@ -519,8 +521,27 @@ static bool gen_attention_rows(Gen *g, const AmkTask *t, const BufInfo *q, const
   int64_t rows = k->numel / kvw;
   if (rows > INT32_MAX || m_rows > INT32_MAX || m_rows * nh > INT32_MAX)
     return fail(g, t, "the cache or the query rows are too many");
+  /* The sub-rectangle (validated: whole GQA groups, rows inside q). */
+  bool heads = amk_inst_param_has(p, AMK_PARAM_n_off) || amk_inst_param_has(p, AMK_PARAM_N_tile);
+  bool row_range = amk_inst_param_has(p, AMK_PARAM_m_off) || amk_inst_param_has(p, AMK_PARAM_M_tile);
+  int64_t group = nh / nkv;
+  if (heads && (!amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+                p->n_off.i < 0 || p->N_tile.i < 1 || p->n_off.i + (int64_t)p->N_tile.i > nh ||
+                p->n_off.i % group || p->N_tile.i % group))
+    return fail(g, t, "query heads n_off, N_tile must select whole GQA groups of %" PRId64, group);
+  if (row_range && (!amk_inst_param_has(p, AMK_PARAM_m_off) || !amk_inst_param_has(p, AMK_PARAM_M_tile) ||
+                    p->m_off.i < 0 || p->M_tile.i < 1 || p->m_off.i + (int64_t)p->M_tile.i > m_rows))
+    return fail(g, t, "query rows m_off, M_tile must lie within the %" PRId64 " rows", m_rows);
+  int sub = (heads ? 1 : 0) | (row_range ? 2 : 0);
+  bool half = q->dtype == AMK_DTYPE_BF16 || q->dtype == AMK_DTYPE_F16;
+  if (half && k->dtype == q->dtype && hd % 32 == 0 && g->nt % 32 == 0) {
+    /* Tensor cores: two stages of a K and a V tile, 16-bit, rows padded by 8. */
+    need_smem(g, (size_t)ATTRM_BK * (size_t)(hd + 8) * 2);
+    EMIT(inst, attention_rows_mma, q->dtype, o->dtype, hd, nh, nkv, rows, m_rows, sub);
+    return true;
+  }
   need_smem(g, attention_rows_smem_floats(g->nt, hd));
-  EMIT(inst, attention_rows, q->dtype, k->dtype, o->dtype, hd, nh, nkv, rows, m_rows);
+  EMIT(inst, attention_rows, q->dtype, k->dtype, o->dtype, hd, nh, nkv, rows, m_rows, sub);
   return true;
 }
 
@@ -569,7 +590,12 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
   } else {
     /* A prefill chunk: M > 1 query rows of an unsplit ATTENTION_TILE. */
     if (mode == 0 && !partial && q.numel > nh * hd && q.numel % (nh * hd) == 0)
-      return gen_attention_rows(g, t, &q, &k, &v, &o, hd, nh, nkv, inst);
+      return gen_attention_rows(g, t, p, &q, &k, &v, &o, hd, nh, nkv, inst);
+    if (mode == 0 && (amk_inst_param_has(p, AMK_PARAM_n_off) || amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+                      amk_inst_param_has(p, AMK_PARAM_m_off) || amk_inst_param_has(p, AMK_PARAM_M_tile)))
+      return fail(g, t, "a one-row attention_tile computes every head (its part is the "
+                        "attention pattern of gemv_tile); n_off, N_tile, m_off and M_tile "
+                        "select part of a multi-row one");
     if (q.numel != nh * hd)
       return fail(g, t, "q has %" PRId64 " elements, want %" PRId64 "%s", q.numel, nh * hd,
                   mode == 0 ? " (or rows of it without the partial flag)" : "");

@@ -19,7 +19,8 @@
   X(gemv_combine, "iiiiiiii")                                                  \
   X(gemv_quant, "iiiiiiiiiii")                                                 \
   X(attention, "iiiiiiiiii")                                                   \
-  X(attention_rows, "iiiiiiii")                                                \
+  X(attention_rows, "iiiiiiiii")                                                \
+  X(attention_rows_mma, "iiiiiiii")                                             \
   X(combine, "iiiii")                                                          \
   X(rope_kv, "iiiiiiii")                                                       \
   X(embed, "iiiLLL")                                                           \

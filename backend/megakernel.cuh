@@ -1859,8 +1859,11 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 // whole pass (its scores, its online-softmax state, HD / 16 of its output
 // elements), so the softmax needs only shuffles among those 16 lanes. K and
 // V come in tiles of AMK_ATTR_BK rows staged in shared memory as fp32.
+// SUB bit 0: only query heads [n_off, n_off + N_tile) (whole GQA groups),
+// bit 1: only query rows [m_off, m_off + M_tile) (params, checked by the
+// validator); a row keeps its causal window (r is its index in the chunk).
 #define AMK_ATTR_BK 32
-template <int QDT, int KDT, int ODT, int HD, int NH, int NKV, int ROWS, int M>
+template <int QDT, int KDT, int ODT, int HD, int NH, int NKV, int ROWS, int M, int SUB>
 __device__ void amk_attention_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   static_assert(M > 1, "one query row takes amk_attention");
   constexpr int NQ = AMK_NT / 16;       // query vectors per pass
@@ -1884,23 +1887,27 @@ __device__ void amk_attention_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, flo
   float *vs = ks + AMK_ATTR_BK * KS;   // AMK_ATTR_BK * HD
   float *ps = vs + AMK_ATTR_BK * HD;   // NQ * AMK_ATTR_BK
   const int tid = threadIdx.x, qv = tid >> 4, l16 = tid & 15;
-  constexpr int NV = M * GROUP; // query vectors of one KV head
-  for (int kvh = 0; kvh < NKV; kvh++) {
+  const int kvh_lo = (SUB & 1) ? I.params.n_off.i / GROUP : 0;
+  const int kvh_hi = (SUB & 1) ? (I.params.n_off.i + I.params.N_tile.i) / GROUP : NKV;
+  const int row_lo = (SUB & 2) ? I.params.m_off.i : 0;
+  const int NV = ((SUB & 2) ? I.params.M_tile.i : M) * GROUP; // query vectors of one KV head
+  for (int kvh = kvh_lo; kvh < kvh_hi; kvh++) {
     for (int v0 = 0; v0 < NV; v0 += NQ) {
       // This lane's query vector: row r, head h; its window end (exclusive).
       int v = v0 + qv;
       bool live = v < NV;
-      int r = live ? v / GROUP : 0, h = kvh * GROUP + (live ? v % GROUP : 0);
+      int r = row_lo + (live ? v / GROUP : 0), h = kvh * GROUP + (live ? v % GROUP : 0);
       int end = win.kv_start + win.kv_len - (causal ? (M - 1 - r) : 0);
       if (end < win.kv_start)
         end = win.kv_start;
       // The pass reads up to its last query row's end.
       int last_v = v0 + NQ - 1 < NV - 1 ? v0 + NQ - 1 : NV - 1;
-      int pass_end = win.kv_start + win.kv_len - (causal ? (M - 1 - last_v / GROUP) : 0);
+      int pass_end =
+          win.kv_start + win.kv_len - (causal ? (M - 1 - (row_lo + last_v / GROUP)) : 0);
       __syncthreads(); // the previous pass is done with qs
       for (int i = tid; i < NQ * HD; i += AMK_NT) {
         int vq = v0 + i / HD, d = i % HD;
-        qs[i] = vq < NV ? amk_ld<QDT>(q, (long long)(vq / GROUP) * WIDTH +
+        qs[i] = vq < NV ? amk_ld<QDT>(q, (long long)(row_lo + vq / GROUP) * WIDTH +
                                              (long long)(kvh * GROUP + vq % GROUP) * HD + d)
                         : 0.0f;
       }
@@ -1964,6 +1971,211 @@ __device__ void amk_attention_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, flo
           int d = l16 + 16 * i;
           if (HD % 16 == 0 || d < HD)
             amk_st<ODT>(out, o + d, run_l > 0.0f ? acc[i] / run_l : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// The tensor-core form of amk_attention_rows (FlashAttention-2 style) for
+// q and caches of one 16-bit dtype DT (bf16 or f16) and HD a multiple of
+// 32: each warp owns 16 query vectors (vector v of the task: row
+// row_lo + v / GROUP, head kvh * GROUP + v % GROUP), keeps their Q
+// fragments in registers and walks the keys in tiles of AMK_ATTRM_BK rows,
+// which the block stages in shared memory as DT with cp.async (double
+// buffered, L2 only: the caches are written during the launch; rows past
+// the pass zero-filled). S = Q K^T and O += P V are mma.sync m16n8k16 with
+// fp32 accumulation (P rounded to DT, as FlashAttention does); the online
+// softmax runs on the accumulator fragments (a row's 4 lanes reduce with
+// shuffles). A warp skips tiles past its last row's causal end. SUB as
+// amk_attention_rows.
+#define AMK_ATTRM_BK 64
+__device__ constexpr int amk_attrm_ld(int hd) { return hd + 8; } // 16-byte row gap: no bank conflicts
+__device__ __forceinline__ void amk_ldmatrix_x4_trans(unsigned *r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+template <int DT> __device__ __forceinline__ unsigned amk_pack2(float lo, float hi) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    return (unsigned)amk_f2bf(lo) | ((unsigned)amk_f2bf(hi) << 16);
+  else
+    return (unsigned)amk_f2h(lo) | ((unsigned)amk_f2h(hi) << 16);
+}
+template <int DT, int ODT, int HD, int NH, int NKV, int ROWS, int M, int SUB>
+__device__ void amk_attention_rows_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(M > 1 && HD % 32 == 0 && (DT == AMK_ABI_DTYPE_BF16 || DT == AMK_ABI_DTYPE_F16),
+                "16-bit q and caches, HD a multiple of 32");
+  constexpr int BK = AMK_ATTRM_BK, LD = amk_attrm_ld(HD), GROUP = NH / NKV;
+  constexpr int WIDTH = NH * HD, KW = NKV * HD, KT = HD / 16, NT8 = HD / 8;
+  constexpr int PIECES = BK * HD / 8; // 16-byte pieces of one K (or V) tile
+  const unsigned short *q = (const unsigned short *)amk_in(A, 0);
+  const unsigned short *kc = (const unsigned short *)amk_in(A, 1);
+  const unsigned short *vc = (const unsigned short *)amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  if (win.kv_start < 0 || win.kv_len < 0 || win.kv_start > ROWS - win.kv_len) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
+    return;
+  }
+  const bool causal = (I.params.flags.i & 1) != 0;
+  const float scale = I.params.scale.f;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int kvh_lo = (SUB & 1) ? I.params.n_off.i / GROUP : 0;
+  const int kvh_hi = (SUB & 1) ? (I.params.n_off.i + I.params.N_tile.i) / GROUP : NKV;
+  const int row_lo = (SUB & 2) ? I.params.m_off.i : 0;
+  const int NV = ((SUB & 2) ? I.params.M_tile.i : M) * GROUP;
+  const int wend = win.kv_start + win.kv_len;
+  // The window end (exclusive) of query vector v (none past NV).
+  auto end_of = [&](int v) {
+    if (v >= NV)
+      return win.kv_start;
+    int e = wend - (causal ? (M - 1 - (row_lo + v / GROUP)) : 0);
+    return e < win.kv_start ? win.kv_start : e;
+  };
+  const unsigned sbase = amk_smem_addr(smem);
+  for (int kvh = kvh_lo; kvh < kvh_hi; kvh++) {
+    for (int v0 = 0; v0 < NV; v0 += AMK_NWARPS * 16) {
+      const int vw = v0 + warp * 16, va = vw + g, vb = va + 8;
+      const int end_a = end_of(va), end_b = end_of(vb);
+      const int warp_end = end_of(vw + 15 < NV ? vw + 15 : NV - 1);
+      const int last = v0 + AMK_NWARPS * 16 - 1 < NV - 1 ? v0 + AMK_NWARPS * 16 - 1 : NV - 1;
+      const int pass_end = end_of(last);
+      // Q fragments (rows g and g + 8 of the warp's 16 vectors).
+      unsigned qa[KT][4];
+      {
+        long long oa = (long long)(row_lo + va / GROUP) * WIDTH + (long long)(kvh * GROUP + va % GROUP) * HD;
+        long long ob = (long long)(row_lo + vb / GROUP) * WIDTH + (long long)(kvh * GROUP + vb % GROUP) * HD;
+#pragma unroll
+        for (int kk = 0; kk < KT; kk++) {
+          int c = kk * 16 + t4 * 2;
+          qa[kk][0] = va < NV ? __ldcg((const unsigned *)(q + oa + c)) : 0u;
+          qa[kk][1] = vb < NV ? __ldcg((const unsigned *)(q + ob + c)) : 0u;
+          qa[kk][2] = va < NV ? __ldcg((const unsigned *)(q + oa + c + 8)) : 0u;
+          qa[kk][3] = vb < NV ? __ldcg((const unsigned *)(q + ob + c + 8)) : 0u;
+        }
+      }
+      float o[NT8][4];
+#pragma unroll
+      for (int n = 0; n < NT8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+      float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
+      // Stage s: K tile at s * 2 * BK * LD elements, its V tile after it.
+      auto load_tile = [&](int k0, int s) {
+        unsigned dk = sbase + (unsigned)(s * 2 * BK * LD) * 2, dv = dk + (unsigned)(BK * LD) * 2;
+        for (int i = tid; i < PIECES; i += AMK_NT) {
+          int j = i / (HD / 8), c = (i % (HD / 8)) * 8;
+          bool in = k0 + j < pass_end;
+          long long off = (long long)(k0 + j) * KW + (long long)kvh * HD + c;
+          amk_cp_async16(dk + (unsigned)(j * LD + c) * 2, in ? kc + off : kc, in);
+          amk_cp_async16(dv + (unsigned)(j * LD + c) * 2, in ? vc + off : vc, in);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+      };
+      __syncthreads(); // the previous pass is done with both stages
+      if (win.kv_start < pass_end)
+        load_tile(win.kv_start, 0);
+      int s = 0;
+      for (int k0 = win.kv_start; k0 < pass_end; k0 += BK, s ^= 1) {
+        if (k0 + BK < pass_end) {
+          load_tile(k0 + BK, s ^ 1);
+          amk_cp_async_wait<1>();
+        } else {
+          amk_cp_async_wait<0>();
+        }
+        __syncthreads(); // tile k0 is in stage s for every warp
+        if (k0 < warp_end) {
+          const unsigned sk = sbase + (unsigned)(s * 2 * BK * LD) * 2, sv = sk + (unsigned)(BK * LD) * 2;
+          float sc[BK / 8][4];
+#pragma unroll
+          for (int nb = 0; nb < BK / 8; nb++) {
+            sc[nb][0] = sc[nb][1] = sc[nb][2] = sc[nb][3] = 0.0f;
+#pragma unroll
+            for (int k2 = 0; k2 < KT / 2; k2++) {
+              unsigned b[4];
+              amk_ldmatrix_x4(b, sk + (unsigned)((nb * 8 + (lane & 7)) * LD + k2 * 32 + (lane >> 3) * 8) * 2);
+              amk_mma16816<DT>(sc[nb], qa[2 * k2], b);
+              amk_mma16816<DT>(sc[nb], qa[2 * k2 + 1], b + 2);
+            }
+          }
+          float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+          for (int nb = 0; nb < BK / 8; nb++) {
+            int kj = k0 + nb * 8 + t4 * 2;
+            sc[nb][0] = kj < end_a ? sc[nb][0] * scale : -INFINITY;
+            sc[nb][1] = kj + 1 < end_a ? sc[nb][1] * scale : -INFINITY;
+            sc[nb][2] = kj < end_b ? sc[nb][2] * scale : -INFINITY;
+            sc[nb][3] = kj + 1 < end_b ? sc[nb][3] * scale : -INFINITY;
+            mx_a = fmaxf(mx_a, fmaxf(sc[nb][0], sc[nb][1]));
+            mx_b = fmaxf(mx_b, fmaxf(sc[nb][2], sc[nb][3]));
+          }
+#pragma unroll
+          for (int x = 1; x <= 2; x <<= 1) {
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, x));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, x));
+          }
+          float na = fmaxf(m_a, mx_a), nb_ = fmaxf(m_b, mx_b);
+          float ua = na == -INFINITY ? 0.0f : na, ub = nb_ == -INFINITY ? 0.0f : nb_;
+          float ca = expf(m_a - ua), cb = expf(m_b - ub); // 0 while nothing was seen
+          m_a = na;
+          m_b = nb_;
+          l_a *= ca;
+          l_b *= cb;
+#pragma unroll
+          for (int n = 0; n < NT8; n++) {
+            o[n][0] *= ca;
+            o[n][1] *= ca;
+            o[n][2] *= cb;
+            o[n][3] *= cb;
+          }
+#pragma unroll
+          for (int nb = 0; nb < BK / 8; nb++) {
+            sc[nb][0] = expf(sc[nb][0] - ua);
+            sc[nb][1] = expf(sc[nb][1] - ua);
+            sc[nb][2] = expf(sc[nb][2] - ub);
+            sc[nb][3] = expf(sc[nb][3] - ub);
+            l_a += sc[nb][0] + sc[nb][1];
+            l_b += sc[nb][2] + sc[nb][3];
+          }
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; kk++) {
+            unsigned pa[4] = {amk_pack2<DT>(sc[2 * kk][0], sc[2 * kk][1]),
+                              amk_pack2<DT>(sc[2 * kk][2], sc[2 * kk][3]),
+                              amk_pack2<DT>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                              amk_pack2<DT>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < HD / 16; dp++) {
+              unsigned b[4];
+              amk_ldmatrix_x4_trans(
+                  b, sv + (unsigned)((kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                     (lane >> 4) * 8) * 2);
+              amk_mma16816<DT>(o[2 * dp], pa, b);
+              amk_mma16816<DT>(o[2 * dp + 1], pa, b + 2);
+            }
+          }
+        }
+        __syncthreads(); // every warp is done with stage s before it is refilled
+      }
+#pragma unroll
+      for (int x = 1; x <= 2; x <<= 1) {
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, x);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, x);
+      }
+      float ia = l_a > 0.0f ? 1.0f / l_a : 0.0f, ib = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+      long long oa = (long long)(row_lo + va / GROUP) * WIDTH + (long long)(kvh * GROUP + va % GROUP) * HD;
+      long long ob = (long long)(row_lo + vb / GROUP) * WIDTH + (long long)(kvh * GROUP + vb % GROUP) * HD;
+#pragma unroll
+      for (int n = 0; n < NT8; n++) {
+        int d = n * 8 + t4 * 2;
+        if (va < NV) {
+          amk_st<ODT>(out, oa + d, o[n][0] * ia);
+          amk_st<ODT>(out, oa + d + 1, o[n][1] * ia);
+        }
+        if (vb < NV) {
+          amk_st<ODT>(out, ob + d, o[n][2] * ib);
+          amk_st<ODT>(out, ob + d + 1, o[n][3] * ib);
         }
       }
     }

@@ -161,15 +161,62 @@ static AmkTensorView row_view(const AmkTensorView *t, int64_t r, int64_t width) 
   return v;
 }
 
+/* The sub-rectangle of a multi-row task's output it computes: query heads
+ * [n_off, n_off + N_tile) (whole GQA groups) and query rows [m_off,
+ * m_off + M_tile); each pair is optional (absent: all heads, all rows). */
+typedef struct {
+  int64_t head_lo, head_hi, row_lo, row_hi;
+} AttentionRect;
+
+static int attention_rect(const AmkInstCall *call, const InstAttention *a, int64_t rows,
+                          AttentionRect *rect) {
+  const AmkInstParams *p = call->p;
+  bool has_heads = amk_inst_param_has(p, AMK_PARAM_n_off) || amk_inst_param_has(p, AMK_PARAM_N_tile);
+  bool has_rows = amk_inst_param_has(p, AMK_PARAM_m_off) || amk_inst_param_has(p, AMK_PARAM_M_tile);
+  *rect = (AttentionRect){0, a->n_heads, 0, rows};
+  if ((has_heads || has_rows) && a->partial)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "a partial write covers every head of its one row; n_off, N_tile, "
+                     "m_off and M_tile select part of a whole (flags bit 1 clear) output");
+  if (has_heads) {
+    int64_t group = a->n_heads / a->n_kv_heads;
+    int64_t off = inst_int_or(call, AMK_PARAM_n_off, -1), n = inst_int_or(call, AMK_PARAM_N_tile, -1);
+    if (off < 0 || n < 1 || off + n > a->n_heads || off % group || n % group)
+      return inst_fail(call, AMK_INST_ERR_PARAM,
+                       "query heads n_off %" PRId64 ", N_tile %" PRId64
+                       " must both be given and select whole GQA groups of %" PRId64
+                       " within the %" PRId64 " heads",
+                       off, n, group, a->n_heads);
+    rect->head_lo = off;
+    rect->head_hi = off + n;
+  }
+  if (has_rows) {
+    int64_t off = inst_int_or(call, AMK_PARAM_m_off, -1), n = inst_int_or(call, AMK_PARAM_M_tile, -1);
+    if (off < 0 || n < 1 || off + n > rows)
+      return inst_fail(call, AMK_INST_ERR_PARAM,
+                       "query rows m_off %" PRId64 ", M_tile %" PRId64
+                       " must both be given and lie within the %" PRId64 " rows of q",
+                       off, n, rows);
+    rect->row_lo = off;
+    rect->row_hi = off + n;
+  }
+  return AMK_INST_OK;
+}
+
 /* inputs [q, k cache, v cache(, ignored)], caches [max_seq, n_kv, head_dim].
  * Several query rows (a prefill chunk of M rows): with flags bit 0 (causal)
  * row r reads [kv_start, kv_start + kv_len - (M - 1 - r)), so the last row
- * reads the whole window; without it every row reads the whole window. */
+ * reads the whole window; without it every row reads the whole window.
+ * Only the sub-rectangle of attention_rect is computed (and written); a
+ * row's window depends on r, its index in the whole chunk, not on m_off. */
 int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
   InstAttention a;
   int64_t rows = 1;
   int rc = check_attention(call, &a, &rows);
   if (rc)
+    return rc;
+  AttentionRect rect;
+  if ((rc = attention_rect(call, &a, rows, &rect)))
     return rc;
   InstKvLayout kv = {.k = &call->in[1],
                      .v = &call->in[2],
@@ -177,10 +224,11 @@ int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
                      .k_offset = 0,
                      .v_offset = 0};
   if (rows == 1)
-    return inst_attend_heads(call, &a, &call->in[0], &kv, 0, a.n_heads, &call->out[0]);
+    return inst_attend_heads(call, &a, &call->in[0], &kv, rect.head_lo, rect.head_hi,
+                             &call->out[0]);
   bool causal = (inst_int_or(call, AMK_PARAM_flags, 0) & ATTENTION_FLAG_CAUSAL) != 0;
   int64_t width = a.n_heads * a.head_dim;
-  for (int64_t r = 0; r < rows && rc == AMK_INST_OK; r++) {
+  for (int64_t r = rect.row_lo; r < rect.row_hi && rc == AMK_INST_OK; r++) {
     InstAttention row = a;
     if (causal) {
       int64_t len = a.kv_len - (rows - 1 - r);
@@ -188,7 +236,7 @@ int amk_kernel_ATTENTION_TILE(const AmkInstCall *call) {
     }
     AmkTensorView q = row_view(&call->in[0], r, width);
     AmkTensorView out = row_view(&call->out[0], r, width);
-    rc = inst_attend_heads(call, &row, &q, &kv, 0, a.n_heads, &out);
+    rc = inst_attend_heads(call, &row, &q, &kv, rect.head_lo, rect.head_hi, &out);
   }
   return rc;
 }

@@ -23,6 +23,10 @@
  * ATTENTION_COMBINE merges the partitions into the original output. Left
  * to itself, tile picks P for long caches only, at most 6 (fuse then folds
  * the combine into the tiles that read its output).
+ *
+ * A prefill chunk's multi-row ATTENTION_TILE stays one op, cut into tasks
+ * of one KV head x a block of query rows (n_off/N_tile, m_off/M_tile;
+ * split_prefill_attention, attention_block_rows).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,7 +365,8 @@ static void split_eltwise(AmkModule *m, AmkRwEdit *e, uint32_t pos, const AmkTas
 
 /* An attention over several query rows (a prefill chunk: q [M, n_heads *
  * head_dim] with M > 1). The per-head GEMV patterns take one row, so such
- * a task stays whole. */
+ * a task stays an ATTENTION_TILE; split_prefill_attention cuts it into
+ * sub-rectangles of its own (n_off/N_tile heads, m_off/M_tile rows). */
 static bool is_multi_row_attention(const AmkModule *m, const AmkTask *src) {
   const AmkBuffer *q = src->n_inputs ? amk_module_buffer(m, src->inputs[0]) : NULL;
   int64_t n_heads, head_dim, numel = 1, d;
@@ -374,6 +379,102 @@ static bool is_multi_row_attention(const AmkModule *m, const AmkTask *src) {
     numel *= d;
   }
   return numel > n_heads * head_dim;
+}
+
+/* The query rows of one task of a split prefill attention over M rows
+ * with GQA groups of `group` heads and n_kv KV heads: 128 query vectors
+ * (rows x group), which the GPU's tensor-core template (docs/Backend.md)
+ * gives its 8 warps 16 each, rounded to a multiple of 16 rows; halved
+ * (not below 16) while the n_kv x blocks tasks would leave more than a
+ * quarter of the SMs idle. */
+static int64_t attention_block_rows(int64_t m_rows, int64_t group, int64_t n_kv,
+                                    int64_t num_sms) {
+  int64_t rows = (128 / group + 15) / 16 * 16;
+  if (rows < 16)
+    rows = 16;
+  while (rows > 16 && num_sms > 0 && n_kv * ((m_rows + rows - 1) / rows) * 4 < num_sms * 3)
+    rows = (rows / 2 + 15) / 16 * 16;
+  return rows < m_rows ? rows : m_rows;
+}
+
+/* Rows of query `m_rows` as a multi-row attention task's q has them, or 0. */
+static int64_t attention_query_rows(const AmkModule *m, const AmkTask *src, int64_t n_heads,
+                                    int64_t head_dim) {
+  const AmkBuffer *q = src->n_inputs ? amk_module_buffer(m, src->inputs[0]) : NULL;
+  int64_t numel = 1, d;
+  for (uint32_t i = 0; q && i < q->rank; i++) {
+    if (!amk_value_as_int(&q->shape[i], &d) || d <= 0 || d > INT32_MAX)
+      return 0;
+    numel *= d;
+  }
+  return q && numel % (n_heads * head_dim) == 0 ? numel / (n_heads * head_dim) : 0;
+}
+
+/* The shape split_prefill_attention cuts, or false (left whole). */
+static bool prefill_attention_shape(const AmkModule *m, const AmkTask *src, int64_t *n_kv,
+                                    int64_t *group, int64_t *m_rows) {
+  int64_t head_dim, n_heads, flags = 0;
+  if (src->n_inputs != 3 || src->n_outputs != 1 ||
+      !amk_task_param_int(src, "head_dim", &head_dim) ||
+      !amk_task_param_int(src, "n_heads", &n_heads) ||
+      !amk_task_param_int(src, "n_kv_heads", n_kv) || head_dim <= 0 || n_heads <= 0 ||
+      *n_kv <= 0 || n_heads % *n_kv || amk_task_param(src, "n_off") ||
+      amk_task_param(src, "N_tile") || amk_task_param(src, "m_off") ||
+      amk_task_param(src, "M_tile"))
+    return false; /* malformed, or already a part */
+  amk_task_param_int(src, "flags", &flags);
+  if (flags < 0 || (flags & ~1))
+    return false; /* only a whole causal (or plain) output */
+  *group = n_heads / *n_kv;
+  *m_rows = attention_query_rows(m, src, n_heads, head_dim);
+  return *m_rows > 1;
+}
+
+/* A prefill chunk's attention (M query rows) becomes one ATTENTION_TILE per
+ * KV head (its GQA group of query heads: n_off, N_tile) and block of query
+ * rows (m_off, M_tile; attention_block_rows). The blocks are contiguous, so
+ * with the causal mask later blocks see more keys: each task's est_flops
+ * is its share of the causal work (at meta.pos), which sm-assign's load
+ * balancing packs onto the SMs longest first. */
+static bool split_prefill_attention(AmkModule *m, AmkRwEdit *e, uint32_t pos,
+                                    const AmkTask *src, const TilePlan *plan,
+                                    TileCounts *counts) {
+  int64_t n_kv, group, m_rows, flags = 0, kv_len = 0;
+  if (!prefill_attention_shape(m, src, &n_kv, &group, &m_rows))
+    return true;
+  amk_task_param_int(src, "flags", &flags);
+  amk_task_param_int(src, "kv_len", &kv_len);
+  int64_t rows = attention_block_rows(m_rows, group, n_kv, plan->num_sms);
+  int64_t blocks = (m_rows + rows - 1) / rows;
+  /* Keys row r sees: kv_len - (M - 1 - r) when causal (at least 1). */
+  double total = 0;
+  for (int64_t r = 0; r < m_rows; r++) {
+    int64_t keys = (flags & 1) ? kv_len - (m_rows - 1 - r) : kv_len;
+    total += (double)(keys > 1 ? keys : 1);
+  }
+  for (int64_t b = 0; b < blocks; b++) {
+    int64_t lo = b * rows, hi = lo + rows < m_rows ? lo + rows : m_rows;
+    double work = 0;
+    for (int64_t r = lo; r < hi; r++) {
+      int64_t keys = (flags & 1) ? kv_len - (m_rows - 1 - r) : kv_len;
+      work += (double)(keys > 1 ? keys : 1);
+    }
+    double share_of = total > 0 ? work / total : 1.0 / (double)blocks;
+    for (int64_t g = 0; g < n_kv; g++) {
+      AmkTask *t = clone_task(m, e, src, pos);
+      amk_task_set_param(m, t, "n_off", amk_value_int(g * group));
+      amk_task_set_param(m, t, "N_tile", amk_value_int(group));
+      amk_task_set_param(m, t, "m_off", amk_value_int(lo));
+      amk_task_set_param(m, t, "M_tile", amk_value_int(hi - lo));
+      t->est_bytes = (int64_t)((double)src->est_bytes * share_of / (double)n_kv);
+      t->est_flops = (int64_t)((double)src->est_flops * share_of / (double)n_kv);
+      t->label = indexed_label(m, src->label, "[kv%lld.r%lld]", g, lo);
+    }
+  }
+  amk_rw_kill_task(e, pos);
+  counts->attention_split++;
+  counts->attention_tiles += blocks * n_kv;
+  return true;
 }
 
 /* The params of one per-KV-head attention tile. */
@@ -558,6 +659,12 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
     int64_t parts = kv_partitions(m, src, plan, n_kv);
     return parts <= 1 ? n_kv : parts * n_kv + 1; /* + the combine */
   }
+  int64_t group, m_rows;
+  if (src->op == AMK_OP_ATTENTION_TILE && is_multi_row_attention(m, src) &&
+      prefill_attention_shape(m, src, &n_kv, &group, &m_rows)) {
+    int64_t block = attention_block_rows(m_rows, group, n_kv, plan->num_sms);
+    return n_kv * ((m_rows + block - 1) / block);
+  }
   return 1;
 }
 
@@ -635,6 +742,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       ok = split_gemv(m, &e, ctx, pos, &src, tile_rows[pos], &counts);
     else if (src.op == AMK_OP_ATTENTION_TILE && !is_multi_row_attention(m, &src))
       ok = split_attention(m, &e, ctx, pos, &src, &plan, &counts);
+    else if (src.op == AMK_OP_ATTENTION_TILE)
+      ok = split_prefill_attention(m, &e, pos, &src, &plan, &counts);
     else if (eltwise_split_cols(m, &src, &plan, &cols))
       split_eltwise(m, &e, pos, &src, cols, &counts);
   }

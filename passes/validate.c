@@ -582,13 +582,13 @@ static bool op_writes_tile(AmkOp op) {
   case AMK_OP_GELU:
   case AMK_OP_ADD:
   case AMK_OP_MUL:
+  case AMK_OP_ATTENTION_TILE: /* with n_off/N_tile or m_off/M_tile */
     return true;
   case AMK_OP_NOP:
   case AMK_OP_COPY:
   case AMK_OP_EMBED:
   case AMK_OP_RMSNORM:
   case AMK_OP_LAYERNORM:
-  case AMK_OP_ATTENTION_TILE:
   case AMK_OP_ROPE:
   case AMK_OP_DEQUANT:
   case AMK_OP_SOFTMAX:
@@ -608,6 +608,26 @@ static Region write_region(const AmkValidator *v, uint32_t task) {
   Region r = {.whole = true};
   if (!op_writes_tile(t->op))
     return r;
+  if (t->op == AMK_OP_ATTENTION_TILE) {
+    /* Query rows x the query heads' columns of [rows, n_heads*head_dim]. */
+    uint32_t b = t->n_outputs ? amk_id_index_get(&v->bufs, t->outputs[0]) : AMK_NO_INDEX;
+    const AmkBuffer *out = b == AMK_NO_INDEX ? NULL : &v->m->buffers[b];
+    int64_t width = 0, numel = 1, d;
+    for (uint32_t i = 0; out && i < out->rank; i++) {
+      if (!amk_validator_int(&out->shape[i], &d) || d < 1 || d > INT32_MAX ||
+          numel > INT32_MAX)
+        return r;
+      numel *= d;
+      width = d;
+    }
+    if (!out || out->rank == 0 ||
+        !amk_validator_attention_rect(v, task, numel / width, width, &r.row_lo, &r.row_hi,
+                                      &r.col_lo, &r.col_hi))
+      return r;
+    r.whole = false;
+    r.all_rows = false;
+    return r;
+  }
   /* The four footprint params (the last occurrence of a key wins). */
   AmkParamTable pt;
   pt.v[AMK_PARAM_n_off] = pt.v[AMK_PARAM_N_tile] = NULL;

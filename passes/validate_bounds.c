@@ -628,6 +628,53 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
                   n_tile);
 }
 
+/* An attention's optional sub-rectangle (docs/Instructions.md): query heads
+ * [n_off, n_off + N_tile) in whole GQA groups of `group`, query rows
+ * [m_off, m_off + M_tile) of the `rows` of q; each pair given whole. Its
+ * write footprint is counted in rows x columns of q's and the output's
+ * [rows, n_heads*head_dim] view, so both must have that width. */
+static void check_attention_rect(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                                 int64_t flags, int64_t group, int64_t n_heads, int64_t rows,
+                                 int64_t q_row, const Shape *q, const Shape *out) {
+  bool heads = pt->v[AMK_PARAM_n_off] || pt->v[AMK_PARAM_N_tile];
+  bool row_range = pt->v[AMK_PARAM_m_off] || pt->v[AMK_PARAM_M_tile];
+  if (!heads && !row_range)
+    return;
+  if (flags & 2) {
+    bound_error(v, t, "a partial write (flags bit 1) covers all heads of its one row; "
+                      "n_off, N_tile, m_off and M_tile are for a whole output");
+    return;
+  }
+  require_width(v, t, "query", "n_heads*head_dim", q_row, q);
+  require_width(v, t, "output", "n_heads*head_dim", q_row, out);
+  int64_t off, n;
+  if (heads) {
+    if (!pt->v[AMK_PARAM_n_off] || !pt->v[AMK_PARAM_N_tile])
+      bound_error(v, t, "query heads need both n_off and N_tile");
+    else if (param_at_least(v, t, pt, AMK_PARAM_n_off, 0, &off) &&
+             param_at_least(v, t, pt, AMK_PARAM_N_tile, 1, &n)) {
+      if (off + n > n_heads)
+        bound_error(v, t, "query heads n_off+N_tile=%" PRId64 " exceed n_heads=%" PRId64,
+                    off + n, n_heads);
+      else if (off % group || n % group)
+        bound_error(v, t,
+                    "query heads [%" PRId64 ", %" PRId64 ") are not whole GQA groups of %" PRId64
+                    " heads (n_off and N_tile multiples of n_heads/n_kv_heads)",
+                    off, off + n, group);
+    }
+  }
+  if (row_range) {
+    if (!pt->v[AMK_PARAM_m_off] || !pt->v[AMK_PARAM_M_tile])
+      bound_error(v, t, "query rows need both m_off and M_tile");
+    else if (param_at_least(v, t, pt, AMK_PARAM_m_off, 0, &off) &&
+             param_at_least(v, t, pt, AMK_PARAM_M_tile, 1, &n) && q->ok && off + n > rows)
+      bound_error(v, t,
+                  "query rows m_off+M_tile=%" PRId64 " exceed the %" PRId64
+                  " rows of query buffer #%" PRId32 " ('%s')",
+                  off + n, rows, q->id, q->name);
+  }
+}
+
 static void check_attention(AmkValidator *v, const AmkTask *t,
                             const AmkParamTable *pt) {
   int64_t head_dim, kv_start, kv_len, n_heads, n_kv_heads, flags = 0;
@@ -686,6 +733,7 @@ static void check_attention(AmkValidator *v, const AmkTask *t,
       require_numel(v, t, "output", rows * q_row,
                     rows == 1 ? "n_heads*head_dim" : "the query's rows of n_heads*head_dim",
                     out);
+    check_attention_rect(v, t, pt, flags, n_heads / n_kv_heads, n_heads, rows, q_row, q, out);
   }
 }
 
@@ -1015,6 +1063,12 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
       f.row_hi = clamp_i64(m_off + m_tile, 0, rows);
     }
     return f;
+  case AMK_OP_ATTENTION_TILE:
+    /* Its sub-rectangle, if it names one (query rows x heads' columns). */
+    if (!amk_validator_attention_rect(v, t, rows, width, &f.row_lo, &f.row_hi, &f.col_lo,
+                                      &f.col_hi))
+      return whole;
+    return f;
   case AMK_OP_KV_APPEND: {
     amk_validator_params(v, t, &pt);
     int64_t per = rows_per_position(s);
@@ -1125,7 +1179,7 @@ static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
 }
 
 typedef struct {
-  Footprint *fp, *cols;
+  Footprint *fp, *cols, *clip;
   int64_t *edges;
   uint32_t *ids;
   int64_t *rows; /* KV: the step's bands of positions, [lo, hi) pairs */
@@ -1216,6 +1270,65 @@ static int64_t step_token_rows(const AmkValidator *v) {
   return 1;
 }
 
+/* The KV heads [*g_lo, *g_hi) an attention reads, from its query heads
+ * n_off/N_tile (whole GQA groups); false when it reads them all. */
+static bool kv_read_heads(const AmkValidator *v, uint32_t t, int64_t *g_lo, int64_t *g_hi,
+                          int64_t *head_dim) {
+  const AmkTask *task = &v->m->tasks[t];
+  AmkParamTable pt;
+  int64_t off, n, n_heads, n_kv;
+  if (task->op != AMK_OP_ATTENTION_TILE)
+    return false;
+  amk_validator_params(v, t, &pt);
+  if (!amk_validator_int(pt.v[AMK_PARAM_n_off], &off) ||
+      !amk_validator_int(pt.v[AMK_PARAM_N_tile], &n) ||
+      !amk_validator_int(pt.v[AMK_PARAM_n_heads], &n_heads) ||
+      !amk_validator_int(pt.v[AMK_PARAM_n_kv_heads], &n_kv) ||
+      !amk_validator_int(pt.v[AMK_PARAM_head_dim], head_dim) || n_kv < 1 ||
+      n_heads < n_kv || n_heads % n_kv || n_heads > INT32_MAX || *head_dim < 1 ||
+      *head_dim > INT32_MAX || off < 0 || n < 1 || off + n > n_heads)
+    return false;
+  int64_t group = n_heads / n_kv;
+  if (off % group || n % group)
+    return false; /* reported by the bounds checks */
+  *g_lo = off / group;
+  *g_hi = (off + n) / group;
+  return true;
+}
+
+/* The first element of cache rows (positions) [lo, hi) that no footprint
+ * covers, within KV heads [g_lo, g_hi) when `heads`: the columns
+ * [g_lo, g_hi) * head_dim of a [max_seq, n_kv * head_dim] cache, the view
+ * rows of those heads of a [max_seq, n_kv, head_dim] one. */
+static CoverageGap kv_gap(const Shape *s, size_t n, int64_t lo, int64_t hi, bool heads,
+                          int64_t g_lo, int64_t g_hi, int64_t head_dim, CoverageScratch *cs) {
+  int64_t per = rows_per_position(s), width = last_dim(s);
+  if (heads && per == 1 && g_hi * head_dim <= width) {
+    int64_t c_lo = g_lo * head_dim, c_hi = g_hi * head_dim;
+    for (size_t i = 0; i < n; i++) {
+      Footprint f = cs->fp[i];
+      f.col_lo = clamp_i64(f.col_lo, c_lo, c_hi) - c_lo;
+      f.col_hi = clamp_i64(f.col_hi, c_lo, c_hi) - c_lo;
+      cs->clip[i] = f;
+    }
+    CoverageGap gap =
+        find_coverage_gap(cs->clip, n, lo, hi, c_hi - c_lo, cs->cols, cs->edges);
+    gap.col_lo += c_lo;
+    gap.col_hi += c_lo;
+    return gap;
+  }
+  if (heads && width == head_dim && g_hi <= per) {
+    for (int64_t p = lo; p < hi; p++) {
+      CoverageGap gap = find_coverage_gap(cs->fp, n, p * per + g_lo, p * per + g_hi, width,
+                                          cs->cols, cs->edges);
+      if (gap.found)
+        return gap;
+    }
+    return (CoverageGap){false, 0, 0, 0};
+  }
+  return find_coverage_gap(cs->fp, n, lo * per, hi * per, width, cs->cols, cs->edges);
+}
+
 /* The step's rows of a KV cache are bands of positions: meta.pos up to
  * the step's last token (pos + token rows) and every band a writer
  * appends; rows before meta.pos hold earlier steps. Every step row a
@@ -1269,15 +1382,16 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
     for (uint32_t i = 0; i < task->n_inputs; i++) {
       if (amk_id_index_get(&v->bufs, task->inputs[i]) != b)
         continue;
-      int64_t lo, hi;
+      int64_t lo, hi, g_lo = 0, g_hi = 0, head_dim = 0;
       kv_read_window(v, t, i, s, &lo, &hi);
+      /* An attention over some query heads reads only their KV heads. */
+      bool heads = (i == 1 || i == 2) && kv_read_heads(v, t, &g_lo, &g_hi, &head_dim);
       for (size_t k = 0; k < n_bands; k++) {
         int64_t band_lo = cs->rows[2 * k] > lo ? cs->rows[2 * k] : lo;
         int64_t band_hi = cs->rows[2 * k + 1] < hi ? cs->rows[2 * k + 1] : hi;
         if (band_lo >= band_hi)
           continue;
-        CoverageGap gap = find_coverage_gap(cs->fp, n, band_lo * per, band_hi * per, width,
-                                            cs->cols, cs->edges);
+        CoverageGap gap = kv_gap(s, n, band_lo, band_hi, heads, g_lo, g_hi, head_dim, cs);
         if (!gap.found)
           continue;
         char why[96];
@@ -1298,6 +1412,7 @@ static void check_coverage(AmkValidator *v) {
     n_reads += m->tasks[t].n_inputs;
   cs.fp = amk_scratch_alloc(v->scratch, sizeof *cs.fp * (n_writes + 1));
   cs.cols = amk_scratch_alloc(v->scratch, sizeof *cs.cols * (n_writes + 1));
+  cs.clip = amk_scratch_alloc(v->scratch, sizeof *cs.clip * (n_writes + 1));
   cs.edges = amk_scratch_alloc(v->scratch, sizeof *cs.edges * (2 * n_writes + 2));
   cs.rows = amk_scratch_alloc(v->scratch, sizeof *cs.rows * 2 * (n_writes + 1));
   cs.first_reader = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * (nb + 1));

@@ -98,3 +98,46 @@ void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
   TaskIds ids = {m, tasks};
   amk_validator_format_list(n, task_id_at, &ids, buf, size);
 }
+
+/* An int param in [min, max], or false. */
+static bool int_param_in(const AmkParamTable *pt, AmkParamField f, int64_t min, int64_t max,
+                         int64_t *out) {
+  return pt->v[f] && amk_validator_int(pt->v[f], out) && *out >= min && *out <= max;
+}
+
+bool amk_validator_attention_rect(const AmkValidator *v, uint32_t t, int64_t rows, int64_t width,
+                                  int64_t *row_lo, int64_t *row_hi, int64_t *col_lo,
+                                  int64_t *col_hi) {
+  AmkParamTable pt;
+  amk_validator_params(v, t, &pt);
+  bool heads = pt.v[AMK_PARAM_n_off] || pt.v[AMK_PARAM_N_tile];
+  bool row_range = pt.v[AMK_PARAM_m_off] || pt.v[AMK_PARAM_M_tile];
+  int64_t flags = 0, head_dim, n_heads, off, n;
+  if (!heads && !row_range)
+    return false;
+  if ((pt.v[AMK_PARAM_flags] && (!amk_validator_int(pt.v[AMK_PARAM_flags], &flags) ||
+                                 (flags & 2))) ||
+      !int_param_in(&pt, AMK_PARAM_head_dim, 1, INT32_MAX, &head_dim) ||
+      !int_param_in(&pt, AMK_PARAM_n_heads, 1, INT32_MAX, &n_heads) ||
+      n_heads * head_dim != width)
+    return false;
+  *row_lo = 0;
+  *row_hi = rows;
+  *col_lo = 0;
+  *col_hi = width;
+  if (heads) {
+    if (!int_param_in(&pt, AMK_PARAM_n_off, 0, n_heads - 1, &off) ||
+        !int_param_in(&pt, AMK_PARAM_N_tile, 1, n_heads - off, &n))
+      return false;
+    *col_lo = off * head_dim;
+    *col_hi = (off + n) * head_dim;
+  }
+  if (row_range) {
+    if (!int_param_in(&pt, AMK_PARAM_m_off, 0, rows - 1, &off) ||
+        !int_param_in(&pt, AMK_PARAM_M_tile, 1, rows - off, &n))
+      return false;
+    *row_lo = off;
+    *row_hi = off + n;
+  }
+  return true;
+}

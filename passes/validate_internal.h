@@ -64,6 +64,14 @@ void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, si
  * (at least 16). */
 void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
                                    size_t n, char *buf, size_t size);
+/* A multi-row ATTENTION_TILE's write footprint in its output's [rows,
+ * n_heads*head_dim] view: rows [row_lo, row_hi) x columns [col_lo, col_hi)
+ * from its optional n_off/N_tile (query heads) and m_off/M_tile (query
+ * rows). False when it carries none of them, or they are missing or out
+ * of range (the bounds checks report those): the whole output then. */
+bool amk_validator_attention_rect(const AmkValidator *v, uint32_t t, int64_t rows, int64_t width,
+                                  int64_t *row_lo, int64_t *row_hi, int64_t *col_lo,
+                                  int64_t *col_hi);
 /* Checks beyond the reference: page bindings, shapes, semantic bounds. */
 void amk_validate_check_bounds(AmkValidator *v);
 /* Whether the semantic bounds check anything for `op` (its params against
