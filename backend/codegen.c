@@ -672,6 +672,16 @@ static bool gen_eltwise(Gen *g, const AmkTask *t, const AmkInstParams *p, int op
   return true;
 }
 
+/* Whether a per-row task has a row window (tile's row blocks of a prefill
+ * program): its _rows device form then takes m_off/M_tile at run time.
+ * m_off alone is refused (the VM's and the validator's rule). */
+static bool row_window(Gen *g, const AmkTask *t, const AmkInstParams *p, bool *windowed) {
+  *windowed = amk_inst_param_has(p, AMK_PARAM_M_tile);
+  if (!*windowed && amk_inst_param_has(p, AMK_PARAM_m_off))
+    return fail(g, t, "m_off without M_tile (a row window needs M_tile)");
+  return true;
+}
+
 static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
   AmkInstParams p;
   char perr[256];
@@ -731,7 +741,13 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
     if (o.numel != a.numel * row)
       return fail(g, t, "output has %" PRId64 " elements, want %" PRId64, o.numel,
                   a.numel * row);
-    EMIT(inst, embed, a.dtype, b.dtype, o.dtype, row, b.dims[0], a.numel);
+    bool windowed;
+    if (!row_window(g, t, &p, &windowed))
+      return false;
+    if (windowed)
+      EMIT(inst, embed_rows, a.dtype, b.dtype, o.dtype, row, b.dims[0], a.numel);
+    else
+      EMIT(inst, embed, a.dtype, b.dtype, o.dtype, row, b.dims[0], a.numel);
     return true;
   }
   case AMK_OP_RMSNORM:
@@ -753,9 +769,18 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
     if (!need_numeric(g, t, &a, "x") || !need_numeric(g, t, &b, "w") ||
         !need_numeric(g, t, &o, "output"))
       return false;
-    need_smem(g, (size_t)(g->nt / 32));
     bool plus_one = !layer && amk_inst_param_has(&p, AMK_PARAM_flags) &&
                     (p.flags.i & AMK_FLAG_NORM_PLUS_ONE);
+    bool windowed;
+    if (!row_window(g, t, &p, &windowed))
+      return false;
+    if (windowed) {
+      EMIT(inst, norm_rows, a.dtype, b.dtype, o.dtype,
+           layer && t->n_inputs > 2 ? (int)bias.dtype : 0, hidden, a.numel / hidden,
+           layer ? 1 : plus_one ? 2 : 0, layer && t->n_inputs > 2 ? 1 : 0);
+      return true;
+    }
+    need_smem(g, (size_t)(g->nt / 32));
     EMIT(inst, norm, a.dtype, b.dtype, o.dtype, layer && t->n_inputs > 2 ? (int)bias.dtype : 0,
          hidden, a.numel / hidden, layer ? 1 : plus_one ? 2 : 0,
          layer && t->n_inputs > 2 ? 1 : 0);
@@ -779,8 +804,15 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
       return fail(g, t, "needs integer positions");
     if (t->n_inputs > 2 && (f.numel != hd / 2 || !is_float(f.dtype)))
       return fail(g, t, "inv_freq needs %" PRId64 " float elements", hd / 2);
-    EMIT(inst, rope, a.dtype, b.dtype, o.dtype, t->n_inputs > 2 ? (int)f.dtype : 0, hd, b.numel,
-         a.numel / b.numel, t->n_inputs > 2 ? 1 : 0);
+    bool windowed;
+    if (!row_window(g, t, &p, &windowed))
+      return false;
+    if (windowed)
+      EMIT(inst, rope_rows, a.dtype, b.dtype, o.dtype, t->n_inputs > 2 ? (int)f.dtype : 0, hd,
+           b.numel, a.numel / b.numel, t->n_inputs > 2 ? 1 : 0);
+    else
+      EMIT(inst, rope, a.dtype, b.dtype, o.dtype, t->n_inputs > 2 ? (int)f.dtype : 0, hd,
+           b.numel, a.numel / b.numel, t->n_inputs > 2 ? 1 : 0);
     return true;
   }
   case AMK_OP_SILU_MUL:
@@ -862,7 +894,15 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
     int64_t row = o.numel / o.dims[0];
     if (row == 0 || a.numel % row != 0)
       return fail(g, t, "%" PRId64 " new elements are not rows of %" PRId64, a.numel, row);
-    EMIT(inst, kv_append, a.dtype, o.dtype, a.numel, row, o.dims[0]);
+    bool windowed;
+    if (!row_window(g, t, &p, &windowed))
+      return false;
+    if (windowed && t->inputs[1] != t->outputs[0])
+      return fail(g, t, "a row window (M_tile) needs the cache updated in place");
+    if (windowed)
+      EMIT(inst, kv_append_rows, a.dtype, o.dtype, a.numel, row, o.dims[0]);
+    else
+      EMIT(inst, kv_append, a.dtype, o.dtype, a.numel, row, o.dims[0]);
     return true;
   }
   case AMK_OP_SAMPLE_ARGMAX: {

@@ -24,13 +24,17 @@
   X(combine, "iiiii")                                                          \
   X(rope_kv, "iiiiiiii")                                                       \
   X(embed, "iiiLLL")                                                           \
+  X(embed_rows, "iiiLLL")                                                      \
   X(norm, "iiiiiLii")                                                          \
+  X(norm_rows, "iiiiiLii")                                                     \
   X(rope, "iiiiiLLi")                                                          \
+  X(rope_rows, "iiiiiLLi")                                                     \
   X(eltwise, "iiiiLLi")                                                        \
   X(copy_bytes, "L")                                                           \
   X(softmax, "iiLLL")                                                          \
   X(allreduce, "iiLi")                                                         \
   X(kv_append, "iiLLL")                                                        \
+  X(kv_append_rows, "iiLLL")                                                   \
   X(argmax, "iiLL")
 
 #endif

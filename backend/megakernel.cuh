@@ -2487,6 +2487,140 @@ __device__ void amk_rope(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
 // The narrowest index type that holds a tensor's element offsets.
 template <bool FITS_32> struct amk_index_t { typedef unsigned int type; };
 template <> struct amk_index_t<false> { typedef unsigned long long type; };
+// ---- row windows of a prefill program's per-row ops ---------------------------
+//
+// tile splits a prefill program's embed, norms, ropes and KV appends into
+// row blocks (params m_off, M_tile: the op's rows [m_off, m_off + M_tile)).
+// These forms take the window at run time; codegen calls them only for
+// tasks with M_tile, so a decode program keeps the whole-op forms above.
+
+__device__ __forceinline__ bool amk_row_window(AmkP P, AmkI I, int idx, long long rows,
+                                               long long *first, long long *count) {
+  *first = I.params.m_off.i;
+  *count = I.params.M_tile.i;
+  if (*first < 0 || *count < 1 || *first + *count > rows) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, (int)*first, (int)*count);
+    return false;
+  }
+  return true;
+}
+
+// amk_norm over the window's rows, one warp per row (no block barriers);
+// x is read 16 bytes at a time when a row is whole 16-byte vectors.
+template <int XDT, int WDT, int ODT, int BDT, int HIDDEN, long long ROWS, int LAYER, int BIAS>
+__device__ void amk_norm_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(A, 0), *w = amk_in(A, 1);
+  const void *b = BIAS ? amk_in(A, 2) : nullptr;
+  void *out = amk_out(A, 0);
+  long long first, count;
+  if (!amk_row_window(P, I, idx, ROWS, &first, &count))
+    return;
+  float eps = I.params.eps.f;
+  int lane = threadIdx.x & 31;
+  constexpr int VE = AmkVec<XDT>::VE;
+  constexpr bool VEC = AmkVec<XDT>::OK && HIDDEN % VE == 0;
+  for (long long r = first + (threadIdx.x >> 5); r < first + count; r += AMK_NWARPS) {
+    long long base = r * HIDDEN;
+    const uint4 *xv = (const uint4 *)((const char *)x + base * AmkVec<XDT>::ESZ);
+    float mean = 0.0f;
+    if constexpr (LAYER == 1) {
+      float s = 0.0f;
+      if constexpr (VEC) {
+        for (int v = lane; v < HIDDEN / VE; v += 32) {
+          float f[VE];
+          amk_unpack16<XDT>(__ldcg(xv + v), f);
+#pragma unroll
+          for (int k = 0; k < VE; k++)
+            s += f[k];
+        }
+      } else {
+        for (int j = lane; j < HIDDEN; j += 32)
+          s += amk_ld<XDT>(x, base + j);
+      }
+      mean = amk_warp_sum(s) / (float)HIDDEN;
+    }
+    float ss = 0.0f;
+    if constexpr (VEC) {
+      for (int v = lane; v < HIDDEN / VE; v += 32) {
+        float f[VE];
+        amk_unpack16<XDT>(__ldcg(xv + v), f);
+#pragma unroll
+        for (int k = 0; k < VE; k++)
+          ss += (f[k] - mean) * (f[k] - mean);
+      }
+    } else {
+      for (int j = lane; j < HIDDEN; j += 32) {
+        float v = amk_ld<XDT>(x, base + j) - mean;
+        ss += v * v;
+      }
+    }
+    float inv = 1.0f / sqrtf(amk_warp_sum(ss) / (float)HIDDEN + eps);
+    for (int j = lane; j < HIDDEN; j += 32) {
+      float g = (LAYER == 2) ? 1.0f + amk_ld<WDT>(w, j) : amk_ld<WDT>(w, j);
+      float y = (amk_ld<XDT>(x, base + j) - mean) * inv * g;
+      if constexpr (BIAS)
+        y += amk_ld<BDT>(b, j);
+      amk_st<ODT>(out, base + j, y);
+    }
+  }
+}
+
+// amk_rope over the window's position rows.
+template <int XDT, int PDT, int ODT, int FDT, int HD, long long NPOS, long long ROWLEN,
+          int FREQ_INPUT>
+__device__ void amk_rope_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(A, 0), *ids = amk_in(A, 1);
+  const void *freq = FREQ_INPUT ? amk_in(A, 2) : (const void *)A.inv_freq;
+  void *out = amk_out(A, 0);
+  long long first, count;
+  if (!amk_row_window(P, I, idx, NPOS, &first, &count))
+    return;
+  constexpr int HALF = HD / 2;
+  long long pairs = count * ROWLEN / 2, e0 = first * ROWLEN;
+  for (long long i = threadIdx.x; i < pairs; i += AMK_NT) {
+    long long e = e0 + (i / HALF) * HD + (i % HALF); // first-half element
+    long long p = e / ROWLEN;
+    int k = (int)(i % HALF);
+    float ps = (float)amk_ldi<PDT>(ids, p);
+    float f = FREQ_INPUT ? amk_ld<FDT>(freq, k) : ((const float *)freq)[k];
+    float ang = ps * f;
+    float c = cosf(ang), s = sinf(ang);
+    float x1 = amk_ld<XDT>(x, e), x2 = amk_ld<XDT>(x, e + HALF);
+    amk_st<ODT>(out, e, x1 * c - x2 * s);
+    amk_st<ODT>(out, e + HALF, x2 * c + x1 * s);
+  }
+}
+
+// amk_embed of the window's ids (only they are checked).
+template <int IDT, int TDT, int ODT, long long ROWLEN, long long V, long long NIDS>
+__device__ void amk_embed_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *ids = amk_in(A, 0), *table = amk_in(A, 1);
+  void *out = amk_out(A, 0);
+  long long first, count;
+  if (!amk_row_window(P, I, idx, NIDS, &first, &count))
+    return;
+  __shared__ int s_bad;
+  if (threadIdx.x == 0) {
+    s_bad = 0;
+    for (long long t = first; t < first + count; t++) {
+      long long id = amk_ldi<IDT>(ids, t);
+      if (id < 0 || id >= V) {
+        s_bad = 1;
+        amk_fail(P, AMK_STATUS_INDEX, idx, (int)id, (int)V);
+        break;
+      }
+    }
+  }
+  __syncthreads();
+  if (s_bad)
+    return;
+  for (long long i = threadIdx.x; i < count * ROWLEN; i += AMK_NT) {
+    long long t = first + i / ROWLEN, j = i % ROWLEN;
+    long long id = amk_ldi<IDT>(ids, t);
+    amk_st<ODT>(out, t * ROWLEN + j, amk_ld<TDT>(table, id * ROWLEN + j));
+  }
+}
 
 // Elementwise: OPK 0 silu_mul, 1 add, 2 mul, 3 mul by scale, 4 gelu, 5 copy,
 // 6 gelu's tanh approximation (gelu_pytorch_tanh).
@@ -2614,6 +2748,33 @@ __device__ void amk_kv_append(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
   for (long long i = threadIdx.x; i < NFRESH; i += AMK_NT)
     amk_st<CDT>(cache, (long long)win.pos * ROWLEN + i, amk_ld<FDT>(fresh, i));
+}
+
+// amk_kv_append of the window's new rows, to cache rows pos + m_off ...; the
+// cache must be updated in place (a copy of the input cache per window would
+// overwrite the rows its siblings wrote).
+template <int FDT, int CDT, long long NFRESH, long long ROWLEN, long long ROWS>
+__device__ void amk_kv_append_rows(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *fresh = amk_in(A, 0);
+  void *cache = amk_out(A, 0);
+  AmkWindow win = amk_window(I, A, pos);
+  constexpr long long NROWS = NFRESH / ROWLEN;
+  long long first, count;
+  if (!amk_row_window(P, I, idx, NROWS, &first, &count))
+    return;
+  if (amk_in(A, 1) != (const void *)cache) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, (int)first, (int)count);
+    return;
+  }
+  if (win.pos < 0 || win.pos > ROWS - NROWS) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.pos, (int)ROWS);
+    return;
+  }
+  long long dst = ((long long)win.pos + first) * ROWLEN, src = first * ROWLEN;
+  for (long long i = threadIdx.x; i < count * ROWLEN; i += AMK_NT)
+    amk_st<CDT>(cache, dst + i, amk_ld<FDT>(fresh, src + i));
 }
 
 // SAMPLE_ARGMAX: per row of V, the index of the maximum (lowest on ties,

@@ -130,3 +130,25 @@ int inst_columns(const AmkInstCall *call, const AmkTensorView *out,
   cols->col_end = n_off + n_tile;
   return AMK_INST_OK;
 }
+
+int inst_row_window(const AmkInstCall *call, int64_t total, int64_t *begin,
+                    int64_t *end) {
+  *begin = 0;
+  *end = total;
+  if (!amk_inst_param_has(call->p, AMK_PARAM_M_tile)) {
+    if (amk_inst_param_has(call->p, AMK_PARAM_m_off))
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "m_off without M_tile (a row window needs both)");
+    return AMK_INST_OK;
+  }
+  int64_t m_off = inst_int_or(call, AMK_PARAM_m_off, 0);
+  int64_t m_tile = call->p->M_tile.i;
+  if (m_off < 0 || m_tile < 1 || m_off + m_tile > total)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "row window [%" PRId64 ", %" PRId64
+                     ") is outside the %" PRId64 " rows",
+                     m_off, m_off + m_tile, total);
+  *begin = m_off;
+  *end = m_off + m_tile;
+  return AMK_INST_OK;
+}

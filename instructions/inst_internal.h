@@ -79,6 +79,14 @@ typedef struct {
 int inst_columns(const AmkInstCall *call, const AmkTensorView *out,
                  InstColumns *cols);
 
+/* The row window a per-row op (RMSNORM, LAYERNORM, ROPE, EMBED,
+ * KV_APPEND) covers out of its `total` rows: all of them, or with M_tile
+ * given, rows [m_off, m_off + M_tile) (m_off default 0; a tile of a prefill
+ * program's rows). m_off without M_tile, or a window outside [0, total),
+ * fails with AMK_INST_ERR_SHAPE. */
+int inst_row_window(const AmkInstCall *call, int64_t total, int64_t *begin,
+                    int64_t *end);
+
 /* Fails with AMK_INST_ERR_SHAPE unless a and b have the same numel. */
 int inst_require_same_numel(const AmkInstCall *call, const AmkTensorView *a,
                             const char *a_role, const AmkTensorView *b,

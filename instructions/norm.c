@@ -77,13 +77,17 @@ static void layernorm_row(const AmkInstCall *call, int64_t base, int64_t hidden,
 
 typedef void (*NormRowFn)(const AmkInstCall *call, int64_t base, int64_t hidden, float eps);
 
-/* The checks, then `row` over every row of the input. */
+/* The checks, then `row` over every row of the input, or over the rows of
+ * the window [m_off, m_off + M_tile) (rows of `hidden`). */
 static int run_norm(const AmkInstCall *call, NormRowFn row) {
   int64_t hidden = 0; /* set by check_norm; gcc cannot tell once inlined */
   int rc = check_norm(call, &hidden);
   if (rc)
     return rc;
-  for (int64_t r = 0; r < call->in[0].numel / hidden; r++)
+  int64_t first, end;
+  if ((rc = inst_row_window(call, call->in[0].numel / hidden, &first, &end)))
+    return rc;
+  for (int64_t r = first; r < end; r++)
     row(call, r * hidden, hidden, call->p->eps.f);
   return AMK_INST_OK;
 }

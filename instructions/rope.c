@@ -8,7 +8,8 @@
 /* inputs [x, positions(, inv_freq)]. x holds P rows (P = number of
  * positions), each a run of heads of head_dim; row p rotates by position p.
  * inv_freq[i] = 1 / theta^(i / half), in fp32, unless given as input 2 or
- * as extra->rope_inv_freq. */
+ * as extra->rope_inv_freq. With M_tile, only position rows
+ * [m_off, m_off + M_tile). */
 int amk_kernel_ROPE(const AmkInstCall *call) {
   int rc;
   if ((rc = inst_require(call, AMK_PARAM_head_dim)) ||
@@ -32,6 +33,9 @@ int amk_kernel_ROPE(const AmkInstCall *call) {
                      " position rows of whole heads of %" PRId64,
                      x->numel, n_pos, head_dim);
   int64_t half = head_dim / 2;
+  int64_t first_row, end_row;
+  if ((rc = inst_row_window(call, n_pos, &first_row, &end_row)))
+    return rc;
   const AmkTensorView *given_freq = call->n_in > 2 ? &call->in[2] : NULL;
   if (given_freq) {
     if ((rc = inst_require_numeric(call, given_freq, "inv_freq")))
@@ -55,7 +59,7 @@ int amk_kernel_ROPE(const AmkInstCall *call) {
   }
 
   int64_t row_len = x->numel / n_pos;
-  for (int64_t p = 0; p < n_pos; p++) {
+  for (int64_t p = first_row; p < end_row; p++) {
     float pos = (float)inst_load_int(positions, p);
     for (int64_t head = 0; head < row_len / head_dim; head++) {
       int64_t base = p * row_len + head * head_dim;

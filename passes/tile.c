@@ -66,6 +66,7 @@ typedef struct {
 
 typedef struct {
   int64_t gemv_split, gemv_tiles, attention_split, attention_tiles, eltwise_split, eltwise_tiles;
+  int64_t row_split, row_tiles; /* per-row ops of a prefill program */
 } TileCounts;
 
 /* `config.tiling.<group>.<key>`, or NULL. */
@@ -634,6 +635,116 @@ static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
   return true;
 }
 
+/* ---- row blocks of a prefill program's per-row ops ----------------------
+ *
+ * RMSNORM, LAYERNORM, ROPE, EMBED and KV_APPEND over the M token rows of a
+ * prefill step are one task each; split them into row blocks of about M /
+ * num_sms token rows (at least MIN_ROW_BLOCK), each a copy of the task with
+ * the row window M_tile/m_off (counted in the op's rows: a token row holds
+ * several of a per-head norm's rows). Decode programs (one token row) are
+ * left as they are. */
+enum { MIN_ROW_BLOCK = 4 };
+
+static int64_t buffer_numel(const AmkModule *m, int32_t id, int64_t *first, int64_t *last) {
+  const AmkBuffer *b = amk_module_buffer(m, id);
+  int64_t numel = 1, d = 0;
+  if (!b || b->rank == 0)
+    return 0;
+  for (uint32_t i = 0; i < b->rank; i++) {
+    if (!amk_value_as_int(&b->shape[i], &d) || d <= 0 || d > INT32_MAX ||
+        numel > INT32_MAX)
+      return 0;
+    if (i == 0)
+      *first = d;
+    numel *= d;
+  }
+  *last = d;
+  return numel;
+}
+
+/* The token rows of a per-row task (its output's rows; KV_APPEND: the new
+ * rows') and its op rows per token row; false when it is not a task to
+ * split: another op, a window already, one token row, shapes whose op rows
+ * are not whole per token row, a KV_APPEND not in place. */
+static bool row_task_shape(const AmkModule *m, const AmkTask *t, int64_t *token_rows,
+                           int64_t *per_token) {
+  if ((t->op != AMK_OP_RMSNORM && t->op != AMK_OP_LAYERNORM && t->op != AMK_OP_ROPE &&
+       t->op != AMK_OP_EMBED && t->op != AMK_OP_KV_APPEND) ||
+      t->n_inputs < 2 || t->n_outputs != 1 || amk_task_param(t, "M_tile") ||
+      amk_task_param(t, "m_off"))
+    return false;
+  int64_t in_first, in_last, out_first, out_last, x_first, x_last, hidden;
+  int64_t in_n = buffer_numel(m, t->inputs[0], &in_first, &in_last);
+  int64_t out_n = buffer_numel(m, t->outputs[0], &out_first, &out_last);
+  if (!in_n || !out_n)
+    return false;
+  int64_t tokens = out_n / out_last, op_rows;
+  if (t->op == AMK_OP_RMSNORM || t->op == AMK_OP_LAYERNORM) {
+    if (!amk_task_param_int(t, "hidden", &hidden) || hidden <= 0 || in_n % hidden)
+      return false;
+    op_rows = in_n / hidden;
+  } else if (t->op == AMK_OP_ROPE) {
+    op_rows = buffer_numel(m, t->inputs[1], &x_first, &x_last);
+  } else if (t->op == AMK_OP_EMBED) {
+    op_rows = in_n;
+  } else { /* KV_APPEND: rows of the cache's row length */
+    int64_t row_len = out_n / out_first;
+    if (t->inputs[1] != t->outputs[0] || in_n % row_len)
+      return false;
+    op_rows = in_n / row_len;
+    tokens = in_n / in_last;
+  }
+  if (tokens <= 1 || op_rows < tokens || op_rows % tokens)
+    return false;
+  *token_rows = tokens;
+  *per_token = op_rows / tokens;
+  return true;
+}
+
+/* Token rows per block: about one block per SM (0: leave whole). */
+static int64_t row_block(int64_t token_rows, const TilePlan *plan) {
+  if (plan->num_sms <= 0)
+    return 0;
+  int64_t rows = (token_rows + plan->num_sms - 1) / plan->num_sms;
+  return rows < MIN_ROW_BLOCK ? MIN_ROW_BLOCK : rows;
+}
+
+/* The tasks a per-row task becomes (1: left whole). */
+static int64_t row_tasks_after_split(const AmkModule *m, const AmkTask *src,
+                                     const TilePlan *plan) {
+  int64_t tokens, per_token;
+  if (!row_task_shape(m, src, &tokens, &per_token))
+    return 1;
+  int64_t block = row_block(tokens, plan);
+  return block <= 0 || block >= tokens ? 1 : (tokens + block - 1) / block;
+}
+
+/* Splits the per-row task at list position `pos` (copied to `src`) into
+ * row blocks; leaves any other task as it is. */
+static bool split_rows(AmkModule *m, AmkRwEdit *e, uint32_t pos, const AmkTask *src,
+                       const TilePlan *plan, TileCounts *counts) {
+  int64_t tokens, per_token;
+  if (!row_task_shape(m, src, &tokens, &per_token))
+    return true;
+  int64_t block = row_block(tokens, plan);
+  if (block <= 0 || block >= tokens)
+    return true;
+  int64_t n_blocks = (tokens + block - 1) / block;
+  for (int64_t i = 0; i < n_blocks; i++) {
+    int64_t start = i * block, end = start + block < tokens ? start + block : tokens;
+    AmkTask *t = clone_task(m, e, src, pos);
+    amk_task_set_param(m, t, "M_tile", amk_value_int((end - start) * per_token));
+    amk_task_set_param(m, t, "m_off", amk_value_int(start * per_token));
+    t->est_bytes = share(src->est_bytes, start, end, tokens);
+    t->est_flops = share(src->est_flops, start, end, tokens);
+    t->label = indexed_label(m, src->label, "[r%lld]", i, 0);
+  }
+  amk_rw_kill_task(e, pos);
+  counts->row_split++;
+  counts->row_tiles += n_blocks;
+  return true;
+}
+
 /* The tasks task `src` becomes (1: left as it is), as split_gemv and
  * split_attention would make them; at most that many where they would
  * leave a malformed task whole. */
@@ -665,7 +776,7 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
     int64_t block = attention_block_rows(m_rows, group, n_kv, plan->num_sms);
     return n_kv * ((m_rows + block - 1) / block);
   }
-  return 1;
+  return row_tasks_after_split(m, src, plan);
 }
 
 /* Refuses a split that would make more than AMK_MAX_PROGRAM_TASKS tasks,
@@ -746,6 +857,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       ok = split_prefill_attention(m, &e, pos, &src, &plan, &counts);
     else if (eltwise_split_cols(m, &src, &plan, &cols))
       split_eltwise(m, &e, pos, &src, cols, &counts);
+    else
+      ok = split_rows(m, &e, pos, &src, &plan, &counts);
   }
   if (ok) {
     amk_rw_fix_thresholds(m, &e, old_counts, n_old_counters);
@@ -777,6 +890,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     amk_stat_int(ctx->stats, "tile", "attention tiles made", counts.attention_tiles);
     amk_stat_int(ctx->stats, "tile", "elementwise tasks split", counts.eltwise_split);
     amk_stat_int(ctx->stats, "tile", "elementwise tiles made", counts.eltwise_tiles);
+    amk_stat_int(ctx->stats, "tile", "per-row tasks split", counts.row_split);
+    amk_stat_int(ctx->stats, "tile", "row blocks made", counts.row_tiles);
     amk_stat_int(ctx->stats, "tile", "critical path (tasks) before", path_before);
     amk_stat_int(ctx->stats, "tile", "critical path (tasks) after", path_after);
     amk_stat_int(ctx->stats, "tile", "dependent hops per layer before", layer_before);

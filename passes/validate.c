@@ -497,6 +497,13 @@ static void check_provenance(AmkValidator *v) {
       if ((unsigned)buf->kind < AMK_KIND_COUNT &&
           amk_kind_is_read_only(buf->kind))
         continue;
+      /* A KV_APPEND with a row window updates its cache in place (checked
+       * in the bounds checks) without reading it: its sibling windows may
+       * write other rows meanwhile. */
+      if (task->op == AMK_OP_KV_APPEND && i == 1 && task->n_outputs == 1 &&
+          task->outputs[0] == task->inputs[1] &&
+          amk_validator_row_window(v, t).kind == AMK_ROW_WINDOW_OK)
+        continue;
       uint32_t n_writers = v->wr_off[b + 1] - v->wr_off[b];
       bool kv = buf->kind == AMK_KIND_KV_CACHE;
       if (kv && n_writers == 0)
@@ -553,6 +560,10 @@ typedef struct {
   bool whole; /* writes the whole buffer */
   bool all_rows;
   int64_t row_lo, row_hi, col_lo, col_hi;
+  /* A KV_APPEND window: its pos param, -1 for any other writer. The step's
+   * position may replace pos at run time, moving every KV_APPEND's rows
+   * together: only windows of one pos are compared. */
+  int64_t kv_pos;
 } Region;
 
 static bool nonneg_int_param(const AmkParamTable *pt, AmkParamField f,
@@ -571,7 +582,8 @@ static int64_t saturating_add(int64_t a, int64_t b) {
 
 /* Whether `op` may write only a tile of its output (the columns
  * [n_off, n_off + N_tile), for GEMM also rows [m_off, m_off + M_tile)), so
- * that several writers of one buffer can be disjoint. Every op is listed:
+ * that several writers of one buffer can be disjoint. The per-row ops'
+ * row windows (amk_validator_row_window) are taken before this. Every op is listed:
  * a new op fails to compile here until its footprint is decided. The
  * elementwise ops take a column window (their N_tile, inst_columns). */
 static bool op_writes_tile(AmkOp op) {
@@ -605,7 +617,21 @@ static bool op_writes_tile(AmkOp op) {
 
 static Region write_region(const AmkValidator *v, uint32_t task) {
   const AmkTask *t = &v->m->tasks[task];
-  Region r = {.whole = true};
+  Region r = {.whole = true, .kv_pos = -1};
+  AmkRowWindow window = amk_validator_row_window(v, task);
+  if (window.kind == AMK_ROW_WINDOW_OK) {
+    /* Elements [lo, hi) of the output as [rows, width]: exact within one
+     * row, else every row it touches (never less than is written). */
+    int64_t w = window.out_width, lo = window.lo, hi = window.hi;
+    r.whole = false;
+    r.kv_pos = window.kv_pos;
+    r.row_lo = lo / w;
+    r.row_hi = (hi + w - 1) / w;
+    bool one_row = r.row_hi == r.row_lo + 1;
+    r.col_lo = one_row ? lo % w : 0;
+    r.col_hi = one_row ? (hi - 1) % w + 1 : w;
+    return r;
+  }
   if (!op_writes_tile(t->op))
     return r;
   if (t->op == AMK_OP_ATTENTION_TILE) {
@@ -657,7 +683,7 @@ static Region write_region(const AmkValidator *v, uint32_t task) {
 }
 
 static bool regions_disjoint(const Region *a, const Region *b) {
-  if (a->whole || b->whole)
+  if (a->whole || b->whole || a->kv_pos != b->kv_pos)
     return false;
   bool rows_overlap = a->all_rows || b->all_rows ||
                       (a->row_lo < b->row_hi && b->row_lo < a->row_hi);

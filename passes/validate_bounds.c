@@ -789,6 +789,32 @@ static void check_collective(AmkValidator *v, const AmkTask *t, const AmkParamTa
   }
 }
 
+/* The row window (M_tile, m_off) of a per-row op: both int32, m_off >= 0,
+ * M_tile >= 1, inside the op's rows; KV_APPEND's cache updated in place
+ * (sibling windows of a separate output would each copy the whole input
+ * cache over the others' rows). */
+static void check_row_window(AmkValidator *v, uint32_t task, const AmkParamTable *pt) {
+  const AmkTask *t = &v->m->tasks[task];
+  AmkRowWindow w = amk_validator_row_window(v, task);
+  if (w.kind == AMK_ROW_WINDOW_NONE)
+    return;
+  if (!w.has_m_tile) {
+    bound_error(v, t, "m_off without M_tile (a row window needs M_tile)");
+    return;
+  }
+  int64_t m_off = 0, m_tile;
+  bool have_off = !w.has_m_off || param_at_least(v, t, pt, AMK_PARAM_m_off, 0, &m_off);
+  bool have_tile = param_at_least(v, t, pt, AMK_PARAM_M_tile, 1, &m_tile);
+  if (t->op == AMK_OP_KV_APPEND && t->inputs[1] != t->outputs[0])
+    bound_error(v, t, "a row window (M_tile) needs the cache updated in place "
+                      "(input 1 and the output the same buffer)");
+  /* UNKNOWN with good params: shapes or params the checks above report. */
+  if (w.kind == AMK_ROW_WINDOW_UNKNOWN && have_off && have_tile && w.rows > 0 &&
+      m_off + m_tile > w.rows)
+    bound_error(v, t, "row window m_off+M_tile=%" PRId64 " exceeds its %" PRId64 " rows",
+                m_off + m_tile, w.rows);
+}
+
 static void check_task_bounds(AmkValidator *v, uint32_t task) {
   const AmkTask *t = &v->m->tasks[task];
   AmkParamTable params;
@@ -801,6 +827,8 @@ static void check_task_bounds(AmkValidator *v, uint32_t task) {
       (int64_t)t->n_outputs != info->n_outputs)
     return;
   amk_validator_params(v, task, &params);
+  if (amk_op_takes_row_window(t->op))
+    check_row_window(v, task, pt);
   int64_t x;
   switch (t->op) {
   case AMK_OP_GEMV_TILE:
@@ -970,8 +998,9 @@ bool amk_validate_op_has_bounds(AmkOp op) {
  * head_dim (+2 with flags bit 1) columns, GEMM rows [m_off, m_off + M_tile)),
  * KV_APPEND and rope_kv row `pos` of the cache (rope_kv: its KV heads'
  * columns of each plane of a combined cache), elementwise ops with N_tile
- * columns [n_off, n_off + N_tile) of every row, any other op the whole
- * buffer.
+ * columns [n_off, n_off + N_tile) of every row, a per-row op with a row
+ * window (M_tile) the elements of its rows (KV_APPEND: cache rows
+ * pos + m_off ...), any other op the whole buffer.
  * A read of an activation is taken to be the whole buffer (no lowering reads
  * part of one whose writers leave a gap); an IO_OUTPUT must be whole. A KV
  * cache holds earlier positions before the step, so only its rows of the
@@ -1017,6 +1046,19 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
   Footprint whole = {0, rows, 0, width}, f = whole;
   AmkParamTable pt;
   int64_t n_off, n_tile, pos, flags = 0, head_dim, n_kv;
+  AmkRowWindow window = amk_validator_row_window(v, t);
+  if (window.kind == AMK_ROW_WINDOW_OK && window.out_width == width) {
+    /* Elements [lo, hi): within one row exactly, else the whole rows
+     * inside it (never more than is written: a window cut mid-row may only
+     * make a gap appear). */
+    int64_t lo = window.lo, hi = window.hi;
+    if (lo / width == (hi - 1) / width)
+      return (Footprint){lo / width, lo / width + 1, lo % width, (hi - 1) % width + 1};
+    int64_t first = (lo + width - 1) / width, end = hi / width;
+    return (Footprint){first, end > first ? end : first, 0, width};
+  }
+  if (window.kind == AMK_ROW_WINDOW_UNKNOWN)
+    return whole; /* reported by check_row_window or the shape checks */
   switch (task->op) {
   case AMK_OP_GEMV_TILE:
   case AMK_OP_GEMM_TILE:

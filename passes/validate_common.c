@@ -141,3 +141,112 @@ bool amk_validator_attention_rect(const AmkValidator *v, uint32_t t, int64_t row
   }
   return true;
 }
+bool amk_op_takes_row_window(AmkOp op) {
+  switch (op) {
+  case AMK_OP_RMSNORM:
+  case AMK_OP_LAYERNORM:
+  case AMK_OP_ROPE:
+  case AMK_OP_EMBED:
+  case AMK_OP_KV_APPEND:
+    return true;
+  case AMK_OP_NOP:
+  case AMK_OP_COPY:
+  case AMK_OP_GEMV_TILE:
+  case AMK_OP_GEMM_TILE: /* its M_tile rows are a tile's, checked with its columns */
+  case AMK_OP_ATTENTION_TILE:
+  case AMK_OP_SILU_MUL:
+  case AMK_OP_GELU:
+  case AMK_OP_ADD:
+  case AMK_OP_MUL:
+  case AMK_OP_DEQUANT:
+  case AMK_OP_SOFTMAX:
+  case AMK_OP_ALLREDUCE_SHARD:
+  case AMK_OP_SAMPLE_ARGMAX:
+  case AMK_OP_ATTENTION_COMBINE:
+  case AMK_OP_FUSED:
+  case AMK_OP_COUNT:
+    return false;
+  }
+  return false;
+}
+
+/* Buffer `id`'s element count, first and last dims; false unless it exists
+ * with rank 1..4 and positive INT dims whose product fits. */
+static bool buffer_dims(const AmkValidator *v, int32_t id, int64_t *numel,
+                        int64_t *first, int64_t *last) {
+  uint32_t b = amk_id_index_get(&v->bufs, id);
+  if (b == AMK_NO_INDEX)
+    return false;
+  const AmkBuffer *buf = &v->m->buffers[b];
+  if (buf->rank == 0 || buf->rank > AMK_MAX_RANK)
+    return false;
+  int64_t n = 1, d = 0;
+  for (uint32_t i = 0; i < buf->rank; i++) {
+    if (!amk_validator_int(&buf->shape[i], &d) || d < 1 || n > INT64_MAX / d)
+      return false;
+    if (i == 0)
+      *first = d;
+    n *= d;
+  }
+  *numel = n;
+  *last = d;
+  return true;
+}
+
+/* An int32 param of at least `min`. */
+static bool int_param(const AmkParamTable *pt, AmkParamField f, int64_t min, int64_t *out) {
+  return amk_validator_int(pt->v[f], out) && *out >= min && *out <= INT32_MAX;
+}
+
+AmkRowWindow amk_validator_row_window(const AmkValidator *v, uint32_t t) {
+  const AmkTask *task = &v->m->tasks[t];
+  AmkRowWindow w = {.kind = AMK_ROW_WINDOW_NONE, .kv_pos = -1};
+  if (!amk_op_takes_row_window(task->op))
+    return w;
+  AmkParamTable pt;
+  amk_validator_params(v, t, &pt);
+  w.has_m_off = pt.v[AMK_PARAM_m_off] != NULL;
+  w.has_m_tile = pt.v[AMK_PARAM_M_tile] != NULL;
+  if (!w.has_m_off && !w.has_m_tile)
+    return w;
+  w.kind = AMK_ROW_WINDOW_UNKNOWN;
+  if (task->n_inputs < 2 || task->n_outputs != 1)
+    return w;
+  int64_t in_n, in_first, in_last, out_n, out_first, out_width, n, first, last, x;
+  if (!buffer_dims(v, task->inputs[0], &in_n, &in_first, &in_last) ||
+      !buffer_dims(v, task->outputs[0], &out_n, &out_first, &out_width))
+    return w;
+  int64_t row_len = 0, base = 0;
+  if (task->op == AMK_OP_RMSNORM || task->op == AMK_OP_LAYERNORM) { /* rows of `hidden` */
+    if (!int_param(&pt, AMK_PARAM_hidden, 1, &x) || in_n % x || out_n != in_n)
+      return w;
+    w.rows = in_n / x;
+    row_len = x;
+  } else if (task->op == AMK_OP_ROPE) { /* position rows */
+    if (!buffer_dims(v, task->inputs[1], &n, &first, &last) || in_n % n || out_n != in_n)
+      return w;
+    w.rows = n;
+    row_len = in_n / n;
+  } else if (task->op == AMK_OP_EMBED) { /* one row per id */
+    if (out_n % in_n)
+      return w;
+    w.rows = in_n;
+    row_len = out_n / in_n;
+  } else { /* KV_APPEND: new rows, to cache rows pos + r */
+    row_len = out_n / out_first;
+    if (in_n % row_len || !int_param(&pt, AMK_PARAM_pos, 0, &w.kv_pos) ||
+        w.kv_pos + in_n / row_len > out_first)
+      return w;
+    w.rows = in_n / row_len;
+    base = w.kv_pos * row_len;
+  }
+  w.m_off = 0;
+  if ((w.has_m_off && !int_param(&pt, AMK_PARAM_m_off, 0, &w.m_off)) || !w.has_m_tile ||
+      !int_param(&pt, AMK_PARAM_M_tile, 1, &w.m_tile) || w.m_off + w.m_tile > w.rows)
+    return w;
+  w.kind = AMK_ROW_WINDOW_OK;
+  w.lo = base + w.m_off * row_len;
+  w.hi = base + (w.m_off + w.m_tile) * row_len;
+  w.out_width = out_width;
+  return w;
+}

@@ -72,6 +72,27 @@ void amk_validator_format_task_ids(const AmkModule *m, const uint32_t *tasks,
 bool amk_validator_attention_rect(const AmkValidator *v, uint32_t t, int64_t rows, int64_t width,
                                   int64_t *row_lo, int64_t *row_hi, int64_t *col_lo,
                                   int64_t *col_hi);
+/* A per-row op's row window (RMSNORM, LAYERNORM, ROPE, EMBED, KV_APPEND
+ * with M_tile: op rows [m_off, m_off + M_tile)), in elements of its output. */
+typedef enum {
+  AMK_ROW_WINDOW_NONE,   /* not such an op, or no M_tile and no m_off */
+  AMK_ROW_WINDOW_OK,     /* a window inside the op's rows */
+  AMK_ROW_WINDOW_UNKNOWN /* params or shapes the bounds checks report */
+} AmkRowWindowKind;
+typedef struct {
+  AmkRowWindowKind kind;
+  bool has_m_off, has_m_tile;
+  int64_t rows;       /* the op's rows (norm rows of hidden, positions, ids, new rows) */
+  int64_t m_off, m_tile;
+  int64_t kv_pos;     /* KV_APPEND: the pos param (cache rows pos + m_off ...); else -1 */
+  int64_t lo, hi;     /* OK: the output elements written, [lo, hi) */
+  int64_t out_width;  /* OK: the output's last dim */
+} AmkRowWindow;
+/* Whether `op` takes a row window; every op is listed. */
+bool amk_op_takes_row_window(AmkOp op);
+/* Task `t`'s row window, from its params and its buffers' shapes. */
+AmkRowWindow amk_validator_row_window(const AmkValidator *v, uint32_t t);
+
 /* Checks beyond the reference: page bindings, shapes, semantic bounds. */
 void amk_validate_check_bounds(AmkValidator *v);
 /* Whether the semantic bounds check anything for `op` (its params against
