@@ -854,14 +854,16 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
 // Two rows at once: twice the loads in flight per lane, each row's sums in
 // the same order as amk_row_dot (the same results). AMK_GEMV_ROW_PAIRS: 0
 // never, 1 always, 2 (default) for rows of at most AMK_GEMV_PAIR_MAX_BYTES
-// (8 KiB), where a row alone keeps too few loads in flight (measured on an
-// H100: SmolLM2 -5% with 4 KiB; 8 KiB, the 8B shape's q, o and gate_up
-// rows, took 1.4% off an 8B step; its 28 KiB down rows gain nothing).
+// (2 KiB), where a row alone keeps too few loads in flight. Measured on an
+// H100 (sixth session, pairs off against the old 8 KiB limit, twice each):
+// the 1B shape's 4 KiB rows 1.263-1.270 -> 1.228-1.231 ms, the 8B shape's
+// 8 KiB rows 6.22-6.25 -> 6.15-6.18; SmolLM2's 1.1 KiB rows 0.84-0.85 ->
+// 0.91 and Qwen2.5-0.5B's 1.8 KiB rows 1.42-1.43 -> 1.89 keep them.
 #ifndef AMK_GEMV_ROW_PAIRS
 #define AMK_GEMV_ROW_PAIRS 2
 #endif
 #ifndef AMK_GEMV_PAIR_MAX_BYTES
-#define AMK_GEMV_PAIR_MAX_BYTES 8192
+#define AMK_GEMV_PAIR_MAX_BYTES 2048
 #endif
 template <int WDT, int K> __device__ constexpr bool amk_row_dot2_ok() {
   constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
