@@ -369,9 +369,12 @@ int main(int argc, char **argv) {
    * rank (tensor-parallel prefill programs do not exist yet). A fused decode
    * program's KV rows are copied from the prefill programs' caches
    * (prefill.c): through host memory on the CPU, device to device on the
-   * GPU. */
+   * GPU. The GPU has no quantized GEMM tiles yet: with --quant it feeds the
+   * prompt token by token. */
+  bool quant_on_gpu = o.quant && strcmp(device, "cuda") == 0;
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) &&
-              (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) && o.tp <= 1;
+              (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) && o.tp <= 1 &&
+              !quant_on_gpu;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -536,7 +539,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.tp > 1 ? "tensor-parallel ranks have no prefill programs yet"
-                       : "the engine runs no prefill programs");
+            : quant_on_gpu
+                ? "the GPU has no quantized GEMM tiles for int8/int4 prefill programs yet"
+                : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,
