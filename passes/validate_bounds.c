@@ -1022,6 +1022,11 @@ static int compare_footprint_cols(const void *pa, const void *pb) {
   return amk_compare_i64(a->col_lo, b->col_lo);
 }
 
+static int compare_footprint_rows(const void *pa, const void *pb) {
+  const Footprint *a = pa, *b = pb;
+  return amk_compare_i64(a->row_lo, b->row_lo);
+}
+
 static int compare_i64_values(const void *pa, const void *pb) {
   return amk_compare_i64(*(const int64_t *)pa, *(const int64_t *)pb);
 }
@@ -1155,7 +1160,7 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
  * band when every footprint spans the rows asked (GEMV tiles, whole
  * writers), so the usual cost is one sort of the footprints. `cols` has room
  * for n footprints, `edges` for 2n + 2 values. */
-static CoverageGap find_coverage_gap(const Footprint *fp, size_t n,
+static CoverageGap find_coverage_gap(Footprint *fp, size_t n,
                                      int64_t row_lo, int64_t row_hi,
                                      int64_t width, Footprint *cols,
                                      int64_t *edges) {
@@ -1171,14 +1176,27 @@ static CoverageGap find_coverage_gap(const Footprint *fp, size_t n,
   }
   if (n_edges > 2)
     qsort(edges, n_edges, sizeof *edges, compare_i64_values);
+  /* A sweep down the rows: `cols` holds the footprints that reach the
+   * band (row_lo <= lo < row_hi; every footprint edge inside the range is
+   * a band edge, so those span the whole band), taken from fp in row_lo
+   * order (sorted only when there are several bands), so each band costs
+   * its own footprints, not all n (a prefill program's 128 row blocks of a
+   * KV cache made this quadratic). */
+  if (n_edges > 2)
+    qsort(fp, n, sizeof *fp, compare_footprint_rows);
+  size_t next = 0, k = 0;
   for (size_t e = 0; e + 1 < n_edges; e++) {
     int64_t lo = edges[e], hi = edges[e + 1];
     if (lo == hi)
       continue;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-      if (fp[i].row_lo <= lo && fp[i].row_hi >= hi && fp[i].col_lo < fp[i].col_hi)
-        cols[k++] = fp[i];
+    size_t kept = 0;
+    for (size_t i = 0; i < k; i++)
+      if (cols[i].row_hi > lo)
+        cols[kept++] = cols[i];
+    k = kept;
+    for (; next < n && fp[next].row_lo <= lo; next++)
+      if (fp[next].row_hi > lo && fp[next].col_lo < fp[next].col_hi)
+        cols[k++] = fp[next];
     qsort(cols, k, sizeof *cols, compare_footprint_cols);
     int64_t reach = 0;
     for (size_t i = 0; i < k && reach < width; i++) {
@@ -1360,6 +1378,10 @@ static CoverageGap kv_gap(const Shape *s, size_t n, int64_t lo, int64_t hi, bool
     return gap;
   }
   if (heads && width == head_dim && g_hi <= per) {
+    /* Rows covered whole (every KV head) cover these heads' rows too: one
+     * sweep instead of one per position where, as usually, they are. */
+    if (!find_coverage_gap(cs->fp, n, lo * per, hi * per, width, cs->cols, cs->edges).found)
+      return (CoverageGap){false, 0, 0, 0};
     for (int64_t p = lo; p < hi; p++) {
       CoverageGap gap = find_coverage_gap(cs->fp, n, p * per + g_lo, p * per + g_hi, width,
                                           cs->cols, cs->edges);
@@ -1376,6 +1398,33 @@ static CoverageGap kv_gap(const Shape *s, size_t n, int64_t lo, int64_t hi, bool
  * appends; rows before meta.pos hold earlier steps. Every step row a
  * reader's window reaches must be written. cs->rows holds the bands as
  * [lo, hi) pairs. */
+static int compare_bands(const void *pa, const void *pb) {
+  const int64_t *a = pa, *b = pb;
+  return a[0] != b[0] ? amk_compare_i64(a[0], b[0]) : amk_compare_i64(a[1], b[1]);
+}
+
+/* Sorts n [lo, hi) pairs and merges those that overlap or touch: a band
+ * is covered exactly when every band merged into it is, and a prefill
+ * program's row blocks (one band each) become one band, so the sweep is
+ * not repeated per block. Returns the bands left. */
+static size_t merge_bands(int64_t *rows, size_t n) {
+  if (n < 2)
+    return n;
+  qsort(rows, n, 2 * sizeof *rows, compare_bands);
+  size_t k = 0;
+  for (size_t i = 1; i < n; i++) {
+    if (rows[2 * i] <= rows[2 * k + 1]) {
+      if (rows[2 * i + 1] > rows[2 * k + 1])
+        rows[2 * k + 1] = rows[2 * i + 1];
+    } else {
+      k++;
+      rows[2 * k] = rows[2 * i];
+      rows[2 * k + 1] = rows[2 * i + 1];
+    }
+  }
+  return k + 1;
+}
+
 static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
   const AmkModule *m = v->m;
   const Shape *s = &v->shapes[b];
@@ -1405,6 +1454,7 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
       cs->rows[2 * n_bands++ + 1] = cs->fp[i].row_hi / per;
     }
   }
+  n_bands = merge_bands(cs->rows, n_bands);
   bool any_gap = false;
   for (size_t k = 0; k < n_bands && !any_gap; k++)
     any_gap = find_coverage_gap(cs->fp, n, cs->rows[2 * k] * per, cs->rows[2 * k + 1] * per,
