@@ -266,14 +266,17 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
 
   /* Codegen and NVRTC for this GPU. */
   AmkCodegenOptions cgo = {.threads_per_block = opt.threads_per_block};
+  double t_codegen = now_ms();
   if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag))
     goto fail;
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", cc_major, cc_minor);
   double t0 = now_ms();
+  double codegen_ms = t0 - t_codegen;
   if (!amk_nvrtc_compile(cg.source, arch, opt.use_cache, &cubin, &cubin_size, diag))
     goto fail;
   double compile_ms = now_ms() - t0;
+  double t_setup = now_ms();
   CU(vm->drv.cuModuleLoadData(&vm->mod, cubin), "cuModuleLoadData");
   CU(vm->drv.cuModuleGetFunction(&vm->kernel, vm->mod, "amk_megakernel"), "get amk_megakernel");
   CU(vm->drv.cuModuleGetFunction(&vm->bw_kernel, vm->mod, "amk_read_bw"), "get amk_read_bw");
@@ -548,9 +551,9 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   CU(vm->drv.cuEventCreate(&vm->ev1, AMK_CU_EVENT_DEFAULT), "cuEventCreate");
   snprintf(vm->describe, sizeof vm->describe,
            "%s %s, %d SMs; %d blocks x %d threads, %zu B shared, %d regs, %d B local; "
-           "%d variants; compile %.0f ms%s",
+           "%d variants; codegen %.0f ms, compile %.0f ms%s, load and upload %.0f ms",
            name, arch, n_sms, vm->grid, vm->threads, vm->smem, regs, local, cg.n_variants,
-           compile_ms, compile_ms < 50 ? " (cached)" : "");
+           codegen_ms, compile_ms, compile_ms < 50 ? " (cached)" : "", now_ms() - t_setup);
   if (vm->share) {
     size_t used = strlen(vm->describe);
     snprintf(vm->describe + used, sizeof vm->describe - used,

@@ -192,8 +192,10 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
 }
 
 /* --check with prefill: the reference VM prefills the same chunk (its own
- * prefill program, on its own caches); the chunk's last logits row must
- * match the reference's by check_step's rule. Returns the exit status. */
+ * prefill program, padded as the GPU's is, on its own caches); the last
+ * logits row (the last real row's with --dump-logits, else the program's
+ * last, a padding row where padded) must match the reference's by
+ * check_step's rule. Returns the exit status. */
 static int check_chunk(Decoder *d, int64_t pos, int64_t n, const float *logits, size_t vocab,
                        AmkDiagEngine *diag) {
   AmkStepStatus st = run_prefill_chunk(d->rc->reference_prefill, d->sequence + pos, n, pos, diag);
@@ -234,25 +236,25 @@ static int check_chunk(Decoder *d, int64_t pos, int64_t n, const float *logits, 
   return 2;
 }
 
-/* Batched prefill: the prompt from n_fed in chunks of at most -b tokens,
- * one step each; the last chunk's last logits row chooses the first new
- * token. *stop is set when no more steps are wanted. Returns the exit
- * status. */
-static int prefill_prompt(Decoder *d, AmkStrBuf *dump, AmkProgress *progress, bool *stop,
+/* Batched prefill: the prompt from n_fed up to its last token in chunks of
+ * at most -b tokens, one step each; the last token then goes through the
+ * decode program like any step, and its logits choose the first new token.
+ * So a chunk's logits choose nothing, and padded chunks (prefill.c) need no
+ * logits of a row in their middle. Returns the exit status. */
+static int prefill_prompt(Decoder *d, AmkStrBuf *dump, AmkProgress *progress,
                           AmkDiagEngine *diag) {
   const RunOptions *o = d->o;
   RunPrefill *p = d->rc->prefill;
-  int64_t batch = run_prefill_batch(p);
+  int64_t batch = run_prefill_batch(p), end = d->n_prompt - 1;
   size_t rows = 0, vocab = 0;
-  const float *logits = NULL;
-  while (d->n_fed < d->n_prompt) {
+  while (d->n_fed < end) {
     int64_t pos = d->n_fed;
-    int64_t n = d->n_prompt - pos < batch ? d->n_prompt - pos : batch;
+    int64_t n = end - pos < batch ? end - pos : batch;
     double t0 = run_now_ms();
     AmkStepStatus st = run_prefill_chunk(p, d->sequence + pos, n, pos, diag);
     if (st != AMK_STEP_OK)
       return st == AMK_STEP_TIMEOUT ? EXIT_TIMEOUT : 1;
-    logits = run_prefill_logits(p, &rows, &vocab);
+    const float *logits = run_prefill_logits(p, &rows, &vocab);
     d->prompt_ms += run_now_ms() - t0;
     int status;
     if (o->check && d->rc->reference_prefill &&
@@ -278,12 +280,6 @@ static int prefill_prompt(Decoder *d, AmkStrBuf *dump, AmkProgress *progress, bo
     if (progress)
       amk_progress_add(progress, n);
   }
-  if (!logits || d->done)
-    return 0;
-  bool more = accept_token(d, amk_sample(d->sampler, logits + (rows - 1) * vocab, vocab));
-  if (d->failed)
-    return 1;
-  *stop = !more && (d->stopped_at_eos || !o->dump_logits);
   return 0;
 }
 
@@ -304,10 +300,9 @@ static int decode_step_by_step(Decoder *d, AmkStrBuf *dump, int64_t *last_launch
           ? amk_progress_begin("amk-run: evaluating the prompt", AMK_PROGRESS_ITEMS, "tokens",
                                d->n_prompt - d->n_fed)
           : NULL;
-  bool stop = false;
-  if (d->rc->prefill && d->n_prompt - d->n_fed >= 2)
-    status = prefill_prompt(d, dump, progress, &stop, diag);
-  if (stop || status != 0) {
+  if (d->rc->prefill && d->n_prompt - d->n_fed >= 3)
+    status = prefill_prompt(d, dump, progress, diag);
+  if (status != 0) {
     amk_progress_end(progress);
     return status;
   }
@@ -478,15 +473,12 @@ static int decode_run(Decoder *d, AmkStrBuf *dump, int64_t *last_launch, AmkDiag
   d->stopped_at_eos = false;
   bool greedy_device = o->sampling.temperature <= 0 && !o->check && !o->dump_logits &&
                        !o->trace && amk_engine_can_generate(d->rc->engine);
-  /* With prefill programs the prompt goes in by chunks first; the device
-   * then decodes from the first new token. */
-  if (greedy_device && d->rc->prefill && d->n_prompt - d->n_fed >= 2 && !d->done) {
-    bool stop = false;
-    int status = prefill_prompt(d, dump, NULL, &stop, diag);
-    if (status != 0 || stop || d->done)
+  /* With prefill programs the prompt but its last token goes in by chunks
+   * first; the device then feeds that token and decodes from there. */
+  if (greedy_device && d->rc->prefill && d->n_prompt - d->n_fed >= 3 && !d->done) {
+    int status = prefill_prompt(d, dump, NULL, diag);
+    if (status != 0)
       return status;
-    d->on_device = d->total > d->n_seq;
-    return d->on_device ? decode_on_device(d, diag) : 0;
   }
   d->on_device = greedy_device && d->n_prompt > d->n_fed && d->total > d->n_prompt;
   return d->on_device ? decode_on_device(d, diag)

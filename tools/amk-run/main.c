@@ -89,6 +89,17 @@ static AmkModule *load_program(const RunOptions *o, int64_t rank, const char *pi
 
 bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
 
+/* Whether short prefill chunks are padded: on the GPU (one NVRTC compile
+ * for every prompt length), not on the CPU VM (a compile is cheap there, a
+ * padding row is a row of work); $AMK_PREFILL_PAD=1 or 0 says otherwise
+ * (the tests pad on the CPU). */
+static bool prefill_pads(const AmkEngine *engine) {
+  const char *env = getenv("AMK_PREFILL_PAD");
+  if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+    return env[0] == '1';
+  return strcmp(amk_engine_name(engine), "cuda") == 0;
+}
+
 AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pipeline_text,
                               int64_t batch_size, bool all_logits, AmkDiagEngine *diag) {
   AmkModule *m = amk_module_new();
@@ -528,13 +539,28 @@ int main(int argc, char **argv) {
    * reference VM prefills the same chunks. */
   RunPrefill *prefill = NULL, *reference_prefill = NULL;
   if (ok && run_prefill_wanted(&o) && amk_engine_can_prefill(engine)) {
-    prefill = run_prefill_new(&o, loaded, engine);
+    /* The GPU pads short chunks to one -b-row program (prefill.c): one
+     * NVRTC compile, done here when the prompt will use it. With --check
+     * the reference VM pads alike, so that both run the same rows. */
+    bool pad = prefill_pads(engine);
+    prefill = run_prefill_new(&o, loaded, engine, pad);
     /* --check: the reference VM prefills the same chunks beside it. */
     if (reference && o.check)
-      reference_prefill = run_prefill_new(&o, loaded, reference);
+      reference_prefill = run_prefill_new(&o, loaded, reference, pad);
     if (o.verbose && !o.json)
-      fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs)\n",
-              (long long)o.batch_size);
+      fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs%s)\n",
+              (long long)o.batch_size,
+              pad ? "; a shorter chunk runs padded on the same program" : "");
+    /* The one program now when a prompt will need it (all but the
+     * prompt's last token in chunks of two or more). */
+    bool needed = o.chat || (o.bench && !cpu_bench) || run_text.n_prompt >= 3;
+    if (pad && needed) {
+      t_phase = run_now_ms();
+      ok = run_prefill_prepare(prefill, diag) &&
+           (!reference_prefill || run_prefill_prepare(reference_prefill, diag));
+      if (ok && say)
+        say_phase("compiled and started the prefill program", run_now_ms() - t_phase);
+    }
   } else if (ok && o.verbose && !o.json && o.batch_size > 1)
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"

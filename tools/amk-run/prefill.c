@@ -1,7 +1,15 @@
 /* Batched prefill (docs/Runtime.md "Prefill"): the prompt goes in chunks of
  * at most -b tokens, each one step of a prefill program compiled from the
- * model folder for the chunk's row count (the batch size, and the
- * remainder). The programs are compiled when first needed and kept; each
+ * model folder for the chunk's row count. With padding (the GPU's way) a
+ * short chunk runs on the -b-row program, its rows past the chunk fed with
+ * copies of its last token: one program serves every prompt length, so
+ * NVRTC compiles one (at load, run_prefill_prepare). Padding rows change no
+ * real row (attention is causal, every other op works row by row) and the
+ * KV rows they write lie past the chunk, where the next token's step
+ * writes before anything reads. Without padding (the CPU VM's way: each
+ * compile is cheap there, each padding row a row of work) a chunk runs on
+ * a program of its own row count. The programs are compiled when first
+ * needed and kept; each
  * runs on the decode engine's weights (borrowed by source) and, when the
  * decode program keeps the prefill programs' kcache/vcache layout, on its
  * KV caches (shared by name), so decoding continues on the cache the
@@ -40,6 +48,8 @@ struct RunPrefill {
   const AmkWeights *weights; /* the decode program's */
   AmkEngine *decode;
   bool all_logits; /* --dump-logits: every row's logits */
+  int64_t pad_rows; /* > 0: short chunks run on this many rows (padding) */
+  int64_t last_rows; /* the real rows of the last chunk */
   PrefillProgram programs[MAX_PROGRAMS];
   int n_programs;
   AmkEngine *last; /* the engine of the last chunk */
@@ -61,12 +71,19 @@ static void program_free(PrefillProgram *p) {
   memset(p, 0, sizeof *p);
 }
 
-RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode) {
+RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode,
+                            bool pad) {
   RunPrefill *p = amk_xcalloc(1, sizeof *p);
+  int64_t max_seq = amk_engine_max_seq(decode);
   *p = (RunPrefill){.o = o, .weights = weights, .decode = decode,
-                    .all_logits = o->dump_logits != NULL};
+                    .all_logits = o->dump_logits != NULL,
+                    .pad_rows = pad ? (o->batch_size < max_seq ? o->batch_size : max_seq) : 0};
+  if (p->pad_rows < 2)
+    p->pad_rows = 0;
   return p;
 }
+
+bool run_prefill_pads(const RunPrefill *p) { return p->pad_rows > 0; }
 
 void run_prefill_free(RunPrefill *p) {
   if (!p)
@@ -88,6 +105,7 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   AmkEngineOptions eopt = amk_engine_options_default();
   eopt.threads = (int)p->o->threads;
   eopt.timeout_ms = p->o->timeout_ms;
+  eopt.verbose = p->o->verbose && !p->o->json; /* the CUDA engine's description */
   /* The GPU's weights and KV caches, in place: the decode engine's, or,
    * where the caches are copied, the first prefill program's (its caches
    * of the prefill layout, the decode engine's weights). */
@@ -138,19 +156,45 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
 
 int64_t run_prefill_batch(const RunPrefill *p) { return p->o->batch_size; }
 
+bool run_prefill_prepare(RunPrefill *p, AmkDiagEngine *diag) {
+  return p->pad_rows == 0 || program_for(p, p->pad_rows, diag) != NULL;
+}
+
+/* The rows a chunk of n tokens at pos runs on: the padded size where the
+ * cache has room for its padding rows, else n. */
+static int64_t chunk_rows(const RunPrefill *p, int64_t n, int64_t pos) {
+  if (p->pad_rows > n && pos + p->pad_rows <= amk_engine_max_seq(p->decode))
+    return p->pad_rows;
+  return n;
+}
+
+static AmkStepStatus step_program(const PrefillProgram *prog, const int32_t *tokens, int64_t n,
+                                  int64_t pos, AmkDiagEngine *diag) {
+  if (prog->rows == n)
+    return amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+  int32_t *padded = amk_xmalloc((size_t)prog->rows * sizeof *padded);
+  memcpy(padded, tokens, (size_t)n * sizeof *padded);
+  for (int64_t r = n; r < prog->rows; r++)
+    padded[r] = tokens[n - 1];
+  AmkStepStatus st = amk_engine_step_rows(prog->engine, padded, prog->rows, pos, diag);
+  free(padded);
+  return st;
+}
+
 AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n, int64_t pos,
                                 AmkDiagEngine *diag) {
+  p->last_rows = n;
   if (n == 1) {
     /* One token is a decode step. */
     p->last = p->decode;
     return amk_engine_step(p->decode, tokens[0], pos, NULL, diag);
   }
-  const PrefillProgram *prog = program_for(p, n, diag);
+  const PrefillProgram *prog = program_for(p, chunk_rows(p, n, pos), diag);
   if (!prog)
     return AMK_STEP_ERROR;
   p->last = prog->engine;
   if (!p->copy_kv)
-    return amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+    return step_program(prog, tokens, n, pos, diag);
   /* The rows before the chunk into the prefill layout: those decode steps
    * wrote since the last chunk (all of them after a rewind, which the
    * driver does not do today), then the chunk's rows out. */
@@ -161,7 +205,7 @@ AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n,
       !amk_engine_copy_kv_rows(p->from_decode, owner, p->decode, p->synced, pos, diag))
     return AMK_STEP_ERROR;
   p->synced = pos;
-  AmkStepStatus st = amk_engine_step_rows(prog->engine, tokens, n, pos, diag);
+  AmkStepStatus st = step_program(prog, tokens, n, pos, diag);
   if (st != AMK_STEP_OK)
     return st;
   if (!amk_engine_copy_kv_rows(p->to_decode, p->decode, owner, pos, pos + n, diag))
@@ -173,5 +217,9 @@ AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n,
 AmkEngine *run_prefill_last_engine(const RunPrefill *p) { return p->last; }
 
 const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab) {
-  return amk_engine_logit_rows(p->last, rows, vocab);
+  const float *logits = amk_engine_logit_rows(p->last, rows, vocab);
+  /* Every row's logits: the real rows' only. */
+  if (*rows > 1 && *rows > (size_t)p->last_rows)
+    *rows = (size_t)p->last_rows;
+  return logits;
 }

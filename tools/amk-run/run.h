@@ -136,18 +136,25 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pip
                               int64_t batch_size, bool all_logits, AmkDiagEngine *diag);
 
 /* Batched prefill (prefill.c): prefill programs compiled per chunk size,
- * running on the decode engine's KV caches and borrowing its weights
- * (both must outlive it). */
+ * or with `pad` one program of -b rows (at most the cache's length) for
+ * every chunk, running on the decode engine's KV caches and borrowing its
+ * weights (both must outlive it). */
 typedef struct RunPrefill RunPrefill;
-RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode);
+RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode,
+                            bool pad);
 void run_prefill_free(RunPrefill *p);
+/* Whether short chunks are padded. */
+bool run_prefill_pads(const RunPrefill *p);
+/* With padding, compiles the one program now; false after reporting. */
+bool run_prefill_prepare(RunPrefill *p, AmkDiagEngine *diag);
 /* The most tokens one chunk takes (-b). */
 int64_t run_prefill_batch(const RunPrefill *p);
 /* One chunk: n tokens at positions pos..pos+n-1 in one step. */
 AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n, int64_t pos,
                                 AmkDiagEngine *diag);
-/* The last chunk's logits: its last row's, or with --dump-logits every
- * row's (*rows of them). */
+/* The last chunk's logits: its program's last row's (a padding row where
+ * it was padded), or with --dump-logits every real row's (*rows of
+ * them). */
 const float *run_prefill_logits(const RunPrefill *p, size_t *rows, size_t *vocab);
 /* The engine that ran the last chunk (NULL before the first). */
 AmkEngine *run_prefill_last_engine(const RunPrefill *p);
