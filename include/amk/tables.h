@@ -213,7 +213,8 @@
     "group) over [max_seq, n_kv, head_dim] caches")                            \
   X(ATTENTION_ROPE, 7, "attention_rope", "qkv, inv_freq, kv_cache",           \
     "rotate the group's q heads, then attend over the combined "              \
-    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache")             \
+    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache (flags "     \
+    "bit 2: row pos from qkv, the cache below pos)")                           \
   X(COMBINE_RESIDUAL, 8, "combine_residual", "p0, W, r, p1..",               \
     "out[cols] = r[cols] + combine(p0..p{P-1}) @ W[cols]^T; each tile "       \
     "recombines the P split-KV partials [n_heads, head_dim + 2] itself")
