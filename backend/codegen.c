@@ -546,7 +546,8 @@ static bool gen_attention_rows(Gen *g, const AmkTask *t, const AmkInstParams *p,
 }
 
 /* mode 0: ATTENTION_TILE, 1: pattern attention, 2: pattern attention_rope
- * (3 when its cache is the per-head [max_seq, 2, head_dim]). */
+ * (3 when its cache is the per-head [max_seq, 2, head_dim]; 4 and 5 are 2
+ * and 3 with flags bit AMK_FLAG_KV_FROM_QKV, row pos from qkv). */
 static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int mode,
                           AmkStrBuf *inst) {
   int64_t hd = 0, nh = 0, nkv = 0;
@@ -587,6 +588,8 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
     if (cache->numel % (2 * kvw) != 0)
       return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
     rows = cache->numel / (2 * kvw);
+    if (amk_inst_param_has(p, AMK_PARAM_flags) && (p->flags.i & AMK_FLAG_KV_FROM_QKV))
+      mode += 2;
   } else {
     /* A prefill chunk: M > 1 query rows of an unsplit ATTENTION_TILE. */
     if (mode == 0 && !partial && q.numel > nh * hd && q.numel % (nh * hd) == 0)
@@ -613,7 +616,8 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
   /* qs, scores, reductions, and the V pass's per-group partial sums (at
    * most 8 elements per thread). */
   int64_t gq = nh / nkv < ATTN_GQ_MAX ? nh / nkv : ATTN_GQ_MAX;
-  need_smem(g, (size_t)(gq * hd + gq * ATTN_CHUNK + gq * (g->nt / 32) + (size_t)g->nt * 8 + hd));
+  need_smem(g, (size_t)(gq * hd + gq * ATTN_CHUNK + gq * (g->nt / 32) + (size_t)g->nt * 8 + hd +
+                        (mode >= 4 ? 2 * hd : 0)));
   EMIT(inst, attention, mode, q.dtype, cache->dtype, o.dtype, freq ? (int)freq->dtype : 0, hd, nh,
        nkv, rows, partial ? 1 : 0);
   return true;

@@ -1638,6 +1638,9 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 // MODE 1: pattern attention (q, k cache, v cache; heads [n_off, n_off+N_tile)).
 // MODE 2: pattern attention_rope (qkv, inv_freq, combined cache; heads as 1).
 // MODE 3: as 2 over the per-head cache [ROWS, 2, HD] of the tile's one KV head.
+// MODE 4, 5: as 2, 3 with flags bit 2 (AMK_FLAG_KV_FROM_QKV): the window's
+//   row pos, its last, is the key and value rope_kv stores this step, built
+//   here from qkv with its rounding; the cache is read only below pos.
 // PARTIAL: write [n_heads, HD + 2] rows acc | m | l.
 // The query heads of one KV head (up to AMK_ATTN_GQ_MAX at a time) share one
 // pass over the keys and values: scores one key per thread (16-byte loads),
@@ -1647,7 +1650,7 @@ template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV,
           int PARTIAL>
 __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *qsrc = amk_in(A, 0);
-  constexpr bool ROPE = MODE >= 2, PH = MODE == 3;
+  constexpr bool ROPE = MODE >= 2, PH = MODE == 3 || MODE == 5, FRESH = MODE >= 4;
   const void *kc = ROPE ? amk_in(A, 2) : amk_in(A, 1);
   const void *vc = ROPE ? kc : amk_in(A, 2);
   const void *freq = ROPE ? amk_in(A, 1) : nullptr;
@@ -1670,6 +1673,14 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start, win.kv_len);
     return;
   }
+  // FRESH: a window reaching row pos ends there (the validator's rule for
+  // fixed windows; a window that follows the step always does).
+  bool fresh = FRESH && win.kv_len > 0 && win.kv_start + win.kv_len > pos;
+  if (fresh && win.kv_start + win.kv_len != pos + 1) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_INDEX, idx, win.kv_start + win.kv_len, pos);
+    return;
+  }
   // An empty partition whose combine skips it (amk_live_parts) writes
   // nothing.
   if (PARTIAL && win.kv_len == 0 && A.follow == AMK_FOLLOW_PARTITION && A.combine_follows)
@@ -1688,6 +1699,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   float *sc = qs + GQ * HD;                // GQ * AMK_ATTN_CHUNK
   float *red = sc + GQ * AMK_ATTN_CHUNK;   // AMK_NWARPS * GQ
   float *accr = red + AMK_NWARPS * GQ;     // G * HD (<= AMK_NT * 8)
+  float *fk = accr + AMK_NT * 8, *fv = fk + HD; // FRESH: row pos's key and value
   int tid = threadIdx.x;
   int c = tid % CH, g = tid / CH;
   bool vthread = CH <= AMK_NT && g < G;
@@ -1714,6 +1726,17 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
         qs[q * HD + k] = r1;
         qs[q * HD + HALF + k] = r2;
       }
+      // Row pos of KV head kvh as amk_rope_kv stores it (qkv's rounding,
+      // then the cache's).
+      for (int d = tid; fresh && d < HD; d += AMK_NT) {
+        int fi = d < HALF ? d : d - HALF;
+        long long kb = (long long)(NH + kvh) * HD;
+        float ang = (float)pos * amk_ld<FDT>(freq, fi);
+        float cs = cosf(ang), sn = sinf(ang);
+        float x1 = amk_ld<QDT>(qsrc, kb + fi), x2 = amk_ld<QDT>(qsrc, kb + HALF + fi);
+        fk[d] = amk_round<KDT>(amk_round<QDT>(d < HALF ? x1 * cs - x2 * sn : x2 * cs + x1 * sn));
+        fv[d] = amk_round<KDT>(amk_ld<QDT>(qsrc, (long long)(NH + NKV + kvh) * HD + d));
+      }
     } else {
       for (int i = tid; i < GQ * HD; i += AMK_NT) {
         int q = i / HD;
@@ -1739,7 +1762,17 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       for (int jj = tid; jj < n; jj += AMK_NT) {
         long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + kcol;
         float sv[GQ];
-        amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
+        if (fresh && c0 + jj == win.kv_len - 1) {
+#pragma unroll
+          for (int q = 0; q < GQ; q++)
+            sv[q] = 0.0f;
+          for (int d = 0; d < HD; d++)
+#pragma unroll
+            for (int q = 0; q < GQ; q++)
+              sv[q] += fk[d] * qs[q * HD + d];
+        } else {
+          amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
+        }
 #pragma unroll
         for (int q = 0; q < GQ; q++) {
           float s = sv[q] * scale;
@@ -1772,13 +1805,22 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
         for (int e = 0; e < VE; e++)
           acc[q][e] *= corr;
       }
+      // The cache's rows of this chunk: all but row pos (FRESH, the last).
+      int nv = fresh && c0 + n == win.kv_len ? n - 1 : n;
       if (vthread) {
+        if (nv < n && g == nv % G) {
+#pragma unroll
+          for (int q = 0; q < GQ; q++)
+#pragma unroll
+            for (int e = 0; e < VE; e++)
+              acc[q][e] += sc[q * AMK_ATTN_CHUNK + nv] * fv[c * VE + e];
+        }
         if constexpr (VECV) {
           const char *vbase = (const char *)vc +
                               ((long long)(win.kv_start + c0) * RSTRIDE + VOFF +
                                kcol + (long long)c * VE) * ESZ;
           int jj = g;
-          for (; jj + 3 * G < n; jj += 4 * G) {
+          for (; jj + 3 * G < nv; jj += 4 * G) {
             uint4 raw[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
@@ -1796,7 +1838,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
               }
             }
           }
-          for (; jj < n; jj += G) {
+          for (; jj < nv; jj += G) {
             float vv[VE];
             amk_unpack16<KDT>(__ldcg((const uint4 *)(vbase + (long long)jj * RSTRIDE * ESZ)), vv);
 #pragma unroll
@@ -1809,7 +1851,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
           }
         } else {
           long long row0 = (long long)(win.kv_start + c0) * RSTRIDE + VOFF + kcol + c;
-          for (int jj = g; jj < n; jj += G) {
+          for (int jj = g; jj < nv; jj += G) {
             float v = amk_ld<KDT>(vc, row0 + (long long)jj * RSTRIDE);
 #pragma unroll
             for (int q = 0; q < GQ; q++)

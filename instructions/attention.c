@@ -102,6 +102,15 @@ static int check_attention(const AmkInstCall *call, InstAttention *a, int64_t *r
   return AMK_INST_OK;
 }
 
+/* Element `col` of cache row `row` of view *t (kv->k or kv->v), or of the
+ * fresh row. */
+static float kv_load(const InstKvLayout *kv, const AmkTensorView *t, int64_t row,
+                     int64_t col) {
+  if (kv->fresh && row == kv->fresh_row)
+    return inst_load(kv->fresh, col);
+  return inst_load(t, row * kv->row_stride + col);
+}
+
 /* Query head h reads kv head h / (n_heads / n_kv_heads) over rows
  * [kv_start, kv_start + kv_len): s_j = (q . k_j) * scale, m = max s,
  * e_j = exp(s_j - m), l = sum e. Whole: out = sum_j (e_j / l) v_j.
@@ -109,7 +118,7 @@ static int check_attention(const AmkInstCall *call, InstAttention *a, int64_t *r
 int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
                       const AmkTensorView *q, const InstKvLayout *kv,
                       int64_t h_begin, int64_t h_end, AmkTensorView *out) {
-  int64_t hd = a->head_dim, stride = kv->row_stride;
+  int64_t hd = a->head_dim;
   int64_t out_stride = a->partial ? hd + 2 : hd;
   int64_t group = a->n_heads / a->n_kv_heads;
   float *weights = malloc((size_t)(a->kv_len ? a->kv_len : 1) * sizeof *weights);
@@ -119,10 +128,10 @@ int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
     int64_t kv_col = (h / group) * hd;
     float max = -INFINITY, sum = 0.0f;
     for (int64_t j = 0; j < a->kv_len; j++) {
-      int64_t row = (a->kv_start + j) * stride + kv->k_offset + kv_col;
+      int64_t col = kv->k_offset + kv_col;
       float dot = 0.0f;
       for (int64_t d = 0; d < hd; d++)
-        dot += inst_load(q, h * hd + d) * inst_load(kv->k, row + d);
+        dot += inst_load(q, h * hd + d) * kv_load(kv, kv->k, a->kv_start + j, col + d);
       weights[j] = dot * a->scale;
       if (isnan(weights[j]) || weights[j] > max)
         max = weights[j];
@@ -137,8 +146,7 @@ int inst_attend_heads(const AmkInstCall *call, const InstAttention *a,
     for (int64_t d = 0; d < hd; d++) {
       float acc = 0.0f;
       for (int64_t j = 0; j < a->kv_len; j++)
-        acc += weights[j] * inst_load(kv->v, (a->kv_start + j) * stride +
-                                                 kv->v_offset + kv_col + d);
+        acc += weights[j] * kv_load(kv, kv->v, a->kv_start + j, kv->v_offset + kv_col + d);
       inst_store(out, h * out_stride + d, acc);
     }
     if (a->partial) {

@@ -130,10 +130,14 @@ typedef struct {
  * offsets 0. The combined cache [max_seq, 2, n_kv*head_dim]: one view,
  * row_stride 2*n_kv*head_dim, v_offset n_kv*head_dim. The per-head cache
  * [max_seq, 2, head_dim] of KV head g: row_stride 2*head_dim, k_offset
- * -g*head_dim, v_offset head_dim - g*head_dim.) */
+ * -g*head_dim, v_offset head_dim - g*head_dim.) With `fresh` set, cache
+ * row fresh_row is read from *fresh instead: one row of the layout (element
+ * k_offset + g * head_dim + d, v_offset likewise), not from *k and *v. */
 typedef struct {
   const AmkTensorView *k, *v;
   int64_t row_stride, k_offset, v_offset;
+  const AmkTensorView *fresh;
+  int64_t fresh_row;
 } InstKvLayout;
 
 /* Decode and check the attention params (required ones present, positive

@@ -380,6 +380,30 @@ static int rope_heads(const AmkInstCall *call, int64_t pattern,
   return step(call, pattern, AMK_OP_ROPE, amk_kernel_ROPE, &p, in, 3, &out);
 }
 
+/* What rope_kv stores for KV heads [first, first + count) at position pos:
+ * k rotated (rounded to qkv's dtype, as ROPE leaves it) and v, each rounded
+ * to dst's dtype, into the cache row of `dst` at element `row` (keys, then
+ * values kc->width later), head h at columns (h - base) * head_dim. */
+static int store_kv_row(const AmkInstCall *call, int64_t pattern, const HeadTile *t,
+                        const KvCache *kc, const AmkTensorView *qkv,
+                        const AmkTensorView *inv_freq, int64_t pos, int64_t first,
+                        int64_t count, int64_t base, AmkTensorView *dst, int64_t row) {
+  int64_t hd = t->head_dim, k_first = t->n_heads * hd, v_first = k_first + t->n_kv * hd;
+  int64_t k_shape[1] = {(t->n_heads + 2 * t->n_kv) * hd};
+  AmkTensorView k_rot;
+  int rc = scratch(call, qkv->dtype, 1, k_shape, &k_rot);
+  if (rc)
+    return rc;
+  /* k heads sit after the n_heads q heads: head index n_heads + h. */
+  rc = rope_heads(call, pattern, t, qkv, t->n_heads + first, count, inv_freq, pos, &k_rot);
+  for (int64_t i = first * hd; !rc && i < (first + count) * hd; i++) {
+    inst_store(dst, row + i - base * hd, inst_load(&k_rot, k_first + i));
+    inst_store(dst, row + kc->width + i - base * hd, inst_load(qkv, v_first + i));
+  }
+  free(k_rot.data);
+  return rc;
+}
+
 /* qkv, inv_freq, pos -> cache: for KV heads [n_off, n_off + N_tile), k
  * rotated at the step position and v, into row pos of the combined cache
  * (or of KV head n_off's per-head cache, N_tile 1). */
@@ -408,26 +432,9 @@ static int run_rope_kv(const AmkInstCall *call, int64_t pattern) {
                      "%s: position %" PRId64 " is outside the cache's %" PRId64
                      " rows",
                      pattern_text(pattern), pos, kc.rows);
-  int64_t hd = t.head_dim, kv_width = t.n_kv * hd;
-  int64_t k_first = t.n_heads * hd, v_first = k_first + kv_width;
-  /* Cache column of qkv KV column i: the per-head cache starts at head n_off. */
-  int64_t base = kc.per_head ? t.first * hd : 0;
-  int64_t k_shape[1] = {(t.n_heads + 2 * t.n_kv) * hd};
-  AmkTensorView k_rot;
-  if ((rc = scratch(call, qkv->dtype, 1, k_shape, &k_rot)))
-    return rc;
-  /* k heads sit after the n_heads q heads: head index n_heads + h. */
-  rc = rope_heads(call, pattern, &t, qkv, t.n_heads + t.first, t.count,
-                  &call->in[1], pos, &k_rot);
-  if (!rc) {
-    int64_t row = pos * 2 * kc.width;
-    for (int64_t i = t.first * hd; i < (t.first + t.count) * hd; i++) {
-      inst_store(cache, row + i - base, inst_load(&k_rot, k_first + i));
-      inst_store(cache, row + kc.width + i - base, inst_load(qkv, v_first + i));
-    }
-  }
-  free(k_rot.data);
-  return rc;
+  /* The per-head cache starts at head n_off. */
+  return store_kv_row(call, pattern, &t, &kc, qkv, &call->in[1], pos, t.first, t.count,
+                      kc.per_head ? t.first : 0, cache, pos * 2 * kc.width);
 }
 
 /* Query heads [n_off, n_off + N_tile) attend; the params as ATTENTION_TILE
@@ -475,7 +482,10 @@ static int run_attention(const AmkInstCall *call, int64_t pattern) {
 
 /* qkv, inv_freq, kv_cache (combined, or the per-head cache of the tile's
  * KV head): rotate the tile's q heads at the step position (the caller's,
- * else `pos`, else the last row of a whole window), then attend. */
+ * else `pos`, else the last row of a whole window), then attend. With flags
+ * bit AMK_FLAG_KV_FROM_QKV the window's row pos is the row rope_kv stores
+ * this step, built here from qkv (the same rounding), and the window may not
+ * reach past it: the cache is read only below pos. */
 static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   int rc;
   HeadTile t;
@@ -499,12 +509,29 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   int64_t last = !a.partial && a.kv_len > 0 ? a.kv_start + a.kv_len - 1 : -1;
   if ((rc = step_position(call, pattern, last, &pos)))
     return rc;
+  bool from_qkv = (inst_int_or(call, AMK_PARAM_flags, 0) & AMK_FLAG_KV_FROM_QKV) != 0;
+  if (from_qkv && a.kv_len > 0 && a.kv_start + a.kv_len > pos + 1)
+    return inst_fail(call, AMK_INST_ERR_INDEX,
+                     "%s: window [%" PRId64 ", %" PRId64 ") reaches past the step's row %" PRId64
+                     " (flags bit %d takes row pos from qkv and reads the cache below it)",
+                     pattern_text(pattern), a.kv_start, a.kv_start + a.kv_len, pos,
+                     AMK_FLAG_KV_FROM_QKV / 2);
   int64_t q_shape[1] = {a.n_heads * a.head_dim};
-  AmkTensorView q;
+  int64_t row_shape[1] = {2 * kc.width};
+  AmkTensorView q, fresh = {0};
   if ((rc = scratch(call, qkv->dtype, 1, q_shape, &q)))
     return rc;
   rc = rope_heads(call, pattern, &t, qkv, t.first, t.count, &call->in[1], pos,
                   &q);
+  if (!rc && from_qkv && t.count > 0) {
+    /* The KV heads of the tile's query heads, into a row of the cache's
+     * layout and dtype. */
+    int64_t g_hi = (t.first + t.count - 1) / group + 1;
+    rc = scratch(call, cache->dtype, 1, row_shape, &fresh);
+    if (!rc)
+      rc = store_kv_row(call, pattern, &t, &kc, qkv, &call->in[1], pos, g, g_hi - g,
+                        kc.per_head ? g : 0, &fresh, 0);
+  }
   if (!rc) {
     /* KV head g's columns start at g * head_dim of a plane; in a per-head
      * cache at 0. */
@@ -513,11 +540,14 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
                        .v = cache,
                        .row_stride = 2 * kc.width,
                        .k_offset = shift,
-                       .v_offset = kc.width + shift};
+                       .v_offset = kc.width + shift,
+                       .fresh = fresh.data ? &fresh : NULL,
+                       .fresh_row = pos};
     rc = inst_attend_heads(call, &a, &q, &kv, t.first, t.first + t.count,
                            &call->out[0]);
   }
   free(q.data);
+  free(fresh.data);
   return rc;
 }
 

@@ -15,7 +15,9 @@
  *                    (rope_kv) into its own per-head cache (one counter
  *                    each; a combined cache for untiled attention); needs qkv
  *   rope+attention   RoPE of q folds into the per-KV-head attention tiles
- *                    (attention_rope); needs qkv and rope+kv_append
+ *                    (attention_rope), which take the step's own k and v
+ *                    from qkv and wait on qkv, not on rope_kv (unless
+ *                    AMK_FUSE_KV_FROM_QKV=0); needs qkv and rope+kv_append
  *   combine+gemv     a split-KV ATTENTION_COMBINE of at most 6 partials
  *                    folds into every residual tile reading its output
  *                    (combine_residual: each o_proj tile recombines the
@@ -345,6 +347,7 @@ typedef struct {
   AmkRwEdit edit;
   Index ix;
   int64_t done[FUSION_COUNT];
+  bool kv_from_qkv; /* attention_rope tiles take row pos from qkv (AMK_FUSE_KV_FROM_QKV) */
 } Fuser;
 
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
@@ -1210,8 +1213,13 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
   }
 
   /* Attention tiles read q from qkv (rotating it) and their KV head's cache
-   * (or the combined one), waiting only for that cache's writer(s); the qkv
-   * tiles are ancestors through them. */
+   * (or the combined one). By default (kv_from_qkv) they also take the
+   * step's own key and value from qkv (flags bit AMK_FLAG_KV_FROM_QKV) and
+   * read the cache only below pos, so they wait on the qkv tiles and the
+   * rope_kv tasks run beside them, off the chain: nothing this step reads
+   * the row they write. Else they wait only for their cache's writer(s),
+   * the qkv tiles being ancestors through them. The block is one token
+   * row (q is n_heads x head_dim), a decode step. */
   int32_t drop[3] = {rq->out_counter, ak->out_counter, m->tasks[blk->append_v].out_counter};
   for (uint32_t i = 0; i < blk->attention.n; i++) {
     AmkTask *t = &m->tasks[blk->attention.at[i]];
@@ -1225,9 +1233,14 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     int64_t c = per_head ? off / group : 0;
     amk_task_set_param(m, t, "K", amk_value_int(width));
     set_pattern(m, t, AMK_PATTERN_ATTENTION_ROPE);
+    if (f->kv_from_qkv) {
+      int64_t flags = 0;
+      amk_task_param_int(t, "flags", &flags);
+      amk_task_set_param(m, t, "flags", amk_value_int(flags | AMK_FLAG_KV_FROM_QKV));
+    }
     int32_t in[3] = {qkv, inv_freq, caches[c]};
     set_inputs(m, t, in, 3);
-    AmkWait wait_kv = {c_kv[c], amk_value_int(AMK_RW_FULL_JOIN)};
+    AmkWait wait_kv = {f->kv_from_qkv ? c_qkv : c_kv[c], amk_value_int(AMK_RW_FULL_JOIN)};
     WaitSet ws;
     merged_waits(t, drop, 3, &wait_kv, 1, &ws);
     set_waits(m, t, &ws);
@@ -1410,12 +1423,25 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
                 "fuse: combine+gemv folds the combine into residual tiles; without "
                 "gemv+add it stays a task");
 
+  /* AMK_FUSE_KV_FROM_QKV=0 keeps the attention tiles waiting on rope_kv
+   * (the form before it was taken off the chain), for A/B runs. */
+  const char *kv_env = getenv("AMK_FUSE_KV_FROM_QKV");
+  bool kv_from_qkv = true;
+  if (kv_env && *kv_env) {
+    if (strcmp(kv_env, "0") != 0 && strcmp(kv_env, "1") != 0) {
+      amk_error(ctx->diag, no_loc, "fuse: AMK_FUSE_KV_FROM_QKV must be 0 or 1, not '%s'",
+                kv_env);
+      return false;
+    }
+    kv_from_qkv = kv_env[0] == '1';
+  }
+
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
     amk_rw_hops(m, &path_before, &layer_before);
   uint32_t tasks_before = m->n_tasks, counters_before = m->n_counters;
 
-  Fuser f = {.m = m, .ctx = ctx};
+  Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv};
   if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
     amk_rw_edit_init(&f.edit, m);
     bool identity = true;

@@ -530,6 +530,10 @@ static void check_provenance(AmkValidator *v) {
           continue;
         }
         n_others++;
+        /* An attention_rope tile taking row pos from qkv reads the cache
+         * below it, rows its rope_kv task does not write (docs/Validator.md). */
+        if (kv && amk_validator_read_misses_writer(v, t, i, b, w))
+          continue;
         if (!writer_is_ancestor(v, &marks, t, w))
           v->scratch_ix[n_missing++] = w;
       }

@@ -63,6 +63,14 @@ static const Shape *shape_of(const AmkValidator *v, int32_t id) {
 
 static int64_t last_dim(const Shape *s) { return s->dim[s->rank - 1]; }
 
+/* meta.pos: the step's (first) position, when the module gives one. */
+static bool meta_position(const AmkValidator *v, int64_t *pos) {
+  const AmkModule *m = v->m;
+  const AmkValue *meta_pos =
+      m->meta.kind == AMK_VALUE_OBJECT ? amk_object_get(&m->meta, "pos") : NULL;
+  return meta_pos && amk_validator_int(meta_pos, pos) && *pos >= 0;
+}
+
 static void bound_error(AmkValidator *v, const AmkTask *t, const char *fmt,
                         ...) AMK_PRINTF(3, 4);
 static void bound_error(AmkValidator *v, const AmkTask *t, const char *fmt,
@@ -449,7 +457,16 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
                   name, n_off, n_off + n_tile, cache->id, cache->name);
     if (ok)
       require_window(v, t, name, cache, kv_start, kv_len);
+    int64_t pos;
+    if (ok && (flags & AMK_FLAG_KV_FROM_QKV) && kv_len > 0 && meta_position(v, &pos) &&
+        kv_start + kv_len > pos + 1)
+      bound_error(v, t,
+                  "pattern %s with flags bit 2 (row pos from qkv): window [%" PRId64
+                  ", %" PRId64 ") reaches past the step's row meta.pos=%" PRId64,
+                  name, kv_start, kv_start + kv_len, pos);
   }
+  if (pattern == AMK_PATTERN_ATTENTION && (flags & AMK_FLAG_KV_FROM_QKV))
+    bound_error(v, t, "pattern %s: flags bit 2 (row pos from qkv) is attention_rope's", name);
   if (flags & 2)
     require_numel(v, t, "output", n_heads * (head_dim + 2),
                   "n_heads*(head_dim+2), a partial write", out);
@@ -1212,8 +1229,24 @@ static CoverageGap find_coverage_gap(Footprint *fp, size_t n,
   return gap;
 }
 
+/* Whether input `input` of task `t` is the cache of an attention_rope tile
+ * with flags bit AMK_FLAG_KV_FROM_QKV: it reads the cache only below the
+ * step's position (row pos comes from qkv). */
+static bool reads_cache_below_pos(const AmkValidator *v, uint32_t t, uint32_t input) {
+  const AmkTask *task = &v->m->tasks[t];
+  AmkParamTable pt;
+  int64_t flags;
+  if (task->op != AMK_OP_GEMV_TILE || input != 2)
+    return false;
+  amk_validator_params(v, t, &pt);
+  return amk_validator_int(pt.v[AMK_PARAM_flags], &flags) && flags >= 0 &&
+         flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_ATTENTION_ROPE &&
+         (flags & AMK_FLAG_KV_FROM_QKV);
+}
+
 /* Rows [lo, hi) of a KV cache that task `t` reads (in positions): the
- * window of an attention reading it as a cache, else every row. */
+ * window of an attention reading it as a cache (below meta.pos for an
+ * attention_rope tile that takes row pos from qkv), else every row. */
 static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
                            const Shape *s, int64_t *lo, int64_t *hi) {
   const AmkTask *task = &v->m->tasks[t];
@@ -1236,6 +1269,24 @@ static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
     *lo = clamp_i64(start, 0, s->dim[0]);
     *hi = clamp_i64(start + len, 0, s->dim[0]);
   }
+  int64_t pos;
+  if (reads_cache_below_pos(v, t, input) && meta_position(v, &pos)) {
+    *hi = clamp_i64(pos, 0, *hi);
+    *lo = clamp_i64(*lo, 0, *hi);
+  }
+}
+
+bool amk_validator_read_misses_writer(const AmkValidator *v, uint32_t t, uint32_t input,
+                                      uint32_t b, uint32_t w) {
+  if (!reads_cache_below_pos(v, t, input) || v->m->tasks[w].op != AMK_OP_GEMV_TILE)
+    return false;
+  Shape s = compute_shape(v, b);
+  int64_t per = s.ok ? rows_per_position(&s) : 0, lo, hi;
+  if (per == 0)
+    return false;
+  kv_read_window(v, t, input, &s, &lo, &hi);
+  Footprint f = write_footprint(v, w, &s);
+  return f.row_lo >= hi * per || f.row_hi <= lo * per;
 }
 
 typedef struct {
@@ -1432,10 +1483,8 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
   if (per == 0 || cs->first_reader[b] == AMK_NO_INDEX)
     return;
   size_t n_bands = 0;
-  const AmkValue *meta_pos =
-      m->meta.kind == AMK_VALUE_OBJECT ? amk_object_get(&m->meta, "pos") : NULL;
   int64_t pos;
-  if (meta_pos && amk_validator_int(meta_pos, &pos) && pos >= 0 && pos < s->dim[0]) {
+  if (meta_position(v, &pos) && pos < s->dim[0]) {
     /* A prefill program (several token rows): every row from pos on is
      * this step's or a later one's, never an earlier step's. */
     int64_t rows = step_token_rows(v);

@@ -93,6 +93,13 @@ bool amk_op_takes_row_window(AmkOp op);
 /* Task `t`'s row window, from its params and its buffers' shapes. */
 AmkRowWindow amk_validator_row_window(const AmkValidator *v, uint32_t t);
 
+/* Whether reader `t` (input `input`, buffer index b) needs no ordering
+ * after writer `w` of b: an attention_rope tile with flags bit
+ * AMK_FLAG_KV_FROM_QKV reads its cache only below meta.pos, and w (a GEMV
+ * tile: rope_kv) writes only other rows. Needs no shapes built. */
+bool amk_validator_read_misses_writer(const AmkValidator *v, uint32_t t, uint32_t input,
+                                      uint32_t b, uint32_t w);
+
 /* Checks beyond the reference: page bindings, shapes, semantic bounds. */
 void amk_validate_check_bounds(AmkValidator *v);
 /* Whether the semantic bounds check anything for `op` (its params against

@@ -389,6 +389,64 @@ def pattern_attn_partial(p):
     t["params"]["flags"] &= ~2
 
 
+# ---- attention_rope taking row pos from qkv (flags bit 2; input: a fused
+# unsplit program such as `amk-opt test/validate/Inputs/fused-tiny -import
+# -tile -fuse`, whose attention tiles carry the bit) ---------------------------
+
+KV_FROM_QKV = 4
+
+
+def at_pos(p, pos):
+    """The program one step later: meta.pos, rope_kv's row and the
+    attention windows [0, pos + 1) at `pos` (not a mutation by itself)."""
+    p["meta"]["pos"] = pos
+    p["meta"]["kv_len"] = pos + 1
+    for t in pattern_tiles(p, 5):
+        t["params"]["pos"] = pos
+    for t in pattern_tiles(p, 7):
+        t["params"]["kv_start"] = 0
+        t["params"]["kv_len"] = pos + 1
+
+
+def fresh_at_pos3(p):
+    """(Safe) the flagged program at pos 3: its attention tiles read cache
+    rows 0..2, which rope_kv (row 3) does not write; no wait on it needed."""
+    at_pos(p, 3)
+
+
+def fresh_no_flag(p):
+    """At pos 3 an attention_rope tile without the flag (it reads row pos
+    from the cache) still waits on qkv only: rope_kv's row 3 races."""
+    at_pos(p, 3)
+    pattern_tiles(p, 7)[0]["params"]["flags"] &= ~KV_FROM_QKV
+
+
+def fresh_no_qkv_wait(p):
+    """A flagged attention_rope tile without its wait on qkv: it reads q,
+    k and v of tiles nothing orders before it."""
+    t = pattern_tiles(p, 7)[0]
+    qkv_counter = next(u["out_counter"] for u in p["tasks"] if u["outputs"][0] == t["inputs"][0])
+    t["waits"] = [w for w in t["waits"] if w["counter"] != qkv_counter]
+
+
+def fresh_rope_row(p):
+    """At pos 3 the rope_kv task of KV head 0 writes row 2, which the
+    flagged tiles read (below pos) with no wait on it: a race."""
+    at_pos(p, 3)
+    pattern_tiles(p, 5)[0]["params"]["pos"] = 2
+
+
+def fresh_window(p):
+    """At pos 3 a flagged tile's window [0, 5) reaches past row pos."""
+    at_pos(p, 3)
+    pattern_tiles(p, 7)[0]["params"]["kv_len"] = 5
+
+
+def fresh_on_attention(p):
+    """An attention tile (pattern 6) with flags bit 2 (attention_rope's)."""
+    pattern_tiles(p, 6)[0]["params"]["flags"] |= KV_FROM_QKV
+
+
 # ---- combine_residual (input: a split-KV program with the combine folded,
 # e.g. `amk-opt test/validate/Inputs/fused-tiny -import -tile
 # --kv-partitions=2 -fuse`) --------------------------------------------------
@@ -643,6 +701,12 @@ MUTATIONS = {
     "pattern-attn-cache": pattern_attn_cache,
     "pattern-attn-query": pattern_attn_query,
     "pattern-attn-partial": pattern_attn_partial,
+    "fresh-at-pos3": fresh_at_pos3,
+    "fresh-no-flag": fresh_no_flag,
+    "fresh-no-qkv-wait": fresh_no_qkv_wait,
+    "fresh-rope-row": fresh_rope_row,
+    "fresh-window": fresh_window,
+    "fresh-on-attention": fresh_on_attention,
     "pattern-comb-inputs": pattern_comb_inputs,
     "pattern-comb-arity": pattern_comb_arity,
     "pattern-comb-k": pattern_comb_k,

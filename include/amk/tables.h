@@ -180,6 +180,10 @@
  * the variant of RMSNORM and GELU below (docs/LangRef.md). */
 #define AMK_FLAG_NORM_PLUS_ONE 4 /* RMSNORM: y = x * rsqrt(mean(x^2) + eps) * (1 + w) */
 #define AMK_FLAG_GELU_TANH 4     /* GELU: the tanh approximation */
+/* GEMV_TILE pattern attention_rope, flags bit 2: the step's own key and value
+ * (row pos) come from qkv, rotated and rounded as rope_kv stores them; the
+ * cache is read only below pos, so the tile waits on qkv, not on rope_kv. */
+#define AMK_FLAG_KV_FROM_QKV 4
 
 /* Fused GEMV patterns. A tiled fused task stays a GEMV_TILE, so the
  * reference validator still sees a tiled writer with the column footprint
@@ -209,7 +213,8 @@
     "group) over [max_seq, n_kv, head_dim] caches")                            \
   X(ATTENTION_ROPE, 7, "attention_rope", "qkv, inv_freq, kv_cache",           \
     "rotate the group's q heads, then attend over the combined "              \
-    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache")             \
+    "[max_seq, 2, n_kv * head_dim] or the group's per-head cache (flags "     \
+    "bit 2: row pos from qkv, the cache below pos)")                           \
   X(COMBINE_RESIDUAL, 8, "combine_residual", "p0, W, r, p1..",               \
     "out[cols] = r[cols] + combine(p0..p{P-1}) @ W[cols]^T; each tile "       \
     "recombines the P split-KV partials [n_heads, head_dim + 2] itself")
