@@ -111,9 +111,12 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
    * of the prefill layout, the decode engine's weights). */
   eopt.share_with = p->copy_kv && p->n_programs > 0 ? p->programs[0].engine : p->decode;
   eopt.trace = p->o->trace != NULL; /* the bench traces one chunk (bench.c) */
+  double t[5] = {run_now_ms()};
   bool ok = (next.m = run_compile_folder(p->o, 0, NULL, rows, p->all_logits, diag)) != NULL &&
-            (next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
-            (next.weights = amk_weights_share(next.plan, p->weights, diag)) != NULL;
+            (t[1] = run_now_ms(), next.plan = amk_plan_build(next.m, NULL, diag)) != NULL &&
+            (t[2] = run_now_ms(), next.weights = amk_weights_share(next.plan, p->weights, diag)) !=
+                NULL;
+  t[3] = run_now_ms();
   /* An engine of the decode engine's kind, on its caches. */
   const char *kind = amk_engine_name(p->decode);
   const AmkEngineOps *ops = strcmp(kind, "cpu") == 0    ? amk_vm_engine()
@@ -136,6 +139,12 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
        (!p->copy_kv ? amk_engine_share_kv(next.engine, p->decode, diag)
         : first     ? true /* it owns the prefill layout's caches */
                     : amk_engine_share_kv(next.engine, p->programs[0].engine, diag));
+  t[4] = run_now_ms();
+  if (ok && eopt.verbose)
+    fprintf(stderr,
+            "amk-run: the %" PRId64 "-row prefill program: compiled in %.0f ms, validated and "
+            "planned in %.0f ms, weights lent in %.0f ms, engine started in %.0f ms\n",
+            rows, t[1] - t[0], t[2] - t[1], t[3] - t[2], t[4] - t[3]);
   if (!ok) {
     if (first) {
       amk_kv_map_free(p->to_decode);
