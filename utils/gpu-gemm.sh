@@ -9,7 +9,12 @@
 # AMK_CUDA_GEMM_MMA=0 where the old path takes the shape; then the
 # microbenchmark: one 512 x 8192 x 2048 bf16 GEMM under amk-run --bench,
 # as 256 tasks of 128 x 128 with 128 x 128 sub-tiles and as 128 tasks of
-# 128 x 256 with 128 x 256 sub-tiles, printed as TFLOP/s.
+# 128 x 256 with 128 x 256 sub-tiles, printed as TFLOP/s. The weight-only
+# int8/int4 GEMM tiles (amk_gemm_mma_quant, amk_gemm_quant;
+# docs/Quantization.md) likewise: each `gemm_case.py qnames` case under
+# --check and against its reference (default path, and AMK_CUDA_GEMM_MMA=0
+# up to 64 rows), three under compute-sanitizer, and the same benchmark
+# GEMM with int8 and int4 weights.
 #
 #   utils/gpu-gemm.sh          (utils/gpu-check.sh runs it as its step 6)
 #
