@@ -235,6 +235,93 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
 
 /* ---- per-op instantiations ------------------------------------------------ */
 
+/* amk_gemm_mma_quant's shared memory (megakernel.cuh): 4 stages of 128
+ * rows of x (32 + 8 16-bit elements each) and tile_n raw rows (32 bytes of
+ * i8 or 16 of i4), then the converted tile_n x (32 + 8) 16-bit W tile. */
+static size_t gemm_mma_quant_smem_bytes(int tile_n, int64_t qdtype) {
+  size_t raw = qdtype == AMK_QDTYPE_INT8 ? 32 : 16;
+  return 4 * ((size_t)128 * (32 + 8) * 2 + (size_t)tile_n * raw) + (size_t)tile_n * (32 + 8) * 2;
+}
+
+/* A weight-only quantized GEMM tile (prefill, docs/Quantization.md):
+ * inputs x [M, K], qW (i8 or i4 [N, K]) and its scales [N, ceil(K /
+ * group)], the plain pattern (the only one prefill programs give GEMM
+ * tiles, quantized or not; a quantized tile has no bias form). bf16/f16 x
+ * goes to the tensor cores (amk_gemm_mma_quant) under the float GEMM's
+ * conditions and a group of whole 16-column steps; the rest (f32 x) to the
+ * CUDA cores (amk_gemm_quant), at most 64 input rows. */
+static bool gen_gemm_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
+                           int64_t pattern) {
+  int64_t qdtype = p->qdtype.i;
+  if (pattern != AMK_PATTERN_PLAIN)
+    return fail(g, t, "GEMM pattern %" PRId64 " takes no quantized weights (a quantized GEMM "
+                      "tile is plain: x, qW, scales)",
+                pattern);
+  if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+      !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_M_tile) ||
+      !amk_inst_param_has(p, AMK_PARAM_group))
+    return fail(g, t, "a quantized GEMM needs params K, N_tile, n_off, M_tile and group");
+  if (t->n_inputs != 3 || t->n_outputs != 1)
+    return fail(g, t, "a quantized GEMM reads x, qW, scales (no bias) and writes one output");
+  BufInfo x, w, sc, o;
+  if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &w) ||
+      !buf_info(g, t, t->inputs[2], &sc) || !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  if (!is_float(x.dtype) || !is_float(o.dtype) || !is_float(sc.dtype))
+    return fail(g, t, "a quantized GEMM reads f32, f16 or bf16 inputs and scales and writes "
+                      "one of them");
+  AmkDType want = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
+  if (w.dtype != want)
+    return fail(g, t, "weight '%s' is %s but qdtype says %s", w.b->name,
+                amk_dtype_text_name(w.dtype), amk_dtype_text_name(want));
+  int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i, group = p->group.i;
+  if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
+    return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
+  if (qdtype == AMK_QDTYPE_INT4 && k % 2 != 0)
+    return fail(g, t, "int4 rows of an odd K = %" PRId64 " are not whole bytes", k);
+  if (w.numel % k != 0 || x.numel % k != 0)
+    return fail(g, t, "weight '%s' (%" PRId64 " elements) or input '%s' (%" PRId64
+                      " elements) is not rows of K = %" PRId64,
+                w.b->name, w.numel, x.b->name, x.numel, k);
+  int64_t w_rows = w.numel / k, m_rows = x.numel / k, n_groups = (k + group - 1) / group;
+  int64_t n_out = o.width;
+  if (sc.numel != w_rows * n_groups)
+    return fail(g, t, "scales '%s' have %" PRId64 " elements, want %" PRId64 " rows of %" PRId64,
+                sc.b->name, sc.numel, w_rows, n_groups);
+  if (o.numel != m_rows * n_out)
+    return fail(g, t, "output has %" PRId64 " elements, want %" PRId64 " rows of %" PRId64,
+                o.numel, m_rows, n_out);
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > n_out || n_off + n_tile > w_rows)
+    return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                      " weight rows or %" PRId64 " output columns",
+                n_off, n_off + n_tile, w_rows, n_out);
+  if (m_rows > INT32_MAX || n_out > INT32_MAX)
+    return fail(g, t, "%" PRId64 " x %" PRId64 " outputs are too many for one GEMM", m_rows, n_out);
+  bool mma = g->gemm_mma && g->nt == 256 &&
+             (x.dtype == AMK_DTYPE_BF16 || x.dtype == AMK_DTYPE_F16) && k % 8 == 0 &&
+             (group % 16 == 0 || group >= k);
+  if (mma) {
+    int tile_n = n_tile <= 64 ? 64 : 128;
+    need_smem(g, (gemm_mma_quant_smem_bytes(tile_n, qdtype) + 3) / 4);
+    EMIT(inst, gemm_mma_quant, x.dtype, w.dtype, o.dtype, sc.dtype, k, n_out, m_rows, group,
+         tile_n);
+    return true;
+  }
+  if (m_rows > 64)
+    return fail(g, t, "%" PRId64 " input rows; the CUDA-core quantized GEMM takes at most 64 "
+                      "(the tensor-core one takes any number: bf16 or f16 x, K a multiple of 8, "
+                      "a group of a multiple of 16 columns or at least K, 256 threads, "
+                      "AMK_CUDA_GEMM_MMA not 0)",
+                m_rows);
+  /* Staged rows with amk_xpad's gaps where the 16-byte path applies. */
+  int64_t cols = qdtype == AMK_QDTYPE_INT8 ? 16 : 32;
+  int64_t row_bytes = qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
+  bool vec = k % cols == 0 && group % cols == 0 && row_bytes % 16 == 0;
+  need_smem(g, (size_t)m_rows * (size_t)(k + (vec ? k / cols * 4 : 0)));
+  EMIT(inst, gemm_quant, x.dtype, w.dtype, o.dtype, sc.dtype, k, n_out, m_rows, group);
+  return true;
+}
+
 /* A weight-only quantized GEMV tile (docs/Quantization.md): inputs x, qW
  * (i8 or i4 [N, K]), its scales [N, ceil(K / group)] and, for the fused
  * patterns, the norm weight, residual or bias as input 3; one input row. */
@@ -242,8 +329,7 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
                            bool gemm, int64_t pattern) {
   int64_t qdtype = p->qdtype.i;
   if (gemm)
-    return fail(g, t, "quantized GEMM tiles (prefill) are not supported by the CUDA backend "
-                      "yet");
+    return gen_gemm_quant(g, t, p, inst, pattern);
   bool silu = pattern == AMK_PATTERN_SILU || pattern == AMK_PATTERN_SILU_RESIDUAL;
   bool norm = pattern == AMK_PATTERN_NORM;
   bool residual = pattern == AMK_PATTERN_RESIDUAL || pattern == AMK_PATTERN_SILU_RESIDUAL;

@@ -18,6 +18,8 @@
   X(gemm_mma, "iiiiiiiii")                                                     \
   X(gemv_combine, "iiiiiiii")                                                  \
   X(gemv_quant, "iiiiiiiiiii")                                                 \
+  X(gemm_mma_quant, "iiiiiiiii")                                               \
+  X(gemm_quant, "iiiiiiii")                                                    \
   X(attention, "iiiiiiiiii")                                                   \
   X(attention_rows, "iiiiiiiii")                                                \
   X(attention_rows_mma, "iiiiiiii")                                             \

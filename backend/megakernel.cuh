@@ -1573,6 +1573,339 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   }
 }
 
+
+// ---- weight-only quantized GEMM tiles (prefill, W8A16 / W4A16) --------------------
+//
+// out[m, n] = sum_k x[m, k] * (q[n, k] * scale[n, k / GROUP]) over the
+// rows [m_off, m_off + M_tile) and columns [n_off, n_off + N_tile) of a
+// GEMM_TILE task whose weights are the quantize pass's [x, qW, scales].
+//
+// On the tensor cores (amk_gemm_mma_quant, x bf16 or f16): amk_gemm_mma's
+// sub-tiles, stages and warp layout, with the raw quantized bytes of each
+// K step copied into the stages by cp.async beside x's rows; each K step
+// then converts them once into a 16-bit W tile in amk_gemm_mma's
+// shared-memory layout. The converted values are the integers q themselves
+// (exact in bf16 and f16: at most 8 significant bits), not q * scale, which
+// needs up to 18 bits and would be rounded: the tensor cores form each
+// group's integer dot products exactly (16-bit products are exact in fp32)
+// and sum them in fp32, and the sum is scaled by the group's fp32 scale
+// once per K step (once per 16 columns for a group of 16 (mod 32) columns,
+// once at the end for a single group). The reference VM forms
+// x * (q * scale) per element and sums in ascending k: the two differ by
+// fp32 rounding only, as amk_gemm_mma differs from the VM.
+//
+// Raw bytes per row and K step: 32 (i8, 32 columns) or 16 (i4).
+template <int QDT> __device__ constexpr int amk_mmaq_raw_bytes() {
+  return QDT == AMK_ABI_DTYPE_I8 ? AMK_MMA_BK : AMK_MMA_BK / 2;
+}
+// One stage: BM rows of x (16-bit, AMK_MMA_LD apart), then BN raw rows.
+template <int QDT> __device__ constexpr int amk_mmaq_stage_bytes(int bn) {
+  return AMK_MMA_BM * AMK_MMA_LD * 2 + bn * amk_mmaq_raw_bytes<QDT>();
+}
+// The largest cp.async piece (16, 8 or 4 bytes) that a quantized row of K
+// columns is made of, so that every piece lies inside or outside the row.
+template <int QDT, int K> __device__ constexpr int amk_mmaq_piece() {
+  return AmkQuant<QDT>::row_bytes(K) % 16 == 0 ? 16 : AmkQuant<QDT>::row_bytes(K) % 8 == 0 ? 8 : 4;
+}
+template <int BYTES>
+__device__ __forceinline__ void amk_cp_async_n(unsigned dst, const void *src, bool full) {
+  if constexpr (BYTES == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+                 "r"(full ? 16 : 0)
+                 : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(BYTES),
+                 "r"(full ? BYTES : 0)
+                 : "memory");
+}
+// Rows [row0, row0 + BN) of the quantized weight, the K step at k0, into a
+// stage's raw part; rows at or past `rows` and bytes past the row read as
+// zeros (their x columns are zeros too).
+template <int QDT, int K, int BN>
+__device__ __forceinline__ void amk_mmaq_load(unsigned dst, const unsigned char *Q, long long row0,
+                                              int rows, int k0) {
+  constexpr int RAW = amk_mmaq_raw_bytes<QDT>(), PIECE = amk_mmaq_piece<QDT, K>();
+  constexpr int PER_ROW = RAW / PIECE, TOTAL = BN * PER_ROW;
+  constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  const long long b0 = QDT == AMK_ABI_DTYPE_I8 ? k0 : k0 / 2;
+#pragma unroll
+  for (int u = 0; u < (TOTAL + AMK_NT - 1) / AMK_NT; u++) {
+    int c = threadIdx.x + u * AMK_NT;
+    if (TOTAL % AMK_NT == 0 || c < TOTAL) {
+      int r = c / PER_ROW, off = (c % PER_ROW) * PIECE;
+      bool in = r < rows && b0 + off < RB;
+      const unsigned char *src = in ? Q + (row0 + r) * RB + b0 + off : Q;
+      amk_cp_async_n<PIECE>(dst + (unsigned)(r * RAW + off), src, in);
+    }
+  }
+}
+// Two integers (exact floats) as one 32-bit word of 16-bit values, the
+// first in the low half.
+template <int DT> __device__ __forceinline__ unsigned amk_pack_ints(float lo, float hi) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16) {
+    // bf16 is the top half of an f32; an integer of at most 8 significant
+    // bits has a zero low half, so taking it is exact.
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+  } else {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+}
+// 16 columns of one raw row (16 bytes of i8 or 8 of i4) as 16 values of DT
+// (8 words).
+template <int QDT, int DT>
+__device__ __forceinline__ void amk_mmaq_convert16(const unsigned char *raw, unsigned *w) {
+  if constexpr (QDT == AMK_ABI_DTYPE_I8) {
+    uint4 v = *(const uint4 *)raw;
+    unsigned q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      unsigned u = q[i] ^ 0x80808080u; // each byte + 128, unsigned
+      float f0 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
+      float f1 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
+      float f2 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
+      float f3 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
+      w[2 * i] = amk_pack_ints<DT>(f0, f1);
+      w[2 * i + 1] = amk_pack_ints<DT>(f2, f3);
+    }
+  } else {
+    uint2 v = *(const uint2 *)raw;
+    unsigned q[2] = {v.x, v.y};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      // Column 2b is the low nibble of byte b, 2b + 1 the high one (q + 8).
+      unsigned lo = q[i] & 0x0F0F0F0Fu, hi = (q[i] >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+      for (int b = 0; b < 4; b++) {
+        float e = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7440 + b)) - 8388616.0f;
+        float o = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7440 + b)) - 8388616.0f;
+        w[4 * i + b] = amk_pack_ints<DT>(e, o);
+      }
+    }
+  }
+}
+
+// XDT: bf16 or f16 (the W tile takes x's dtype); QDT: i8 or i4; SDT: the
+// scales' dtype; GROUP: columns per scale; BN: 64 or 128 columns per
+// sub-tile (codegen checks that each 16-column step lies in one group).
+template <int XDT, int QDT, int ODT, int SDT, int K, int NOUT, int M, int GROUP, int BN>
+__device__ void amk_gemm_mma_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(XDT == AMK_ABI_DTYPE_BF16 || XDT == AMK_ABI_DTYPE_F16,
+                "the tensor cores take bf16 or f16 activations");
+  static_assert(QDT == AMK_ABI_DTYPE_I8 || QDT == AMK_ABI_DTYPE_I4, "int8 or int4 weights");
+  static_assert(K % 8 == 0, "x rows must be whole 16-byte pieces");
+  static_assert(AMK_NT == 256 || K < 0, "the warp layout is 2 x 4 warps");
+  static_assert(BN == 64 || BN == 128, "sub-tiles are 128 x 64 or 128 x 128");
+  static_assert(GROUP % 16 == 0 || GROUP >= K, "a 16-column step lies in one group");
+  constexpr int NG = (K + GROUP - 1) / GROUP;
+  // 16-column steps summed before each scaling: 0 for one group (scaled
+  // once at the end), 2 when a group is whole K steps, else 1.
+  constexpr int FOLD = NG == 1 ? 0 : GROUP % AMK_MMA_BK == 0 ? 2 : 1;
+  constexpr int WN = BN / 4, NT8 = WN / 8;
+  constexpr int STAGE = amk_mmaq_stage_bytes<QDT>(BN), RAW = amk_mmaq_raw_bytes<QDT>();
+  constexpr int XBYTES = AMK_MMA_BM * AMK_MMA_LD * 2;
+  const unsigned short *x = (const unsigned short *)amk_in(A, 0);
+  const unsigned char *Q = (const unsigned char *)amk_in(A, 1);
+  const void *S = amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  int m_begin = I.params.m_off.i, m_count = I.params.M_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT || m_begin < 0 || m_count < 0 ||
+      m_begin + m_count > M ||
+      (((unsigned long long)x & 15) | ((unsigned long long)Q & (amk_mmaq_piece<QDT, K>() - 1)))) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  constexpr int KT = (K + AMK_MMA_BK - 1) / AMK_MMA_BK;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wm = warp >> 2, wn = warp & 3;
+  const unsigned sbase = amk_smem_addr(smem);
+  // The converted W tile, after the stages (BN rows, AMK_MMA_LD apart).
+  const unsigned wtile = sbase + AMK_MMA_STAGES * STAGE;
+  unsigned char *wtile_p = (unsigned char *)smem + AMK_MMA_STAGES * STAGE;
+  const int tiles_n = (n_tile + BN - 1) / BN;
+  const int tiles = (m_count + AMK_MMA_BM - 1) / AMK_MMA_BM * tiles_n;
+  const unsigned a_lane =
+      (unsigned)(((wm * 64 + (lane & 15)) * AMK_MMA_LD + (lane >> 4) * 8) * 2);
+  const unsigned b_lane =
+      (unsigned)(((wn * WN + (lane & 7) + ((lane >> 4) << 3)) * AMK_MMA_LD + ((lane >> 3) & 1) * 8) *
+                 2);
+  for (int t = 0; t < tiles; t++) {
+    const int m0 = m_begin + t / tiles_n * AMK_MMA_BM, n0 = n_off + t % tiles_n * BN;
+    const int mv = min(AMK_MMA_BM, m_begin + m_count - m0);
+    const int nv = min(BN, n_off + n_tile - n0);
+    // The scales of this thread's accumulator columns (2 per 8-column tile)
+    // for the group `g`; columns outside the tile read none.
+    float sc[NT8][2];
+    int g_loaded = -1;
+    auto load_scales = [&](int g) {
+      if (g == g_loaded)
+        return;
+      g_loaded = g;
+#pragma unroll
+      for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          int c = wn * WN + j * 8 + (lane & 3) * 2 + e;
+          sc[j][e] = c < nv ? amk_ld<SDT>(S, (long long)(n0 + c) * NG + g) : 0.0f;
+        }
+    };
+    float acc[4][NT8][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          acc[i][j][e] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < AMK_MMA_STAGES - 1; s++) {
+      if (s < KT) {
+        unsigned st = sbase + s * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, s * AMK_MMA_BK);
+        amk_mmaq_load<QDT, K, BN>(st + XBYTES, Q, n0, nv, s * AMK_MMA_BK);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+    }
+    for (int kt = 0; kt < KT; kt++) {
+      if constexpr (FOLD == 2)
+        load_scales(kt * AMK_MMA_BK / GROUP); // before the waits, so its latency overlaps them
+      amk_cp_async_wait<AMK_MMA_STAGES - 2>();
+      __syncthreads(); // stage kt landed; every warp is done with the W tile of kt - 1
+      const int next = kt + AMK_MMA_STAGES - 1;
+      if (next < KT) {
+        unsigned st = sbase + (next % AMK_MMA_STAGES) * STAGE;
+        amk_mma_load<K, AMK_MMA_BM>(st, x, m0, mv, next * AMK_MMA_BK);
+        amk_mmaq_load<QDT, K, BN>(st + XBYTES, Q, n0, nv, next * AMK_MMA_BK);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      const unsigned st = sbase + (kt % AMK_MMA_STAGES) * STAGE;
+      // Raw stage -> W tile: 16 columns of one row per unit.
+      const unsigned char *raw = (const unsigned char *)smem + (kt % AMK_MMA_STAGES) * STAGE + XBYTES;
+#pragma unroll
+      for (int u = 0; u < (BN * 2 + AMK_NT - 1) / AMK_NT; u++) {
+        int c = threadIdx.x + u * AMK_NT;
+        if ((BN * 2) % AMK_NT == 0 || c < BN * 2) {
+          int r = c >> 1, h = c & 1;
+          unsigned w[8];
+          amk_mmaq_convert16<QDT, XDT>(raw + r * RAW + h * (RAW / 2), w);
+          uint4 *dst = (uint4 *)(wtile_p + (r * AMK_MMA_LD + h * 16) * 2);
+          dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+          dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        }
+      }
+      __syncthreads(); // the W tile is whole
+#pragma unroll
+      for (int kf = 0; kf < (FOLD == 1 ? 2 : 1); kf++) {
+        constexpr int KK = FOLD == 1 ? 1 : 2; // 16-column steps in this fold
+        if constexpr (FOLD == 1)
+          load_scales((kt * AMK_MMA_BK + kf * 16) / GROUP);
+        unsigned af[KK][4][4], bf[KK][NT8][2];
+#pragma unroll
+        for (int q = 0; q < KK; q++) {
+          const int kk = kf * KK + q;
+#pragma unroll
+          for (int i = 0; i < 4; i++)
+            amk_ldmatrix_x4(af[q][i], st + a_lane + (unsigned)((i * 16 * AMK_MMA_LD + kk * 16) * 2));
+#pragma unroll
+          for (int j = 0; j < NT8 / 2; j++) {
+            unsigned r[4];
+            amk_ldmatrix_x4(r, wtile + b_lane + (unsigned)((j * 16 * AMK_MMA_LD + kk * 16) * 2));
+            bf[q][2 * j][0] = r[0];
+            bf[q][2 * j][1] = r[1];
+            bf[q][2 * j + 1][0] = r[2];
+            bf[q][2 * j + 1][1] = r[3];
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+          for (int j = 0; j < NT8; j++) {
+            if constexpr (FOLD == 0) {
+#pragma unroll
+              for (int q = 0; q < KK; q++)
+                amk_mma16816<XDT>(acc[i][j], af[q][i], bf[q][j]);
+            } else {
+              float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+              for (int q = 0; q < KK; q++)
+                amk_mma16816<XDT>(part, af[q][i], bf[q][j]);
+#pragma unroll
+              for (int e = 0; e < 4; e++)
+                acc[i][j][e] = fmaf(part[e], sc[j][e & 1], acc[i][j][e]);
+            }
+          }
+      }
+    }
+    amk_cp_async_wait<0>();
+    __syncthreads(); // every warp is done with the stages and the W tile
+    if constexpr (FOLD == 0)
+      load_scales(0);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int j = 0; j < NT8; j++) {
+        int c = wn * WN + j * 8 + (lane & 3) * 2;
+        if (c >= nv)
+          continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          int r = wm * 64 + i * 16 + (lane >> 2) + h * 8;
+          float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+          if constexpr (FOLD == 0) {
+            v0 *= sc[j][0];
+            v1 *= sc[j][1];
+          }
+          if (r < mv)
+            amk_mma_store2<ODT, 0, NOUT, 0>(out, nullptr, (long long)(m0 + r), n0 + c, c + 1 < nv,
+                                            v0, v1);
+        }
+      }
+  }
+}
+
+// On the CUDA cores (amk_gemm_quant: f32 activations, or where the tensor
+// cores are not taken): the quantized GEMV's row dot for each of at most 64
+// staged input rows; a 16-byte piece lying in one group is dotted on the
+// integers and scaled once, other groups take the column-at-a-time path
+// (q * scale per element, as the VM).
+template <int XDT, int QDT, int ODT, int SDT, int K, int NOUT, int M, int GROUP>
+__device__ void amk_gemm_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(M <= 64, "the CUDA-core GEMM stages at most 64 rows");
+  const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  int m_begin = I.params.m_off.i, m_count = I.params.M_tile.i;
+  if (n_off < 0 || n_tile < 0 || n_off + n_tile > NOUT || m_begin < 0 || m_count < 0 ||
+      m_begin + m_count > M) {
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
+  constexpr int XROW = K + (XCOLS ? K / XCOLS * 4 : 0); // a staged row, padded (amk_xpad)
+  float *xs = smem;
+  for (int i = threadIdx.x; i < m_count * K; i += AMK_NT) {
+    int m = i / K, k = i - m * K;
+    xs[m * XROW + amk_xpad<XCOLS>(k)] = amk_ld<XDT>(x, (long long)(m_begin + m) * K + k);
+  }
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int m = 0; m < m_count; m++) {
+    for (int r = warp; r < n_tile; r += AMK_NWARPS) {
+      long long wrow = n_off + r;
+      float sum;
+      if constexpr (XCOLS)
+        amk_qrows_dot<QDT, SDT, K, GROUP, 1>(Q, S, &wrow, 1, xs + m * XROW, &sum);
+      else
+        sum = amk_qrow_dot_any<QDT, SDT, K, GROUP>(Q, S, wrow, xs + m * XROW);
+      if (lane == 0)
+        amk_st<ODT>(out, (long long)(m_begin + m) * NOUT + wrow, sum);
+    }
+  }
+}
 // ---- attention ---------------------------------------------------------------
 
 // s[q] = dot(qs[q * HD ..], cache[off .. off + HD]) for GQ query heads.

@@ -34,7 +34,9 @@
 #      row against the reference VM's prefill of the same chunk, then every
 #      decode step; the fused decode program takes each chunk's KV rows
 #      device to device): llama-tiny f32/bf16 (also without fuse, on
-#      shared caches), every fixture of AMK_FIXTURES and
+#      shared caches), llama-tiny --quant int8/int4 in f32 and bf16 (the
+#      quantized GEMM tiles; these FAIL saying so while amk-run feeds a
+#      --quant prompt token by token on the GPU), every fixture of AMK_FIXTURES and
 #      the families (golden prompt, -b 4: chunks and a remainder), and the
 #      1B shape with random weights and a 600-token prompt, -b 512 (two
 #      chunks: 512 and 88 rows)
@@ -253,6 +255,16 @@ for dt in f32 bf16; do
     # A PASS needs the prompt to have gone in by prefill programs.
     grep -q 'fed in chunks' "$LOG/prefill-tiny-$dt-$pipe.log" || [ "$s" != PASS ] || s=FAIL
     row "$s" "prefill: llama-tiny $dt $pipe -b 8, 20-token prompt, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|error' "$LOG/prefill-tiny-$dt-$pipe.log" | head -1 | cut -c1-150)"
+  done
+done
+# Weight-only int8/int4 prefill programs (amk_gemm_mma_quant on the tensor
+# cores for bf16, amk_gemm_quant on the CUDA cores for f32).
+for q in int8 int4; do
+  for dt in f32 bf16; do
+    s=$(run_logged "prefill-tiny-$q-$dt" "$BIN/amk-run" "$EX" --device cuda --check -v --dtype "$dt" \
+      --quant "$q" -b 8 --prompt-ids "$IDS20" -n 8 -c 64)
+    grep -q 'fed in chunks' "$LOG/prefill-tiny-$q-$dt.log" || [ "$s" != PASS ] || s=FAIL
+    row "$s" "prefill: llama-tiny --quant $q $dt -b 8, 20-token prompt, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|token by token\|error' "$LOG/prefill-tiny-$q-$dt.log" | head -1 | cut -c1-150)"
   done
 done
 PREFILL_FIX=("${FIX_LIST[@]:1}")
