@@ -307,12 +307,12 @@ static bool gen_gemm_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
          tile_n);
     return true;
   }
-  if (m_rows > 64)
-    return fail(g, t, "%" PRId64 " input rows; the CUDA-core quantized GEMM takes at most 64 "
+  if (m_rows > AMK_CUDA_CORE_GEMM_MAX_ROWS)
+    return fail(g, t, "%" PRId64 " input rows; the CUDA-core quantized GEMM takes at most %d "
                       "(the tensor-core one takes any number: bf16 or f16 x, K a multiple of 8, "
                       "a group of a multiple of 16 columns or at least K, 256 threads, "
                       "AMK_CUDA_GEMM_MMA not 0)",
-                m_rows);
+                m_rows, AMK_CUDA_CORE_GEMM_MAX_ROWS);
   /* Staged rows with amk_xpad's gaps where the 16-byte path applies. */
   int64_t cols = qdtype == AMK_QDTYPE_INT8 ? 16 : 32;
   int64_t row_bytes = qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
@@ -470,11 +470,11 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
   bool mma = gemm && gemm_takes_mma(g, &x, &w, &o, k, pattern);
   if (mma && (m_rows > INT32_MAX || n_out > INT32_MAX))
     return fail(g, t, "%" PRId64 " x %" PRId64 " outputs are too many for one GEMM", m_rows, n_out);
-  if (m_rows > 64 && !mma)
-    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most 64 (the tensor-core "
+  if (m_rows > AMK_CUDA_CORE_GEMM_MAX_ROWS && !mma)
+    return fail(g, t, "%" PRId64 " input rows; the CUDA GEMV takes at most %d (the tensor-core "
                       "GEMM takes any number: bf16 or f16 x and W, K a multiple of 8, 256 "
                       "threads, AMK_CUDA_GEMM_MMA not 0)",
-                m_rows);
+                m_rows, AMK_CUDA_CORE_GEMM_MAX_ROWS);
   bool bias = false;
   if (norm) {
     if (t->n_inputs != 3 || a.numel < k)

@@ -1334,6 +1334,23 @@ static void report_gap(AmkValidator *v, uint32_t b, uint32_t reader,
                        buf->id, name, first, end, why, list);
 }
 
+/* A KV cache whose step row `row` is not written in full, though `reader`
+ * reads the cache: the next step would read that row as history. */
+static void report_history_gap(AmkValidator *v, uint32_t b, uint32_t reader,
+                               const CoverageGap *gap, int64_t row) {
+  const AmkModule *m = v->m;
+  const AmkBuffer *buf = &m->buffers[b];
+  int64_t width = last_dim(&v->shapes[b]);
+  const AmkTask *t = &m->tasks[reader];
+  amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                       "task %" PRId32 " (%s) reads KV cache #%" PRId32 " ('%s') but no task "
+                       "of this step writes elements [%" PRId64 ", %" PRId64 ") (row %" PRId64
+                       ", this step's): the steps after read that row as history, "
+                       "UNWRITTEN READ",
+                       t->id, amk_validator_label(t), buf->id, buf->name ? buf->name : "",
+                       gap->row * width + gap->col_lo, gap->row * width + gap->col_hi, row);
+}
+
 /* Writers of buffer `b` other than `excluded`, as footprints in cs->fp. */
 static size_t gather_footprints(AmkValidator *v, uint32_t b, uint32_t excluded,
                                 CoverageScratch *cs) {
@@ -1497,6 +1514,15 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
     if (cs->fp[i].row_lo == 0 && cs->fp[i].row_hi == s->numel / width &&
         cs->fp[i].col_lo == 0 && cs->fp[i].col_hi == width)
       return; /* a writer of the whole cache */
+  }
+  /* The step's own rows [pos, pos + token rows), before merging. */
+  int64_t step_lo = -1, step_hi = -1;
+  if (n_bands > 0) {
+    int64_t rows = step_token_rows(v);
+    step_lo = cs->rows[0];
+    step_hi = step_lo + rows < s->dim[0] ? step_lo + rows : s->dim[0];
+  }
+  for (size_t i = 0; i < n; i++) {
     if (cs->fp[i].row_hi > cs->fp[i].row_lo && cs->fp[i].row_lo % per == 0 &&
         cs->fp[i].row_hi % per == 0) {
       cs->rows[2 * n_bands] = cs->fp[i].row_lo / per;
@@ -1541,6 +1567,15 @@ static void check_kv_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) 
         return;
       }
     }
+  }
+  /* No reader of this step reaches a gap, but the step's own rows must be
+   * written in full (an attention taking row pos from qkv reads none of
+   * them): the steps after read them as history. */
+  if (step_lo >= 0) {
+    CoverageGap gap =
+        find_coverage_gap(cs->fp, n, step_lo * per, step_hi * per, width, cs->cols, cs->edges);
+    if (gap.found)
+      report_history_gap(v, b, cs->first_reader[b], &gap, gap.row / per);
   }
 }
 

@@ -35,8 +35,7 @@
 #      decode step; the fused decode program takes each chunk's KV rows
 #      device to device): llama-tiny f32/bf16 (also without fuse, on
 #      shared caches), llama-tiny --quant int8/int4 in f32 and bf16 (the
-#      quantized GEMM tiles; these FAIL saying so while amk-run feeds a
-#      --quant prompt token by token on the GPU), every fixture of AMK_FIXTURES and
+#      quantized GEMM tiles), every fixture of AMK_FIXTURES and
 #      the families (golden prompt, -b 4: chunks and a remainder), and the
 #      1B shape with random weights and a 600-token prompt, -b 512 (two
 #      chunks: 512 and 88 rows)

@@ -63,6 +63,11 @@ typedef struct {
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
 } AmkCodegenOptions;
 
+/* The most input rows a GEMV or GEMM tile that the tensor cores do not
+ * take (f32 activations; docs/Backend.md) may have: a prefill program of
+ * f32 on the GPU takes chunks of at most this many tokens. */
+enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
+
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_BACKOFF_NS,

@@ -380,12 +380,9 @@ int main(int argc, char **argv) {
    * rank (tensor-parallel prefill programs do not exist yet). A fused decode
    * program's KV rows are copied from the prefill programs' caches
    * (prefill.c): through host memory on the CPU, device to device on the
-   * GPU. The GPU has no quantized GEMM tiles yet: with --quant it feeds the
-   * prompt token by token. */
-  bool quant_on_gpu = o.quant && strcmp(device, "cuda") == 0;
+   * GPU. */
   o.prefill = o.batch_size > 1 && amk_is_directory(o.target) &&
-              (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) && o.tp <= 1 &&
-              !quant_on_gpu;
+              (strcmp(device, "cpu") == 0 || strcmp(device, "cuda") == 0) && o.tp <= 1;
 
   double t_start = run_now_ms();
   char *text = NULL;
@@ -543,13 +540,19 @@ int main(int argc, char **argv) {
      * NVRTC compile, done here when the prompt will use it. With --check
      * the reference VM pads alike, so that both run the same rows. */
     bool pad = prefill_pads(engine);
-    prefill = run_prefill_new(&o, loaded, engine, pad);
+    /* f32 GEMM tiles run on the CUDA cores, which take at most
+     * AMK_CUDA_CORE_GEMM_MAX_ROWS rows. */
+    int64_t batch = o.batch_size;
+    bool f32_gpu = strcmp(amk_engine_name(engine), "cuda") == 0 && !plan->low_precision;
+    if (f32_gpu && batch > AMK_CUDA_CORE_GEMM_MAX_ROWS)
+      batch = AMK_CUDA_CORE_GEMM_MAX_ROWS;
+    prefill = run_prefill_new(&o, loaded, engine, pad, batch);
     /* --check: the reference VM prefills the same chunks beside it. */
     if (reference && o.check)
-      reference_prefill = run_prefill_new(&o, loaded, reference, pad);
+      reference_prefill = run_prefill_new(&o, loaded, reference, pad, batch);
     if (o.verbose && !o.json)
-      fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs%s)\n",
-              (long long)o.batch_size,
+      fprintf(stderr, "amk-run: the prompt is fed in chunks of up to %lld tokens (prefill programs%s%s)\n",
+              (long long)batch, batch < o.batch_size ? "; f32 on the GPU: the CUDA cores' GEMM" : "",
               pad ? "; a shorter chunk runs padded on the same program" : "");
     /* The one program now when a prompt will need it (all but the
      * prompt's last token in chunks of two or more). */
@@ -565,9 +568,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "amk-run: the prompt is fed token by token (%s)\n",
             !amk_is_directory(o.target) ? "prefill programs are compiled from a model folder"
             : o.tp > 1 ? "tensor-parallel ranks have no prefill programs yet"
-            : quant_on_gpu
-                ? "the GPU has no quantized GEMM tiles for int8/int4 prefill programs yet"
-                : "the engine runs no prefill programs");
+                       : "the engine runs no prefill programs");
   int exit_status = ok ? 0 : 1;
   if (ok) {
     RunContext run = {.o = &o, .text = &run_text, .prefill = prefill, .engine = engine,

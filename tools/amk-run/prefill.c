@@ -48,6 +48,7 @@ struct RunPrefill {
   const AmkWeights *weights; /* the decode program's */
   AmkEngine *decode;
   bool all_logits; /* --dump-logits: every row's logits */
+  int64_t batch;    /* the most tokens a chunk takes */
   int64_t pad_rows; /* > 0: short chunks run on this many rows (padding) */
   int64_t last_rows; /* the real rows of the last chunk */
   PrefillProgram programs[MAX_PROGRAMS];
@@ -72,12 +73,12 @@ static void program_free(PrefillProgram *p) {
 }
 
 RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode,
-                            bool pad) {
+                            bool pad, int64_t batch) {
   RunPrefill *p = amk_xcalloc(1, sizeof *p);
   int64_t max_seq = amk_engine_max_seq(decode);
-  *p = (RunPrefill){.o = o, .weights = weights, .decode = decode,
+  *p = (RunPrefill){.o = o, .weights = weights, .decode = decode, .batch = batch,
                     .all_logits = o->dump_logits != NULL,
-                    .pad_rows = pad ? (o->batch_size < max_seq ? o->batch_size : max_seq) : 0};
+                    .pad_rows = pad ? (batch < max_seq ? batch : max_seq) : 0};
   if (p->pad_rows < 2)
     p->pad_rows = 0;
   return p;
@@ -163,7 +164,7 @@ static const PrefillProgram *program_for(RunPrefill *p, int64_t rows, AmkDiagEng
   return &p->programs[slot];
 }
 
-int64_t run_prefill_batch(const RunPrefill *p) { return p->o->batch_size; }
+int64_t run_prefill_batch(const RunPrefill *p) { return p->batch; }
 
 bool run_prefill_prepare(RunPrefill *p, AmkDiagEngine *diag) {
   return p->pad_rows == 0 || program_for(p, p->pad_rows, diag) != NULL;

@@ -135,19 +135,19 @@ bool run_prefill_wanted(const RunOptions *o);
 AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pipeline_text,
                               int64_t batch_size, bool all_logits, AmkDiagEngine *diag);
 
-/* Batched prefill (prefill.c): prefill programs compiled per chunk size,
- * or with `pad` one program of -b rows (at most the cache's length) for
- * every chunk, running on the decode engine's KV caches and borrowing its
- * weights (both must outlive it). */
+/* Batched prefill (prefill.c): chunks of at most `batch` tokens on prefill
+ * programs compiled per chunk size, or with `pad` on one program of `batch`
+ * rows (at most the cache's length) for every chunk, running on the decode
+ * engine's KV caches and borrowing its weights (both must outlive it). */
 typedef struct RunPrefill RunPrefill;
 RunPrefill *run_prefill_new(const RunOptions *o, const AmkWeights *weights, AmkEngine *decode,
-                            bool pad);
+                            bool pad, int64_t batch);
 void run_prefill_free(RunPrefill *p);
 /* Whether short chunks are padded. */
 bool run_prefill_pads(const RunPrefill *p);
 /* With padding, compiles the one program now; false after reporting. */
 bool run_prefill_prepare(RunPrefill *p, AmkDiagEngine *diag);
-/* The most tokens one chunk takes (-b). */
+/* The most tokens one chunk takes (-b, or less where the GPU needs). */
 int64_t run_prefill_batch(const RunPrefill *p);
 /* One chunk: n tokens at positions pos..pos+n-1 in one step. */
 AmkStepStatus run_prefill_chunk(RunPrefill *p, const int32_t *tokens, int64_t n, int64_t pos,
