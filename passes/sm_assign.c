@@ -4,8 +4,9 @@
  * Policies (config.sm_assignment, or --sm-assignment=):
  *   round_robin   tasks in topological order dealt to SMs in turn;
  *   load_balance  list scheduling: tasks by decreasing critical path to the
- *                 end, each placed on the SM where it would finish first
- *                 under the cost model below;
+ *                 end (a task nothing waits on ranked with its siblings:
+ *                 rank_sinks_with_siblings), each placed on the SM where it
+ *                 would finish first under the cost model below;
  *   explicit      the config's {task id: sm} map (every task must be named).
  *
  * Cost model (from the target): a task costs a fixed issue latency plus
@@ -188,6 +189,36 @@ static double *upward_rank(const AmkTaskGraph *g, const Adjacency *succs,
     rank[t] = cost[t] + best;
   }
   return rank;
+}
+
+/* A task nothing in the step waits on beside other tasks (fuse's rope_kv:
+ * the attention takes row pos from qkv, so rope_kv writes only for the
+ * steps after) ranks by its own cost alone, so list scheduling would queue
+ * it after everything, at the end of the step. It is ranked with its
+ * siblings instead (the other successors of its predecessors, those that
+ * something waits on), capped below each predecessor so the rank order
+ * stays topological: it runs in the idle time beside them. */
+static void rank_sinks_with_siblings(const AmkTaskGraph *g, const Adjacency *preds,
+                                     const Adjacency *succs, const double *cost, double *rank) {
+  for (uint32_t t = 0; t < g->n_tasks; t++) {
+    if (succs->off[t + 1] > succs->off[t] || preds->off[t + 1] == preds->off[t])
+      continue;
+    double sibling = 0, cap = INFINITY;
+    for (uint32_t j = preds->off[t]; j < preds->off[t + 1]; j++) {
+      uint32_t p = preds->list[j];
+      double below = rank[p] - cost[p] - CROSS_SM_DEP_US;
+      if (below < cap)
+        cap = below;
+      for (uint32_t k = succs->off[p]; k < succs->off[p + 1]; k++) {
+        uint32_t s = succs->list[k];
+        if (s != t && succs->off[s + 1] > succs->off[s] && rank[s] > sibling)
+          sibling = rank[s];
+      }
+    }
+    double want = sibling < cap ? sibling : cap;
+    if (want > rank[t])
+      rank[t] = want;
+  }
 }
 
 /* Sorting helpers: indices by decreasing rank, ties by topological position. */
@@ -522,6 +553,7 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
 
   Adjacency preds = build_predecessors(&g), succs = build_successors(&g);
   double *rank = upward_rank(&g, &succs, cost);
+  rank_sinks_with_siblings(&g, &preds, &succs, cost, rank);
   Keyed *keyed = amk_xmalloc((n ? n : 1) * sizeof *keyed);
   for (uint32_t t = 0; t < n; t++)
     keyed[t] = (Keyed){rank[t], g.topo_pos[t], t};
