@@ -243,6 +243,20 @@ static size_t gemm_mma_quant_smem_bytes(int tile_n, int64_t qdtype) {
   return 4 * ((size_t)128 * (32 + 8) * 2 + (size_t)tile_n * raw) + (size_t)tile_n * (32 + 8) * 2;
 }
 
+/* A quantized tile's weights are of the integer dtype its qdtype names, and
+ * its K and group are in range; false after reporting. */
+static bool quant_weights_match(Gen *g, const AmkTask *t, const AmkInstParams *p,
+                                const BufInfo *w) {
+  AmkDType want = p->qdtype.i == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
+  if (w->dtype != want)
+    return fail(g, t, "weight '%s' is %s but qdtype says %s", w->b->name,
+                amk_dtype_text_name(w->dtype), amk_dtype_text_name(want));
+  int64_t k = p->K.i, group = p->group.i;
+  if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
+    return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
+  return true;
+}
+
 /* A weight-only quantized GEMM tile (prefill, docs/Quantization.md):
  * inputs x [M, K], qW (i8 or i4 [N, K]) and its scales [N, ceil(K /
  * group)], the plain pattern (the only one prefill programs give GEMM
@@ -270,13 +284,9 @@ static bool gen_gemm_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   if (!is_float(x.dtype) || !is_float(o.dtype) || !is_float(sc.dtype))
     return fail(g, t, "a quantized GEMM reads f32, f16 or bf16 inputs and scales and writes "
                       "one of them");
-  AmkDType want = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
-  if (w.dtype != want)
-    return fail(g, t, "weight '%s' is %s but qdtype says %s", w.b->name,
-                amk_dtype_text_name(w.dtype), amk_dtype_text_name(want));
+  if (!quant_weights_match(g, t, p, &w))
+    return false;
   int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i, group = p->group.i;
-  if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
-    return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
   if (qdtype == AMK_QDTYPE_INT4 && k % 2 != 0)
     return fail(g, t, "int4 rows of an odd K = %" PRId64 " are not whole bytes", k);
   if (w.numel % k != 0 || x.numel % k != 0)
@@ -327,7 +337,6 @@ static bool gen_gemm_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
  * patterns, the norm weight, residual or bias as input 3; one input row. */
 static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst,
                            bool gemm, int64_t pattern) {
-  int64_t qdtype = p->qdtype.i;
   if (gemm)
     return gen_gemm_quant(g, t, p, inst, pattern);
   bool silu = pattern == AMK_PATTERN_SILU || pattern == AMK_PATTERN_SILU_RESIDUAL;
@@ -351,13 +360,9 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
       (aux_in && !is_float(a.dtype)))
     return fail(g, t, "a quantized GEMV reads f32, f16 or bf16 inputs and scales and writes "
                       "one of them");
-  AmkDType want = qdtype == AMK_QDTYPE_INT8 ? AMK_DTYPE_I8 : AMK_DTYPE_I4;
-  if (w.dtype != want)
-    return fail(g, t, "weight '%s' is %s but qdtype says %s", w.b->name,
-                amk_dtype_text_name(w.dtype), amk_dtype_text_name(want));
+  if (!quant_weights_match(g, t, p, &w))
+    return false;
   int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i, group = p->group.i;
-  if (k <= 0 || k > (1 << 20) || group <= 0 || group > (1 << 20))
-    return fail(g, t, "K = %" PRId64 " or group = %" PRId64 " is out of range", k, group);
   if (w.numel % k != 0 || x.numel != (silu ? 2 * k : k))
     return fail(g, t, "weight '%s' is not rows of K = %" PRId64 ", or the input is not one row "
                       "of %s (the CUDA quantized GEMV decodes one token)",
