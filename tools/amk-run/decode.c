@@ -151,22 +151,21 @@ static void write_logits_row(AmkStrBuf *sb, const float *logits, size_t n, bool 
   amk_sb_putc(sb, ']');
 }
 
-/* --check: the reference VM steps the same token; the engine's logits must
- * match its own. Returns the exit status (0: go on). */
-static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab,
-                      AmkDiagEngine *diag) {
-  AmkEngine *reference = d->rc->reference;
-  if (amk_engine_step(reference, d->sequence[pos], pos, NULL, diag) != AMK_STEP_OK)
-    return 1;
-  size_t nv;
-  const float *ref = amk_engine_logits(reference, &nv);
+/* --check's comparison of the GPU's logits with the reference VM's, by the
+ * decode steps' rule and tolerance. `where` names the step or chunk,
+ * `mismatch_where` the same with the token or row a mismatch concerns,
+ * `rows` qualifies the logits where some are not finite. Returns the exit
+ * status (0: go on). */
+static int compare_with_reference(Decoder *d, const float *ref, size_t nv, const float *logits,
+                                  size_t vocab, const char *where, const char *mismatch_where,
+                                  const char *rows) {
   size_t ref_bad = amk_count_nonfinite(ref, nv), got_bad = amk_count_nonfinite(logits, vocab);
   if (got_bad > ref_bad) {
     amk_progress_break_line(stderr);
     fprintf(stderr,
-            "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 "): %zu of %zu "
-            "GPU logits are not finite (NaN or Inf); the reference VM has %zu\n",
-            pos, pos, got_bad, vocab, ref_bad);
+            "amk-run: CHECK FAILED at %s: %zu of %zu GPU logits%s are not finite (NaN or Inf); "
+            "the reference VM has %zu\n",
+            where, got_bad, vocab, rows, ref_bad);
     return 2;
   }
   if (got_bad)
@@ -181,14 +180,29 @@ static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab
     return 0;
   amk_progress_break_line(stderr);
   fprintf(stderr,
-          "amk-run: CHECK FAILED at step %" PRId64 " (position %" PRId64 ", token %d): max "
-          "|gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy tokens ref %d, "
-          "gpu %d\n",
-          pos, pos, d->sequence[pos], cr.max_abs, cr.scale,
+          "amk-run: CHECK FAILED at %s: max |gpu - ref| = %.6g against a logit scale of %.6g "
+          "(%s); greedy tokens ref %d, gpu %d\n",
+          mismatch_where, cr.max_abs, cr.scale,
           low ? "bf16/f16: within 5% of the scale, greedy tokens equal unless a rounding tie"
               : "f32 tolerance 1e-4 of the scale",
           cr.ref_token, cr.gpu_token);
   return 2;
+}
+
+/* --check: the reference VM steps the same token; the engine's logits must
+ * match its own. Returns the exit status (0: go on). */
+static int check_step(Decoder *d, int64_t pos, const float *logits, size_t vocab,
+                      AmkDiagEngine *diag) {
+  AmkEngine *reference = d->rc->reference;
+  if (amk_engine_step(reference, d->sequence[pos], pos, NULL, diag) != AMK_STEP_OK)
+    return 1;
+  size_t nv;
+  const float *ref = amk_engine_logits(reference, &nv);
+  char where[96], mismatch[128];
+  snprintf(where, sizeof where, "step %" PRId64 " (position %" PRId64 ")", pos, pos);
+  snprintf(mismatch, sizeof mismatch, "step %" PRId64 " (position %" PRId64 ", token %d)", pos,
+           pos, d->sequence[pos]);
+  return compare_with_reference(d, ref, nv, logits, vocab, where, mismatch, "");
 }
 
 /* --check with prefill: the reference VM prefills the same chunk (its own
@@ -204,36 +218,12 @@ static int check_chunk(Decoder *d, int64_t pos, int64_t n, const float *logits, 
   size_t ref_rows, nv;
   const float *ref = run_prefill_logits(d->rc->reference_prefill, &ref_rows, &nv);
   ref += (ref_rows - 1) * nv;
-  size_t ref_bad = amk_count_nonfinite(ref, nv), got_bad = amk_count_nonfinite(logits, vocab);
-  if (got_bad > ref_bad) {
-    amk_progress_break_line(stderr);
-    fprintf(stderr,
-            "amk-run: CHECK FAILED at the prompt's chunk at positions %" PRId64 "..%" PRId64
-            ": %zu of %zu GPU logits of its last row are not finite (NaN or Inf); the "
-            "reference VM has %zu\n",
-            pos, pos + n - 1, got_bad, vocab, ref_bad);
-    return 2;
-  }
-  if (got_bad)
-    return 0; /* the non-finite logits are reported as an error next */
-  bool low = amk_engine_plan(d->rc->engine)->low_precision;
-  AmkLogitCheck cr = amk_check_logits(ref, logits, nv < vocab ? nv : vocab, low);
-  double rel = cr.max_abs / (cr.scale > 1 ? cr.scale : 1);
-  if (rel > d->worst_rel)
-    d->worst_rel = rel;
-  d->checked++;
-  if (cr.pass)
-    return 0;
-  amk_progress_break_line(stderr);
-  fprintf(stderr,
-          "amk-run: CHECK FAILED at the prompt's chunk at positions %" PRId64 "..%" PRId64
-          " (its last row): max |gpu - ref| = %.6g against a logit scale of %.6g (%s); greedy "
-          "tokens ref %d, gpu %d\n",
-          pos, pos + n - 1, cr.max_abs, cr.scale,
-          low ? "bf16/f16: within 5% of the scale, greedy tokens equal unless a rounding tie"
-              : "f32 tolerance 1e-4 of the scale",
-          cr.ref_token, cr.gpu_token);
-  return 2;
+  char where[96], mismatch[128];
+  snprintf(where, sizeof where, "the prompt's chunk at positions %" PRId64 "..%" PRId64, pos,
+           pos + n - 1);
+  snprintf(mismatch, sizeof mismatch, "%s (its last row)", where);
+  return compare_with_reference(d, ref, nv, logits, vocab, where, mismatch,
+                                " of its last row");
 }
 
 /* Batched prefill: the prompt from n_fed up to its last token in chunks of
