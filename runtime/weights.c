@@ -28,6 +28,12 @@ typedef struct {
   AmkRandomRule rule;     /* AMK_WEIGHTS_RANDOM */
   AmkWeightPiece *pieces; /* AMK_WEIGHTS_MAPPED (one) and AMK_WEIGHTS_JOINED */
   uint32_t n_pieces;
+  /* amk_weights_share of bytes the lender makes on demand: its buffer
+   * lender_buffer from lender_offset, resolved when first asked for (a GPU
+   * prefill engine borrows the device copies and never asks). */
+  const struct AmkWeights *lender;
+  uint32_t lender_buffer;
+  int64_t lender_offset;
 } WeightBuffer;
 
 struct AmkWeights {
@@ -510,7 +516,9 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
 }
 
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out) {
-  if (b >= w->plan->n_buffers || w->buffers[b].origin != AMK_WEIGHTS_RANDOM)
+  /* A borrowed buffer may be a slice of the lender's: no rule of its own. */
+  if (b >= w->plan->n_buffers || w->buffers[b].origin != AMK_WEIGHTS_RANDOM ||
+      w->buffers[b].lender)
     return false;
   *out = w->buffers[b].rule;
   return true;
@@ -830,7 +838,10 @@ const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes) {
     return NULL;
   }
   WeightBuffer *wb = &w->buffers[b];
-  if (!wb->data && wb->origin == AMK_WEIGHTS_RANDOM) {
+  if (!wb->data && wb->lender) {
+    wb->data = (const char *)amk_weights_data(wb->lender, wb->lender_buffer, NULL) +
+               wb->lender_offset;
+  } else if (!wb->data && wb->origin == AMK_WEIGHTS_RANDOM) {
     const AmkPlanBuffer *pb = &w->plan->buffers[b];
     wb->owned = amk_xcalloc(1, wb->nbytes ? wb->nbytes : 1);
     amk_random_fill(&wb->rule, pb->dtype, pb->numel, wb->owned);
@@ -932,11 +943,19 @@ AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDi
       amk_weights_free(w);
       return NULL;
     }
-    const char *data = amk_weights_data(from, (uint32_t)found, NULL);
-    /* Borrowed: `from` keeps the bytes (and the mapping). */
-    w->buffers[b] = (WeightBuffer){.origin = from->buffers[found].origin,
-                                   .data = data + offset,
-                                   .nbytes = (size_t)pb->nbytes};
+    /* Borrowed: `from` keeps the bytes (and the mapping); bytes it makes
+     * on demand (random, joined) are asked for only when needed. */
+    const WeightBuffer *lent = &from->buffers[found];
+    bool on_demand = !lent->data && (lent->origin == AMK_WEIGHTS_RANDOM ||
+                                     lent->origin == AMK_WEIGHTS_JOINED);
+    w->buffers[b] = (WeightBuffer){.origin = lent->origin, .nbytes = (size_t)pb->nbytes};
+    if (on_demand) {
+      w->buffers[b].lender = from;
+      w->buffers[b].lender_buffer = (uint32_t)found;
+      w->buffers[b].lender_offset = offset;
+    } else {
+      w->buffers[b].data = (const char *)amk_weights_data(from, (uint32_t)found, NULL) + offset;
+    }
   }
   return w;
 }

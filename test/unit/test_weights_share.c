@@ -74,6 +74,26 @@ int main(int argc, char **argv) {
     CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.kcache"), dp, &off) < 0);
     CHECK(&c, amk_weights_source_in(pp, pp->n_buffers, dp, &off) < 0);
 
+    /* Borrowed random bytes are the lender's rows (made when first asked
+     * for), and a borrowed slice has no random rule of its own (an engine
+     * filling it on the device by the rule would fill the wrong rows). */
+    AmkWeights *lender = amk_weights_random(dp, 3, diag);
+    AmkWeights *borrower = lender ? amk_weights_share(pp, lender, diag) : NULL;
+    CHECK(&c, borrower != NULL);
+    if (borrower) {
+      uint32_t k_proj = (uint32_t)buffer_named(pp, "L0.k_proj.w");
+      AmkRandomRule rule;
+      CHECK(&c, !amk_weights_random_rule(borrower, k_proj, &rule));
+      CHECK(&c, amk_weights_random_rule(lender, (uint32_t)qkv, &rule));
+      size_t n = 0, whole = 0;
+      const char *got = amk_weights_data(borrower, k_proj, &n);
+      const char *rows = amk_weights_data(lender, (uint32_t)qkv, &whole);
+      CHECK(&c, got && rows && n == 32 * 64 * 4 && whole == 128 * 64 * 4 &&
+                    memcmp(got, rows + 64 * 64 * 4, n) == 0);
+    }
+    amk_weights_free(borrower);
+    amk_weights_free(lender);
+
     /* share_with must be an engine of the same kind. */
     AmkWeights *w = amk_weights_random(dp, 1, diag);
     AmkEngineOptions opt = amk_engine_options_default();
