@@ -37,8 +37,9 @@
 #      shared caches), llama-tiny --quant int8/int4 in f32 and bf16 (the
 #      quantized GEMM tiles), every fixture of AMK_FIXTURES and
 #      the families (golden prompt, -b 4: chunks and a remainder), and the
-#      1B shape with random weights and a 600-token prompt, -b 512 (two
-#      chunks: 512 and 88 rows)
+#      1B shape with random weights and a 600-token prompt, -b 512 (a chunk
+#      of 512 rows and one of 87 padded to 512, then the last token by the
+#      decode program)
 # Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
 set -u
 cd "$(dirname "$0")/.." || exit 1
