@@ -89,6 +89,17 @@ static AmkModule *load_program(const RunOptions *o, int64_t rank, const char *pi
 
 bool run_prefill_wanted(const RunOptions *o) { return o->prefill; }
 
+/* Whether the program's activations are bf16 or f16, which the tensor
+ * cores take (plan->low_precision also counts a quantized f32 program's
+ * f16 scales). */
+static bool activations_16bit(const AmkPlan *plan) {
+  for (uint32_t b = 0; b < plan->n_buffers; b++)
+    if (plan->m->buffers[b].kind == AMK_KIND_ACTIVATION &&
+        (plan->buffers[b].dtype == AMK_DTYPE_BF16 || plan->buffers[b].dtype == AMK_DTYPE_F16))
+      return true;
+  return false;
+}
+
 /* Whether short prefill chunks are padded: on the GPU (one NVRTC compile
  * for every prompt length), not on the CPU VM (a compile is cheap there, a
  * padding row is a row of work); $AMK_PREFILL_PAD=1 or 0 says otherwise
@@ -543,7 +554,7 @@ int main(int argc, char **argv) {
     /* f32 GEMM tiles run on the CUDA cores, which take at most
      * AMK_CUDA_CORE_GEMM_MAX_ROWS rows. */
     int64_t batch = o.batch_size;
-    bool f32_gpu = strcmp(amk_engine_name(engine), "cuda") == 0 && !plan->low_precision;
+    bool f32_gpu = strcmp(amk_engine_name(engine), "cuda") == 0 && !activations_16bit(plan);
     if (f32_gpu && batch > AMK_CUDA_CORE_GEMM_MAX_ROWS)
       batch = AMK_CUDA_CORE_GEMM_MAX_ROWS;
     prefill = run_prefill_new(&o, loaded, engine, pad, batch);
