@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA backend's whole GPU check in one call (issue 6, items 6 and 7).
 #
-#   utils/gpu-check.sh            run from the repository root on the GPU machine
+#   utils/gpu-check.sh [SECTION ...]   run from the repository root on the GPU machine
+#
+# With SECTIONs (2 3 3b 3c 4 4b 5 6 7), only those run after the environment
+# and the smoke runs (which always run: the smoke gates the rest); without,
+# every section does. One call's device time rarely fits them all.
 #
 # Needs the build folder carried (default build/, or $AMK_BUILD): binaries with
 # RPATH $ORIGIN/../lib and libcjson.so.1 and libpcre2-8.so.0 beside them in
@@ -43,6 +47,20 @@
 # Full logs go to $OUT (or /tmp/amk-gpu-check); a summary table is printed last.
 set -u
 cd "$(dirname "$0")/.." || exit 1
+SECTIONS=("$@")
+for sec in "${SECTIONS[@]}"; do
+  case $sec in
+    2 | 3 | 3b | 3c | 4 | 4b | 5 | 6 | 7) ;;
+    *) echo "gpu-check.sh: error: no section '$sec' (sections: 2 3 3b 3c 4 4b 5 6 7)" >&2; exit 2 ;;
+  esac
+done
+# Whether section $1 runs.
+want() {
+  [ ${#SECTIONS[@]} -eq 0 ] && return 0
+  local sec
+  for sec in "${SECTIONS[@]}"; do [ "$sec" = "$1" ] && return 0; done
+  return 1
+}
 ROOT=$PWD
 BUILD=${AMK_BUILD:-build}
 BIN=$ROOT/$BUILD/bin
@@ -93,6 +111,7 @@ done
 
 echo "== 1. smoke"
 EX=$ROOT/examples/llama-tiny
+L1B=$ROOT/examples/configs/llama-3.2-1b
 s=$(run_logged smoke-f32 "$BIN/amk-run" "$EX" --device cuda --check -v --prompt-ids 1,17,42,99,3 -n 8)
 row "$s" "smoke: examples/llama-tiny fused f32 --check" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/smoke-f32.log" | head -1)"
 SMOKE=$s
@@ -108,16 +127,6 @@ if [ "$SMOKE" != PASS ]; then
   exit 1
 fi
 
-echo "== 2. compute-sanitizer"
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  s=$(run_logged memcheck compute-sanitizer --tool memcheck --error-exitcode 9 \
-    "$BIN/amk-run" "$EX" --device cuda -n 2)
-  row "$s" "compute-sanitizer memcheck (llama-tiny fused, 3 steps)" "$(grep -h 'ERROR SUMMARY' "$LOG/memcheck.log" | head -1)"
-else
-  row SKIP "compute-sanitizer memcheck" "not installed"
-fi
-
-echo "== 3. fixtures"
 VARIANTS=("untiled|-import|-sm-assign|-color"
           "tiled|-import|-tile|-sm-assign|-color"
           "fused|-import|-tile|-fuse|-sm-assign|-color"
@@ -166,17 +175,33 @@ check_fixture() {
     done
   done
 }
-for fx in "${FIX_LIST[@]}"; do
-  check_fixture "$fx" 4 "${VARIANTS[@]}"
-done
-
-echo "== 3b. families (Mistral, Qwen2, Qwen3, Phi-3, Gemma) x {fused, split-KV} x {f32, bf16}"
 FAMILIES=${AMK_FAMILY_FIXTURES:-}
 for d in ../shared/fixtures/families shared/fixtures/families; do
   [ -z "$FAMILIES" ] && [ -d "$d" ] && FAMILIES=$(cd "$d" && pwd)
 done
 FAM_VARIANTS=("fused|-import|-tile|-fuse|-sm-assign|-color"
               "split-kv|-import|-tile|--kv-partitions=2|-fuse|-sm-assign|-color")
+
+if want 2; then
+echo "== 2. compute-sanitizer"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  s=$(run_logged memcheck compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$BIN/amk-run" "$EX" --device cuda -n 2)
+  row "$s" "compute-sanitizer memcheck (llama-tiny fused, 3 steps)" "$(grep -h 'ERROR SUMMARY' "$LOG/memcheck.log" | head -1)"
+else
+  row SKIP "compute-sanitizer memcheck" "not installed"
+fi
+fi
+
+if want 3; then
+echo "== 3. fixtures"
+for fx in "${FIX_LIST[@]}"; do
+  check_fixture "$fx" 4 "${VARIANTS[@]}"
+done
+fi
+
+if want 3b; then
+echo "== 3b. families (Mistral, Qwen2, Qwen3, Phi-3, Gemma) x {fused, split-KV} x {f32, bf16}"
 if [ -z "$FAMILIES" ]; then
   row SKIP "families" "no ../shared/fixtures/families here (set AMK_FAMILY_FIXTURES)"
 else
@@ -190,9 +215,10 @@ else
     check_fixture "$fx" "$first" "${FAM_VARIANTS[@]}"
   done
 fi
+fi
 
+if want 3c; then
 echo "== 3c. weight-only int8 and int4 under --check"
-L1B=$ROOT/examples/configs/llama-3.2-1b
 for q in int8 int4; do
   for dt in f32 bf16; do
     s=$(run_logged "quant-tiny-$q-$dt" "$BIN/amk-run" "$EX" --dtype "$dt" --quant "$q" --device cuda \
@@ -211,26 +237,34 @@ for q in int8 int4; do
     --quant "$q" --max-seq 256 --device cuda --check --check-steps 8 --prompt-ids 1,2,3 -n 8 --ignore-eos)
   row "$s" "1B $q bf16: --check, 8 steps" "$(grep -h 'check PASS\|CHECK FAILED\|error' "$LOG/quant-1b-$q.log" | head -1 | cut -c1-150)"
 done
+fi
 
+if want 4; then
 echo "== 4. Llama-3.2-1B shape, bf16, random weights, 256 tokens"
 s=$(STEP_TIMEOUT=400 run_logged l1b-check "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
   --max-seq 2048 --device cuda --check --check-steps "$CHECK_1B" -v -n 255 --prompt-ids 1 --ignore-eos)
 row "$s" "1B bf16: 256 tokens, --check (first $CHECK_1B steps vs the VM)" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|kernel time\|error' "$LOG/l1b-check.log" | tr '\n' ' ' | cut -c1-170)"
+fi
 
+if want 4b; then
 echo "== 4b. watchdog: a launch that cannot finish ends as TIMEOUT (exit 3)"
 AMK_CUDA_TEST_STALL=1 AMK_CUDA_TIMEOUT_MS=2000 timeout 120 "$BIN/amk-run" "$EX" --device cuda -n 2 \
   >"$LOG/watchdog.log" 2>&1
 rc=$?
 if [ $rc -eq 3 ] && grep -q "TIMEOUT" "$LOG/watchdog.log"; then s=PASS; else s=FAIL; fi
 row "$s" "watchdog: stalled launch reports TIMEOUT, exit 3 (got $rc)" "$(grep -h TIMEOUT "$LOG/watchdog.log" | head -1 | cut -c1-150)"
+fi
 
+if want 5; then
 echo "== 5. bench"
 s=$(STEP_TIMEOUT=400 run_logged l1b-bench "$BIN/amk-run" "$L1B" --random-weights 1 --dtype bf16 \
   --max-seq 2048 --bench --bench-pos 0,1024 --bench-steps 128 --bench-warmup 10 --json \
   --trace "$LOG/l1b-bench.trace.json")
 row "$s" "1B bf16 --bench at positions 0 and 1024" "see below"
 BENCH_JSON=$(grep -h '^{' "$LOG/l1b-bench.log" | tail -1)
+fi
 
+if want 6; then
 echo "== 6. GEMM_TILE on the tensor cores (utils/gpu-gemm.sh)"
 OUT=$LOG AMK_BUILD=$BUILD timeout --kill-after=10 900 utils/gpu-gemm.sh >"$LOG/gemm.log" 2>&1
 grep -h '^| ' "$LOG/gemm.log" >>"$SUMMARY"
@@ -240,7 +274,9 @@ if [ -z "$GEMM_FAILS" ]; then
 else
   FAILS=$((FAILS + GEMM_FAILS))
 fi
+fi
 
+if want 7; then
 echo "== 7. prefill programs on the GPU under --check"
 # The default pipeline (fused decode program: each chunk's KV rows are
 # copied device to device into its caches) everywhere; without fuse (the
@@ -287,6 +323,7 @@ s=$(STEP_TIMEOUT=900 run_logged prefill-l1b "$BIN/amk-run" "$L1B" --random-weigh
   --prompt-ids "$IDS600" -n 2 --ignore-eos)
 grep -q 'fed in chunks' "$LOG/prefill-l1b.log" || [ "$s" != PASS ] || s=FAIL
 row "$s" "prefill: 1B bf16 random weights, 600 tokens, -b 512, --check" "$(grep -h 'check PASS\|CHECK FAILED\|TIMEOUT\|token by token\|error' "$LOG/prefill-l1b.log" | head -1 | cut -c1-150)"
+fi
 
 T1=$(date +%s)
 echo
@@ -294,7 +331,9 @@ echo "================ AMK CUDA backend: GPU check summary ($((T1 - T0)) s) ====
 printf '| %-7s | %-58s | %s\n' status check detail
 printf '|---------|------------------------------------------------------------|--------\n'
 cat "$SUMMARY"
-if [ -n "$BENCH_JSON" ]; then
+if ! want 5; then
+  :
+elif [ -n "${BENCH_JSON:-}" ]; then
   python3 - "$BENCH_JSON" <<'PY'
 import json, sys
 d = json.loads(sys.argv[1])
