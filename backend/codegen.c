@@ -704,10 +704,10 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
                 nh * (hd + (partial ? 2 : 0)));
   if (rows > INT32_MAX)
     return fail(g, t, "the cache has too many rows");
-  /* qs, scores, reductions, and the V pass's per-group partial sums (at
-   * most 8 elements per thread). */
+  /* qs, scores, reductions, and the V pass's partial sums (at most 8
+   * elements per thread and query head). */
   int64_t gq = nh / nkv < ATTN_GQ_MAX ? nh / nkv : ATTN_GQ_MAX;
-  need_smem(g, (size_t)(gq * hd + gq * ATTN_CHUNK + gq * (g->nt / 32) + (size_t)g->nt * 8 + hd +
+  need_smem(g, (size_t)(gq * hd + gq * ATTN_CHUNK + gq * (g->nt / 32) + (size_t)(gq * g->nt * 8) + hd +
                         (mode >= 4 ? 2 * hd : 0)));
   EMIT(inst, attention, mode, q.dtype, cache->dtype, o.dtype, freq ? (int)freq->dtype : 0, hd, nh,
        nkv, rows, partial ? 1 : 0);
@@ -1104,7 +1104,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (set)
     o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
   int wait_cache, xs_vec;
-  if (!env_int("AMK_CUDA_WAIT_BACKOFF_NS", 100000, &o->wait_backoff_ns, &set, diag) ||
+  if (!env_int("AMK_CUDA_WAIT_GAP_NS", 100000, &o->wait_gap_ns, &set, diag) ||
+      !env_int("AMK_CUDA_WAIT_DEPTH", 8, &o->wait_depth, &set, diag) ||
       !env_int("AMK_CUDA_WAIT_CACHE", 1, &wait_cache, &set, diag))
     return false;
   if (set)
@@ -1122,6 +1123,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_xs_unpadded = pad == 0;
+  int kv_prefetch;
+  if (!env_int("AMK_CUDA_KV_PREFETCH", 1, &kv_prefetch, &set, diag))
+    return false;
+  if (set)
+    o->no_kv_prefetch = kv_prefetch == 0;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1248,10 +1254,14 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_QGEMV_LOADS %d\n", opt->qgemv_loads);
   if (opt && opt->gemv_xs_unpadded)
     amk_sb_puts(&s, "#define AMK_GEMV_XS_PAD 0\n");
+  if (opt && opt->no_kv_prefetch)
+    amk_sb_puts(&s, "#define AMK_KV_PREFETCH 0\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
-  if (opt && opt->wait_backoff_ns > 0)
-    amk_sb_printf(&s, "#define AMK_WAIT_BACKOFF_NS %d\n", opt->wait_backoff_ns);
+  if (opt && opt->wait_gap_ns > 0)
+    amk_sb_printf(&s, "#define AMK_WAIT_GAP_NS %d\n", opt->wait_gap_ns);
+  if (opt && opt->wait_depth > 0)
+    amk_sb_printf(&s, "#define AMK_WAIT_DEPTH %d\n", opt->wait_depth);
   if (opt && opt->gemv_row_pairs != AMK_GEMV_ROW_PAIRS_AUTO)
     amk_sb_printf(&s, "#define AMK_GEMV_ROW_PAIRS %d\n",
                   opt->gemv_row_pairs == AMK_GEMV_ROW_PAIRS_ALWAYS ? 1 : 0);
@@ -1268,6 +1278,13 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   amk_sb_puts(&s, amk_embed_tables_h);
   amk_sb_puts(&s, "\n// ---- include/amk/abi.h ----\n");
   amk_sb_puts(&s, amk_embed_abi_h);
+  /* The variants with something to read ahead of their waits (their
+   * amk_variant_prewait cases below): attention tiles, the first 64. */
+  uint64_t prewait_mask = 0;
+  for (int k = 0; k < n_keys && k < 64; k++)
+    if (strncmp(keys[k], "amk_attention<", 14) == 0)
+      prewait_mask |= 1ull << k;
+  amk_sb_printf(&s, "#define AMK_PREWAIT_MASK 0x%" PRIx64 "ull\n", prewait_mask);
   amk_sb_puts(&s, "\n// ---- backend/megakernel.cuh ----\n");
   amk_sb_puts(&s, amk_embed_megakernel_cuh);
   amk_sb_puts(&s, "\n// ---- this program's variants ----\n");
@@ -1286,6 +1303,14 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_combine_stream%s();\n", k, keys[k] + 16);
   }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0};\n  }\n}\n");
+  /* What a variant reads ahead of its waits. */
+  amk_sb_puts(&s, "\n__device__ void amk_variant_prewait(AmkI I, AmkA A, int pos) {\n"
+                  "  switch (A.variant) {\n");
+  for (int k = 0; k < n_keys && k < 64; k++)
+    if (strncmp(keys[k], "amk_attention<", 14) == 0)
+      amk_sb_printf(&s, "  case %d: amk_attention_prewait%s(I, A, pos); return;\n", k,
+                    keys[k] + 13);
+  amk_sb_puts(&s, "  default: return;\n  }\n}\n");
   amk_sb_puts(&s, "\n__device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, "
                   "float *smem) {\n  switch (A.variant) {\n");
   for (int k = 0; k < n_keys; k++)

@@ -53,11 +53,13 @@ typedef struct {
    * gemv_pair_max_bytes (auto), always or never. */
   enum { AMK_GEMV_ROW_PAIRS_AUTO = 0, AMK_GEMV_ROW_PAIRS_ALWAYS, AMK_GEMV_ROW_PAIRS_NEVER }
       gemv_row_pairs;
-  int wait_backoff_ns;   /* the longest sleep between polls of a counter (0: 64 ns) */
+  int wait_depth;        /* polls of a counter in flight at once (0: 1) */
+  int wait_gap_ns;       /* time between two polls issued (0: 128 ns) */
   bool no_wait_cache;    /* poll every wait's counter, even one already seen */
   bool gemv_xs_scalar;   /* GEMV inputs read from shared memory one float at a time */
   int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 8192) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
+  bool no_kv_prefetch;   /* attention tiles do not bring their KV rows into L2 before their waits */
   int qgemv_loads;      /* quantized GEMV: 16-byte loads in flight per lane (0: 8) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
@@ -70,9 +72,11 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
- * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_BACKOFF_NS,
+ * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_DEPTH (1 to 8),
+ * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
- * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_QGEMV_LOADS,
+ * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0 or 1),
+ * AMK_CUDA_QGEMV_LOADS,
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256) and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);

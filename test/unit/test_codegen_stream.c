@@ -36,12 +36,14 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_RING_SLOT_BYTES");
   unsetenv("AMK_CUDA_RING_SLOTS");
   unsetenv("AMK_CUDA_LOOKAHEAD");
-  unsetenv("AMK_CUDA_WAIT_BACKOFF_NS");
+  unsetenv("AMK_CUDA_WAIT_GAP_NS");
+  unsetenv("AMK_CUDA_WAIT_DEPTH");
   unsetenv("AMK_CUDA_WAIT_CACHE");
   unsetenv("AMK_CUDA_THREADS");
   unsetenv("AMK_CUDA_GEMV_XS_VEC");
   unsetenv("AMK_CUDA_GEMV_PAIR_BYTES");
   unsetenv("AMK_CUDA_GEMV_XS_PAD");
+  unsetenv("AMK_CUDA_KV_PREFETCH");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
@@ -83,7 +85,7 @@ static void test_wait_knobs(UnitCounts *c) {
   amk_diag_set_capture(d, 1);
   clear_env();
   AmkCodegenOptions o = {0};
-  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 0 && !o.no_wait_cache &&
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_gap_ns == 0 && o.wait_depth == 0 && !o.no_wait_cache &&
                o.threads_per_block == 0 && !o.gemv_xs_scalar && o.gemv_pair_max_bytes == 0 &&
                !o.gemv_xs_unpadded && o.qgemv_loads == 0 && !o.no_gemm_mma);
   setenv("AMK_CUDA_GEMM_MMA", "1", 1);
@@ -97,7 +99,9 @@ static void test_wait_knobs(UnitCounts *c) {
   unsetenv("AMK_CUDA_GEMM_TILE_N");
   setenv("AMK_CUDA_GEMV_XS_PAD", "0", 1);
   setenv("AMK_CUDA_QGEMV_LOADS", "16", 1);
-  CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16);
+  setenv("AMK_CUDA_KV_PREFETCH", "0", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16 &&
+               o.no_kv_prefetch);
   setenv("AMK_CUDA_QGEMV_LOADS", "65", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
   CHECK(c, amk_diag_captured_count(d) == 1 &&
@@ -108,12 +112,13 @@ static void test_wait_knobs(UnitCounts *c) {
   amk_diag_set_capture(d, 1);
   clear_env();
   o = (AmkCodegenOptions){0};
-  setenv("AMK_CUDA_WAIT_BACKOFF_NS", "256", 1);
+  setenv("AMK_CUDA_WAIT_GAP_NS", "256", 1);
+  setenv("AMK_CUDA_WAIT_DEPTH", "2", 1);
   setenv("AMK_CUDA_WAIT_CACHE", "0", 1);
   setenv("AMK_CUDA_THREADS", "512", 1);
   setenv("AMK_CUDA_GEMV_XS_VEC", "0", 1);
   setenv("AMK_CUDA_GEMV_PAIR_BYTES", "16384", 1);
-  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_backoff_ns == 256 && o.no_wait_cache &&
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_gap_ns == 256 && o.wait_depth == 2 && o.no_wait_cache &&
                o.threads_per_block == 512 && o.gemv_xs_scalar && o.gemv_pair_max_bytes == 16384);
   setenv("AMK_CUDA_THREADS", "300", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
@@ -126,6 +131,12 @@ static void test_wait_knobs(UnitCounts *c) {
   CHECK(c, amk_diag_captured_count(d) == 2 &&
                strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_WAIT_CACHE must be an integer in [0, 1], not '2'"));
+  setenv("AMK_CUDA_WAIT_CACHE", "1", 1);
+  setenv("AMK_CUDA_WAIT_DEPTH", "9", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 3 &&
+               strstr(amk_diag_captured(d, 2)->message,
+                      "AMK_CUDA_WAIT_DEPTH must be an integer in [0, 8], not '9'"));
   clear_env();
   amk_diag_free(d);
 
@@ -135,21 +146,32 @@ static void test_wait_knobs(UnitCounts *c) {
   if (m) {
     char *dflt = generate(m, NULL);
     CHECK(c, dflt && !strstr(dflt, "#define AMK_WAIT_CACHE 0") &&
-                 !strstr(dflt, "#define AMK_WAIT_BACKOFF_NS 128") &&
+                 !strstr(dflt, "#define AMK_WAIT_GAP_NS 96\n") &&
+                 !strstr(dflt, "#define AMK_WAIT_DEPTH 3\n") &&
                  strstr(dflt, "#define AMK_NT 256\n"));
+    /* The fused program's attention variant reads its KV rows ahead of its
+     * waits: its bit in the mask and its case in amk_variant_prewait. */
+    CHECK(c, dflt && strstr(dflt, "#define AMK_PREWAIT_MASK 0x") &&
+                 !strstr(dflt, "#define AMK_PREWAIT_MASK 0x0ull") &&
+                 strstr(dflt, ": amk_attention_prewait<") &&
+                 !strstr(dflt, "#define AMK_KV_PREFETCH 0\n"));
     CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_XS_PAD 0\n") &&
+                 !strstr(dflt, "#define AMK_KV_PREFETCH 0\n") &&
                  !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n"));
-    AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_backoff_ns = 128,
+    AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_gap_ns = 96, .wait_depth = 3,
                                .no_wait_cache = true, .gemv_xs_scalar = true,
                                .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
+                               .no_kv_prefetch = true,
                                .qgemv_loads = 4};
     char *k = generate(m, &knobs);
     CHECK(c, k && strstr(k, "#define AMK_GEMV_XS_PAD 0\n") &&
+                 strstr(k, "#define AMK_KV_PREFETCH 0\n") &&
                  strstr(k, "#define AMK_QGEMV_LOADS 4\n"));
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
                  strstr(k, "#define AMK_GEMV_XS_VEC 0\n") &&
                  strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
-                 strstr(k, "#define AMK_WAIT_BACKOFF_NS 128\n") &&
+                 strstr(k, "#define AMK_WAIT_GAP_NS 96\n") &&
+                 strstr(k, "#define AMK_WAIT_DEPTH 3\n") &&
                  strstr(k, "#define AMK_NT 512\n"));
     free(dflt);
     free(k);
