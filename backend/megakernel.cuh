@@ -3434,8 +3434,8 @@ template <int PENDING> __device__ __forceinline__ void amk_stage_wait() {
 __device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem);
 // Thread 0, before an instruction's waits: what its variant reads that no
 // wait guards (the generated part: amk_attention_prewait for attention),
-// called only for the variants AMK_PREWAIT_MASK has (bit v: variant v; the
-// call costs SmolLM2's step 2% when made for every task).
+// called only for the variants AMK_PREWAIT_MASK has (bit v: variant v), so
+// other tasks pay no call.
 __device__ void amk_variant_prewait(AmkI I, AmkA A, int pos);
 #ifndef AMK_PREWAIT_MASK
 #define AMK_PREWAIT_MASK 0ull
