@@ -51,6 +51,7 @@ typedef struct {
    * (decode, rows of whole 16-byte vectors); sizes the ring's slots. */
   int64_t max_stream_row_bytes;
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
+  bool qgemv_mma; /* quantized GEMV tiles may use the tensor-core path */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
 } Gen;
 
@@ -393,8 +394,12 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
     if (a.numel < stack * n_out || a.numel < w_rows)
       return fail(g, t, "bias has %" PRId64 " elements, want %" PRId64, a.numel, w_rows);
   }
-  /* The staged input has a 16-byte gap after every piece (amk_xpad). */
+  /* The staged input has a 16-byte gap after every piece (amk_xpad); the
+   * tensor-core path (amk_qmma_rows, AMK_CUDA_QGEMV_MMA=1) stages it again
+   * as 16-bit values, 32 floats after it, at most 48 bytes per 16 columns. */
   need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32));
+  if (g->qgemv_mma)
+    need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + 32 + (size_t)(k / 16) * 12);
   EMIT(inst, gemv_quant, pattern, x.dtype, w.dtype, o.dtype, aux_in ? (int)a.dtype : 0,
        sc.dtype, k, n_out, stack, group, bias ? 1 : 0);
   return true;
@@ -1118,6 +1123,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (!env_int("AMK_CUDA_QGEMV_LOADS", 64, &o->qgemv_loads, &set, diag))
     return false;
+  int qgemv_mma;
+  if (!env_int("AMK_CUDA_QGEMV_MMA", 1, &qgemv_mma, &set, diag))
+    return false;
+  if (set)
+    o->qgemv_mma = qgemv_mma == 1;
   int pad;
   if (!env_int("AMK_CUDA_GEMV_XS_PAD", 1, &pad, &set, diag))
     return false;
@@ -1177,6 +1187,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
   Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma),
+           .qgemv_mma = opt && opt->qgemv_mma,
            .gemm_tile_n = opt && opt->gemm_tile_n == 256 ? 256 : 128};
   int want = opt && opt->threads_per_block ? opt->threads_per_block
              : m->config && m->config->threads_per_block > 0
@@ -1252,6 +1263,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_GEMV_XS_VEC 0\n");
   if (opt && opt->qgemv_loads > 0)
     amk_sb_printf(&s, "#define AMK_QGEMV_LOADS %d\n", opt->qgemv_loads);
+  if (opt && opt->qgemv_mma)
+    amk_sb_puts(&s, "#define AMK_QGEMV_MMA 1\n");
   if (opt && opt->gemv_xs_unpadded)
     amk_sb_puts(&s, "#define AMK_GEMV_XS_PAD 0\n");
   if (opt && opt->no_kv_prefetch)

@@ -1537,6 +1537,289 @@ __device__ __forceinline__ float amk_qrow_dot_any(const void *Q, const void *S, 
   return amk_warp_sum(acc);
 }
 
+// ---- the quantized GEMV on the tensor cores (bf16 or f16 activations) ------------
+//
+// Opt-in (AMK_CUDA_QGEMV_MMA=1): faster than amk_qrows_dot alone, slower in
+// the megakernel so far (docs/Quantization.md has the numbers).
+// The CUDA-core dot above spends about 7 instructions an i4 weight turning
+// integers into floats and reads 4 bytes of input from shared memory per
+// weight. Here mma.sync m16n8k16 takes the weights of two rows as A (row m
+// from lanes 4m..4m+3, the other row as row m + 8), made exact 16-bit
+// values by a shift, one 3-input LOP and one packed FMA per pair, and the
+// inputs as B (the lanes' own columns, staged once as 16-bit values: exact
+// when the program's activations are that type, since x, the norm output
+// and SiLU's product are rounded to it), with fp32 accumulation (a 16-bit
+// product is exact in fp32). B's column n comes from lanes 4n..4n+3, at the
+// same k as their A values, so C[n][n] and C[n + 8][n] are the two rows'
+// dots over those lanes' pieces (four consecutive 16-byte pieces: one group
+// of scales when a group is a multiple of 4 pieces); lane 4n + n/2 holds
+// them. The other C entries mix columns and are dropped.
+//
+// Layout of the staged input (xb): piece p (COLS columns) at p * XBS bytes
+// (a 16-byte gap after each piece keeps the 8 lanes of a quarter-warp on
+// distinct banks); inside, each word of weights (WC = COLS / 4 columns)
+// has its WC inputs in the order its pairs are formed: i4 words give the
+// nibble pairs (0,4) (1,5) (2,6) (3,7), i8 words the byte pairs (0,2) (1,3).
+#ifndef AMK_QGEMV_MMA
+#define AMK_QGEMV_MMA 0
+#endif
+template <int QDT> struct AmkQmma {
+  static constexpr int COLS = AmkQuant<QDT>::COLS;
+  static constexpr int WC = COLS / 4;        // columns per 32-bit word
+  static constexpr int XBS = COLS * 2 + 16;  // staged bytes per piece
+  // Where column j (0 <= j < WC) of a word goes among the word's inputs.
+  static __device__ __forceinline__ int perm(int j) {
+    return 2 * (j % (WC / 2)) + j / (WC / 2);
+  }
+};
+
+template <int QDT, int MDT, int K, int GROUP> __device__ constexpr bool amk_qmma_ok() {
+  return AMK_QGEMV_MMA != 0 && AMK_NT % 32 == 0 &&
+         (MDT == AMK_ABI_DTYPE_BF16 || MDT == AMK_ABI_DTYPE_F16) &&
+         amk_qvec_ok<QDT, K, GROUP>() && GROUP % (4 * AmkQuant<QDT>::COLS) == 0;
+}
+// Floats of shared memory the staged 16-bit input takes.
+template <int QDT, int K> __device__ constexpr int amk_qmma_xb_floats() {
+  return K / AmkQuant<QDT>::COLS * AmkQmma<QDT>::XBS / 4;
+}
+
+// xs (fp32, amk_xpad<COLS> layout) to xb, WC columns a thread at a time.
+template <int QDT, int MDT, int K>
+__device__ __forceinline__ void amk_qmma_stage(const float *xs, unsigned short *xb) {
+  constexpr int COLS = AmkQuant<QDT>::COLS, WC = AmkQmma<QDT>::WC;
+  for (int w = threadIdx.x; w < K / WC; w += AMK_NT) {
+    int c0 = w * WC, p = c0 / COLS;
+    const float *src = xs + amk_xpad<COLS>(c0);
+    unsigned short h[WC];
+#pragma unroll
+    for (int j = 0; j < WC; j++) {
+      float v = src[j];
+      h[AmkQmma<QDT>::perm(j)] = MDT == AMK_ABI_DTYPE_BF16 ? amk_f2bf(v) : amk_f2h(v);
+    }
+    unsigned short *dst = (unsigned short *)((char *)xb + p * AmkQmma<QDT>::XBS) + (c0 - p * COLS);
+    if constexpr (WC == 8)
+      *(uint4 *)dst = make_uint4(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16,
+                                 h[4] | (unsigned)h[5] << 16, h[6] | (unsigned)h[7] << 16);
+    else
+      *(uint2 *)dst = make_uint2(h[0] | (unsigned)h[1] << 16, h[2] | (unsigned)h[3] << 16);
+  }
+}
+
+// d += A * B (m16n8k16, fp32 accumulation).
+template <int MDT>
+__device__ __forceinline__ void amk_qmma(float *d, unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+  if constexpr (MDT == AMK_ABI_DTYPE_BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// a * m + c on 16-bit pairs (exact here: small integers).
+template <int MDT> __device__ __forceinline__ unsigned amk_fma2(unsigned a, unsigned m, unsigned c) {
+  unsigned d;
+  if constexpr (MDT == AMK_ABI_DTYPE_BF16)
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+  else
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+  return d;
+}
+// (a & mask) | magic in one instruction (the compiler makes two of it: one
+// immediate per LOP3).
+__device__ __forceinline__ unsigned amk_andor(unsigned a, unsigned mask, unsigned magic) {
+  unsigned d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(mask), "r"(magic));
+  return d;
+}
+
+// A word of weights as two or four 16-bit pairs, exact: i4 gives the
+// nibble pairs (0,4) (1,5) (2,6) (3,7) as q = n - 8; i8 the byte pairs (0,2)
+// (1,3) twice, as 16 (H - 8) and L where byte + 128 = 16 H + L. MAGIC (128
+// in bf16, 1024 in f16) takes a 4-bit field into its low mantissa bits.
+template <int QDT, int MDT> struct AmkQconv {
+  static constexpr bool BF = MDT == AMK_ABI_DTYPE_BF16;
+  static constexpr unsigned MAGIC = BF ? 0x43004300u : 0x64006400u;
+  static constexpr unsigned ONE = BF ? 0x3F803F80u : 0x3C003C00u;
+  static constexpr unsigned SIXTEEN = BF ? 0x41804180u : 0x4C004C00u;
+  static constexpr unsigned I4BIAS = BF ? 0xC308C308u : 0xE408E408u; // -(MAGIC + 8)
+  static constexpr unsigned HBIAS = BF ? 0xC508C508u : 0xF408F408u;  // -(16 MAGIC + 128)
+  static constexpr unsigned LBIAS = BF ? 0xC300C300u : 0xE400E400u;  // -MAGIC
+  __device__ __forceinline__ static void run(unsigned w, unsigned mask, unsigned magic,
+                                             unsigned *p) {
+    if constexpr (QDT == AMK_ABI_DTYPE_I4) {
+      p[0] = amk_fma2<MDT>(amk_andor(w, mask, magic), ONE, I4BIAS);
+      p[1] = amk_fma2<MDT>(amk_andor(w >> 4, mask, magic), ONE, I4BIAS);
+      p[2] = amk_fma2<MDT>(amk_andor(w >> 8, mask, magic), ONE, I4BIAS);
+      p[3] = amk_fma2<MDT>(amk_andor(w >> 12, mask, magic), ONE, I4BIAS);
+    } else {
+      unsigned u = w ^ 0x80808080u;
+      p[0] = amk_fma2<MDT>(amk_andor(u >> 4, mask, magic), SIXTEEN, HBIAS);  // H (0,2)
+      p[1] = amk_fma2<MDT>(amk_andor(u >> 12, mask, magic), SIXTEEN, HBIAS); // H (1,3)
+      p[2] = amk_fma2<MDT>(amk_andor(u, mask, magic), ONE, LBIAS);           // L (0,2)
+      p[3] = amk_fma2<MDT>(amk_andor(u >> 8, mask, magic), ONE, LBIAS);      // L (1,3)
+    }
+  }
+};
+
+// One 16-byte piece of each of two rows (qa: A's rows m, qb: rows m + 8) at
+// the same columns, times their staged inputs x (COLS 16-bit values in pair
+// order), into d0 (words 0, 1) and d1 (words 2, 3): two accumulation chains.
+// A lane with no piece (ok false) gives zeros for B: zero bytes are not 0
+// for i4.
+template <int QDT, int MDT>
+__device__ __forceinline__ void amk_qmma_piece(uint4 qa, uint4 qb, const unsigned short *x,
+                                               bool ok, float *d0, float *d1) {
+  unsigned wa[4] = {qa.x, qa.y, qa.z, qa.w}, wb[4] = {qb.x, qb.y, qb.z, qb.w};
+  unsigned mask = 0x000F000Fu, magic = AmkQconv<QDT, MDT>::MAGIC;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    float *d = k < 2 ? d0 : d1;
+    unsigned pa[4], pb[4];
+    AmkQconv<QDT, MDT>::run(wa[k], mask, magic, pa);
+    AmkQconv<QDT, MDT>::run(wb[k], mask, magic, pb);
+    if constexpr (QDT == AMK_ABI_DTYPE_I4) {
+      uint4 b = ok ? ((const uint4 *)x)[k] : make_uint4(0u, 0u, 0u, 0u);
+      amk_qmma<MDT>(d, pa[0], pb[0], pa[1], pb[1], b.x, b.y);
+      amk_qmma<MDT>(d, pa[2], pb[2], pa[3], pb[3], b.z, b.w);
+    } else {
+      uint2 b = ok ? ((const uint2 *)x)[k] : make_uint2(0u, 0u);
+      amk_qmma<MDT>(d, pa[0], pb[0], pa[1], pb[1], b.x, b.y);
+      amk_qmma<MDT>(d, pa[2], pb[2], pa[3], pb[3], b.x, b.y);
+    }
+  }
+}
+
+// Pieces per lane and row in one unit: the largest divisor of a row's PER
+// up to AMK_QGEMV_LOADS (default 8; a unit loads twice that, two rows).
+__device__ constexpr int amk_qmma_unit(int per) {
+  int cap = AMK_QGEMV_LOADS > 0 ? AMK_QGEMV_LOADS : 8;
+  for (int u = cap < per ? cap : per; u > 1; u--)
+    if (per % u == 0)
+      return u;
+  return 1;
+}
+// Units in flight (AMK_QGEMV_DEPTH, default: at least 12 pieces a lane,
+// 2 to 4 units).
+#ifndef AMK_QGEMV_DEPTH
+#define AMK_QGEMV_DEPTH 0
+#endif
+__device__ constexpr int amk_qmma_depth(int unit) {
+  return AMK_QGEMV_DEPTH > 0 ? AMK_QGEMV_DEPTH : unit >= 3 ? 2 : unit >= 2 ? 3 : 4;
+}
+
+// The rows [0, rows) of a tile, row r of the tile being weight row
+// wrow(r). Warp w takes rows in pairs (w + 2 p NWARPS, w + (2 p + 1)
+// NWARPS): the pair shares its inputs in B, one row in A's rows m and the
+// other in rows m + 8, so C[n][n] and C[n + 8][n] are its two dots (lane
+// 4n + n/2: c0 and c2 for even n, c1 and c3 for odd). A pair's pieces go in
+// units of U per lane and row through DEPTH register buffers: a unit's
+// loads are issued DEPTH - 1 units before it is computed.
+template <int PAT, int QDT, int MDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
+          int GROUP, int BIAS>
+__device__ __forceinline__ void amk_qmma_rows(const void *Q, const void *S, const void *aux,
+                                              void *out, const unsigned short *xb, int n_off,
+                                              int n_tile) {
+  constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS, PER = (NV + 31) / 32;
+  constexpr int U = amk_qmma_unit(PER), NU = PER / U, NG = (K + GROUP - 1) / GROUP;
+  constexpr int D = amk_qmma_depth(U);
+  constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  constexpr AmkGemvExtra none = {0.0f, 0.0f};
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = STACK * n_tile;
+  int mine = warp < rows ? (rows - warp + AMK_NWARPS - 1) / AMK_NWARPS : 0;
+  int total = (mine + 1) / 2 * NU;
+  bool diag = (lane & 3) == ((lane >> 2) >> 1);
+  int odd = (lane >> 2) & 1;
+  uint4 qa[D][U], qb[D][U];
+  float sa[D][U], sb[D][U];
+  AmkGemvExtra ea[D], eb[D];
+  // Weight row and output column of the warp's row j.
+  auto row_of = [&](int j, long long &wrow, int &col) {
+    int r = warp + j * AMK_NWARPS, s = r / n_tile;
+    col = n_off + (r - s * n_tile);
+    wrow = (long long)s * NOUT + col;
+  };
+  // One row's part of unit t into a buffer.
+  auto issue_row = [&](int j, int c, uint4(&qq)[U], float(&ss)[U], AmkGemvExtra &ee) {
+    long long wrow;
+    int col;
+    row_of(j, wrow, col);
+    const char *base = (const char *)Q + wrow * RB;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      int v = lane + 32 * (c * U + u);
+      // The scale of the group of lanes 4n..4n+3 (their four pieces), which
+      // lane 4n + n/2 applies even when its own piece is past the row's end.
+      qq[u] = v < NV ? amk_ldw16(base + (long long)v * 16) : make_uint4(0u, 0u, 0u, 0u);
+      ss[u] = (v & ~3) < NV ? amk_ld<SDT>(S, wrow * NG + (long long)(v & ~3) * COLS / GROUP)
+                            : 0.0f;
+    }
+    if (c == 0 && lane == 0)
+      ee = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow, col);
+  };
+  // Unit t: pair t / NU, pieces from (t % NU) * U. A pair's second row past
+  // the warp's rows loads nothing: it only fills C's rows m + 8, not read.
+  auto issue = [&](int t, int d) {
+    int i = t / NU, c = t - i * NU;
+    issue_row(2 * i, c, qa[d], sa[d], ea[d]);
+    if (2 * i + 1 < mine)
+      issue_row(2 * i + 1, c, qb[d], sb[d], eb[d]);
+  };
+#pragma unroll
+  for (int d = 0; d < D - 1; d++)
+    if (d < total)
+      issue(d, d);
+  float acca = 0.0f, accb = 0.0f;
+  AmkGemvExtra e0 = none, e1 = none;
+  for (int t0 = 0; t0 < total; t0 += D) {
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+      int t = t0 + d;
+      if (t + D - 1 < total)
+        issue(t + D - 1, (d + D - 1) % D);
+      if (t < total) {
+        int i = t / NU, c = t - i * NU;
+        if (c == 0) {
+          e0 = ea[d];
+          e1 = eb[d];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          int v = lane + 32 * (c * U + u);
+          float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          bool ok = NV % 32 == 0 || v < NV;
+          const unsigned short *x =
+              (const unsigned short *)((const char *)xb + (ok ? v : 0) * AmkQmma<QDT>::XBS);
+          amk_qmma_piece<QDT, MDT>(qa[d][u], qb[d][u], x, ok, d0, d1);
+          acca = fmaf(odd ? d0[1] + d1[1] : d0[0] + d1[0], sa[d][u], acca);
+          accb = fmaf(odd ? d0[3] + d1[3] : d0[2] + d1[2], sb[d][u], accb);
+        }
+        if (c == NU - 1) {
+          float suma = amk_warp_sum(diag ? acca : 0.0f);
+          float sumb = amk_warp_sum(diag ? accb : 0.0f);
+          if (lane == 0) {
+            long long wrow;
+            int col;
+            row_of(2 * i, wrow, col);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e0, suma, 0, wrow, col);
+            if (2 * i + 1 < mine) {
+              row_of(2 * i + 1, wrow, col);
+              amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e1, sumb, 0, wrow, col);
+            }
+          }
+          acca = 0.0f;
+          accb = 0.0f;
+        }
+      }
+    }
+  }
+}
+
 // A quantized GEMV tile (decode: one input row): inputs x (XDT), qW (QDT),
 // scales (SDT) and, for the fused patterns, input 3 (ADT): the norm weight
 // (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
@@ -1559,7 +1842,18 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = STACK * n_tile;
   constexpr AmkGemvExtra none = {0.0f, 0.0f};
-  if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
+  // The staged input's type: the norm and SiLU prologues round to ODT.
+  constexpr int MDT = (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
+                       PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+                          ? ODT
+                          : XDT;
+  if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
+    unsigned short *xb = (unsigned short *)(red + 32);
+    amk_qmma_stage<QDT, MDT, K>(xs, xb);
+    __syncthreads();
+    amk_qmma_rows<PAT, QDT, MDT, ODT, ADT, SDT, K, NOUT, STACK, GROUP, BIAS>(Q, S, aux, out, xb,
+                                                                             n_off, n_tile);
+  } else if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
     // Rows short enough to leave loads to spare go several to a warp, up to
     // LOADS 16-byte loads in flight per lane (16 spilled: the integer
     // unpacking keeps more values live than the bf16 dot).

@@ -60,7 +60,10 @@ typedef struct {
   int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 8192) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
   bool no_kv_prefetch;   /* attention tiles do not bring their KV rows into L2 before their waits */
-  int qgemv_loads;      /* quantized GEMV: 16-byte loads in flight per lane (0: 8) */
+  int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: 8
+                         * for i8, 4 for i4) or in one unit (tensor cores, 0: up to 8) */
+  bool qgemv_mma;       /* quantized GEMV on the tensor cores (bf16/f16 inputs; slower in the
+                         * megakernel so far: docs/Quantization.md) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
 } AmkCodegenOptions;
@@ -76,7 +79,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
  * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0 or 1),
- * AMK_CUDA_QGEMV_LOADS,
+ * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_MMA (0 or 1),
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256) and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);

@@ -45,6 +45,7 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_GEMV_XS_PAD");
   unsetenv("AMK_CUDA_KV_PREFETCH");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
+  unsetenv("AMK_CUDA_QGEMV_MMA");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
 }
@@ -100,12 +101,18 @@ static void test_wait_knobs(UnitCounts *c) {
   setenv("AMK_CUDA_GEMV_XS_PAD", "0", 1);
   setenv("AMK_CUDA_QGEMV_LOADS", "16", 1);
   setenv("AMK_CUDA_KV_PREFETCH", "0", 1);
+  setenv("AMK_CUDA_QGEMV_MMA", "1", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16 &&
-               o.no_kv_prefetch);
+               o.no_kv_prefetch && o.qgemv_mma);
+  setenv("AMK_CUDA_QGEMV_MMA", "2", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  unsetenv("AMK_CUDA_QGEMV_MMA");
   setenv("AMK_CUDA_QGEMV_LOADS", "65", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
-  CHECK(c, amk_diag_captured_count(d) == 1 &&
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
                strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_QGEMV_MMA must be an integer in [0, 1], not '2'") &&
+               strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_QGEMV_LOADS must be an integer in [0, 64], not '65'"));
   amk_diag_free(d);
   d = amk_diag_new(stderr);
@@ -157,16 +164,18 @@ static void test_wait_knobs(UnitCounts *c) {
                  !strstr(dflt, "#define AMK_KV_PREFETCH 0\n"));
     CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_XS_PAD 0\n") &&
                  !strstr(dflt, "#define AMK_KV_PREFETCH 0\n") &&
-                 !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n"));
+                 !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n") &&
+                 !strstr(dflt, "#define AMK_QGEMV_MMA 1\n"));
     AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_gap_ns = 96, .wait_depth = 3,
                                .no_wait_cache = true, .gemv_xs_scalar = true,
                                .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
                                .no_kv_prefetch = true,
-                               .qgemv_loads = 4};
+                               .qgemv_loads = 4, .qgemv_mma = true};
     char *k = generate(m, &knobs);
     CHECK(c, k && strstr(k, "#define AMK_GEMV_XS_PAD 0\n") &&
                  strstr(k, "#define AMK_KV_PREFETCH 0\n") &&
-                 strstr(k, "#define AMK_QGEMV_LOADS 4\n"));
+                 strstr(k, "#define AMK_QGEMV_LOADS 4\n") &&
+                 strstr(k, "#define AMK_QGEMV_MMA 1\n"));
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
                  strstr(k, "#define AMK_GEMV_XS_VEC 0\n") &&
                  strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
