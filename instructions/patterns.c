@@ -1,15 +1,18 @@
 /* Fused GEMV patterns (docs/Fusion.md): a GEMV_TILE whose flags bits 16-31
  * name a pattern (norm, residual, silu, silu_residual, rope_kv, attention,
- * attention_rope, combine_residual), and amk_kernel_GEMV_TILE, which picks
- * the plain tile (gemv.c) or one of them.
+ * attention_rope, combine_residual, mlp), and amk_kernel_GEMV_TILE, which
+ * picks the plain tile (gemv.c) or one of them.
  *
  * Each pattern runs the kernels of its unfused steps (RMSNORM, SILU_MUL,
  * the plain GEMV, ADD over the tile's columns, ROPE, the shared attention
  * loop, ATTENTION_COMBINE) over transient scratch whose dtype is that of the unfused
  * intermediate buffer: the program dtype, i.e. the output's dtype (the
- * qkv vector's for rotated q and k). So a fused program gives exactly the
- * bits of its unfused form. Every shape, head range and position is checked
- * before the first write to the output.
+ * qkv vector's for rotated q and k; x's for mlp, whose output is an f32
+ * accumulator). So a fused program gives exactly the bits of its unfused
+ * form, except mlp's split-K down projection, which adds its tile's share
+ * into the accumulator in fp32 (the order of the tiles' sums is the
+ * engine's). Every shape, head range and position is checked before the
+ * first write to the output.
  *
  * norm, residual, silu and silu_residual also take weight-only quantized
  * weights (params qdtype, group): inputs [x, qW, scales(, operand)], the
@@ -551,6 +554,127 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   return rc;
 }
 
+/* ---- mlp ------------------------------------------------------------------- */
+
+/* The shapes of an mlp tile; sets *inter to I, the intermediate's width. */
+static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
+  static const AmkParamField required[] = {AMK_PARAM_K, AMK_PARAM_N_tile, AMK_PARAM_n_off,
+                                           AMK_PARAM_eps};
+  int rc;
+  if ((rc = require_fp_weights(call, pattern)) ||
+      (rc = require_inputs(call, pattern, 4, "x, Wgu, g, Wd")) ||
+      (rc = inst_require_all(call, required, sizeof required / sizeof required[0])))
+    return rc;
+  const AmkTensorView *x = &call->in[0], *wgu = &call->in[1], *g = &call->in[2],
+                      *wd = &call->in[3], *out = &call->out[0];
+  if ((rc = inst_require_numeric(call, x, "x")) ||
+      (rc = inst_require_numeric(call, wgu, "Wgu")) ||
+      (rc = inst_require_numeric(call, g, "g")) ||
+      (rc = inst_require_numeric(call, wd, "Wd")))
+    return rc;
+  const char *name = pattern_text(pattern);
+  /* x's dtype is the intermediates': an integer one would truncate them. */
+  if (inst_dtype_is_integer(x->dtype))
+    return inst_fail(call, AMK_INST_ERR_DTYPE, "%s: x is %s, want a float dtype", name,
+                     amk_dtype_text_name(x->dtype));
+  int64_t k = call->p->K.i, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  if (k <= 0 || x->numel != k)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: x has %" PRId64 " elements, want K = %" PRId64 " (positive)", name,
+                     x->numel, k);
+  int64_t i = inst_width(wd);
+  if (i <= 0 || wd->numel % k != 0 || wd->numel / k != i)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: Wd has %" PRId64 " elements of width %" PRId64
+                     ", want [K, I] with K = %" PRId64,
+                     name, wd->numel, i, k);
+  if (inst_width(wgu) != k || wgu->numel / k != 2 * i)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: Wgu has %" PRId64 " elements of width %" PRId64
+                     ", want [2I, K] = [%" PRId64 ", %" PRId64 "] (I = %" PRId64
+                     ", Wd's width)",
+                     name, wgu->numel, inst_width(wgu), 2 * i, k, i);
+  if (g->numel != k)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: g has %" PRId64 " elements, want K = %" PRId64, name, g->numel, k);
+  if (out->dtype != AMK_DTYPE_F32 || out->numel != k)
+    return inst_fail(call, out->dtype != AMK_DTYPE_F32 ? AMK_INST_ERR_DTYPE : AMK_INST_ERR_SHAPE,
+                     "%s: output is %s with %" PRId64 " elements, want the f32 accumulator "
+                     "[1, K] with K = %" PRId64,
+                     name, amk_dtype_text_name(out->dtype), out->numel, k);
+  if (n_off < 0 || n_tile < 0 || n_off > i - n_tile)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: tile [%" PRId64 ", %" PRId64 ") is outside the intermediate's %" PRId64
+                     " columns",
+                     name, n_off, n_off + n_tile, i);
+  *inter = i;
+  return AMK_INST_OK;
+}
+
+/* out[n] += p[n] for every n in [0, K) (the tile at n_off 0: x[n] + p[n]),
+ * p[n] the fp32 sum over the tile's columns c, in increasing c from 0, of
+ * act[c] * Wd[n, n_off + c]: the plain GEMV's arithmetic (gemv.c), so the
+ * sum of every tile's p is the unfused down GEMV split along K. */
+static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act, int64_t inter) {
+  const AmkTensorView *x = &call->in[0], *wd = &call->in[3];
+  AmkTensorView *out = &call->out[0];
+  int64_t k = call->p->K.i, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  float *a = malloc((size_t)(2 * n_tile + 1) * sizeof *a);
+  if (!a)
+    return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
+  float *w = a + n_tile;
+  inst_load_row(act, 0, n_tile, a);
+  for (int64_t n = 0; n < k; n++) {
+    inst_load_row(wd, n * inter + n_off, n_tile, w);
+    float p = 0.0f;
+    for (int64_t c = 0; c < n_tile; c++)
+      p += a[c] * w[c];
+    float add = n_off == 0 ? inst_load(x, n) + p : p;
+    inst_store(out, n, inst_load(out, n) + add);
+  }
+  free(a);
+  return AMK_INST_OK;
+}
+
+/* x, Wgu, g, Wd -> the f32 accumulator [1, K], for intermediate columns
+ * [n_off, n_off + N_tile): xn = RMSNORM(x, g) as run_norm, the stacked
+ * gate|up GEMV of those columns into a [2, I] scratch, SILU_MUL of them
+ * (all scratch of x's dtype, the unfused intermediates'), then the tile's
+ * share of the down projection added into the output (add_down_partial).
+ * The engine zeroes the accumulator before each step and must not let two
+ * tiles add at once. */
+static int run_mlp(const AmkInstCall *call, int64_t pattern) {
+  int64_t inter = 0;
+  int rc = check_mlp(call, pattern, &inter);
+  if (rc)
+    return rc;
+  const AmkTensorView *x = &call->in[0];
+  int64_t n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  AmkInstParams norm_params = {0};
+  norm_params.hidden.i = call->p->K.i;
+  norm_params.eps = call->p->eps;
+  norm_params.present = AMK_PARAM_BIT(hidden) | AMK_PARAM_BIT(eps);
+  AmkInstParams none = {0};
+  int64_t gu_shape[2] = {2, inter}, act_shape[1] = {n_tile};
+  AmkTensorView xn = {0}, gu = {0}, act = {0};
+  if (!(rc = scratch(call, x->dtype, x->rank, x->shape, &xn)) &&
+      !(rc = scratch(call, x->dtype, 2, gu_shape, &gu)) &&
+      !(rc = scratch(call, x->dtype, 1, act_shape, &act))) {
+    AmkTensorView norm_in[2] = {*x, call->in[2]};
+    AmkTensorView halves[2] = {slice(&gu, n_off, n_tile), slice(&gu, inter + n_off, n_tile)};
+    if (!(rc = step(call, pattern, AMK_OP_RMSNORM, amk_kernel_RMSNORM, &norm_params, norm_in,
+                    2, &xn)) &&
+        !(rc = gemv_step(call, pattern, &xn, &gu)) &&
+        !(rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves, 2,
+                    &act)))
+      rc = add_down_partial(call, &act, inter);
+  }
+  free(xn.data);
+  free(gu.data);
+  free(act.data);
+  return rc;
+}
+
 /* GEMV_TILE: flags >> AMK_PATTERN_SHIFT picks the plain tile (gemv.c) or a
  * fused pattern. Every pattern has a case (no default): a pattern added to
  * AMK_GEMV_PATTERNS fails to compile here until it has a kernel. */
@@ -580,6 +704,8 @@ int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
     return run_attention_rope(call, pattern);
   case AMK_PATTERN_COMBINE_RESIDUAL:
     return run_combine_residual(call, pattern);
+  case AMK_PATTERN_MLP:
+    return run_mlp(call, pattern);
   case AMK_PATTERN_COUNT:
     break;
   }

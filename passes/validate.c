@@ -749,6 +749,133 @@ static void sort_by_topo(uint32_t *a, uint32_t *tmp, size_t n,
   memcpy(a, tmp, n * sizeof *a);
 }
 
+/* Whether task `t` is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern
+ * 9, which adds its share of the down projection into its output (an
+ * accumulator) instead of storing to it. The last flags param wins. */
+static bool is_mlp_tile(const AmkValidator *v, uint32_t t) {
+  const AmkTask *task = &v->m->tasks[t];
+  if (task->op != AMK_OP_GEMV_TILE)
+    return false;
+  const uint8_t *field = &v->pfield[v->pfield_off[t]];
+  int64_t flags = 0;
+  bool have = false;
+  for (uint32_t i = 0; i < task->n_params; i++)
+    if (field[i] == AMK_PARAM_flags)
+      have = amk_validator_int(&task->params[i].value, &flags);
+  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+}
+
+/* The first mlp tile among buffer b's writers, or AMK_NO_INDEX. */
+static uint32_t first_mlp_writer(const AmkValidator *v, uint32_t b) {
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
+    if (is_mlp_tile(v, v->wr[j]))
+      return v->wr[j];
+  return AMK_NO_INDEX;
+}
+
+/* "[a, b)" of an intermediate column range, or a note that the params
+ * name none (reported by the bounds checks). */
+static void format_columns(const Region *r, char *buf, size_t size) {
+  if (r->whole)
+    snprintf(buf, size, "(no valid n_off/N_tile: all)");
+  else
+    snprintf(buf, size, "[%" PRId64 ", %" PRId64 ")", r->col_lo, r->col_hi);
+}
+
+/* An mlp tile's intermediate columns (its write_region: n_off / N_tile). */
+typedef struct {
+  Region r;
+  uint32_t task;
+} TileColumns;
+
+/* Tiles without valid columns (whole) first: they overlap everything. */
+static int compare_tile_columns(const void *pa, const void *pb) {
+  const TileColumns *a = pa, *b = pb;
+  if (a->r.whole != b->r.whole)
+    return a->r.whole ? -1 : 1;
+  return amk_compare_i64_then(a->r.col_lo, b->r.col_lo, a->task, b->task);
+}
+
+/* An accumulator: a buffer an mlp tile writes (adds to). The additions
+ * commute, so its tiles may run in any order and overlap in the elements
+ * they touch, provided that
+ *   - every writer is an mlp tile: a store from any other task, ordered or
+ *     not, would race with or wipe the sums (the engine zeroes the buffer
+ *     before the step, not before that store);
+ *   - all of them signal one counter, so that one all-join (threshold = the
+ *     number of tiles, check 2) orders every reader after every addition;
+ *   - their intermediate columns [n_off, n_off + N_tile) are disjoint: a
+ *     column two tiles add is counted twice (coverage, check 10, asks that
+ *     they cover [0, I)).
+ * A read that is not ordered after every tile is a RACE of check 4 as for
+ * any buffer. Reports the first violation. */
+static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t mlp) {
+  const AmkModule *m = v->m;
+  const AmkBuffer *buf = &m->buffers[b];
+  const char *name = buf->name ? buf->name : "";
+  const uint32_t *ws = &v->wr[v->wr_off[b]];
+  size_t k = v->wr_off[b + 1] - v->wr_off[b];
+  const AmkTask *tm = &m->tasks[mlp];
+  for (size_t i = 0; i < k; i++) {
+    if (is_mlp_tile(v, ws[i]))
+      continue;
+    const AmkTask *to = &m->tasks[ws[i]];
+    amk_validator_report(
+        v, AMK_SEVERITY_ERROR, to->loc,
+        "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): mlp tile %" PRId32
+        " ('%s') adds to it, but task %" PRId32 " ('%s', %s) writes it too; only mlp tiles "
+        "may write an accumulator, write-after-write RACE",
+        buf->id, name, tm->id, amk_validator_label(tm), to->id, amk_validator_label(to),
+        op_name(to->op));
+    return;
+  }
+  if (v->writer_slot[b] == AMK_NO_INDEX) {
+    const AmkTask *t0 = &m->tasks[ws[0]];
+    for (size_t i = 1; i < k; i++) {
+      const AmkTask *ti = &m->tasks[ws[i]];
+      if (ti->out_counter == t0->out_counter)
+        continue;
+      amk_validator_report(
+          v, AMK_SEVERITY_ERROR, ti->loc,
+          "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): mlp tiles %" PRId32
+          " ('%s') and %" PRId32 " ('%s') signal different counters (%" PRId32 " and %" PRId32
+          "); an accumulator's tiles must all signal one counter, whose all-join orders its "
+          "readers after every addition, write-after-write RACE",
+          buf->id, name, t0->id, amk_validator_label(t0), ti->id, amk_validator_label(ti),
+          t0->out_counter, ti->out_counter);
+      return;
+    }
+    return; /* one counter id after all (not resolved: reported in check 1) */
+  }
+  /* Sorted by first column, a tile overlaps an earlier one exactly when it
+   * starts before the furthest end so far (O(k log k) for k tiles). */
+  TileColumns *cols = amk_scratch_alloc(v->scratch, sizeof *cols * k);
+  for (size_t i = 0; i < k; i++)
+    cols[i] = (TileColumns){write_region(v, ws[i]), ws[i]};
+  qsort(cols, k, sizeof *cols, compare_tile_columns);
+  size_t furthest = 0;
+  for (size_t i = 1; i < k; i++) {
+    const Region *a = &cols[furthest].r, *r = &cols[i].r;
+    if (!a->whole && !r->whole && r->col_lo >= a->col_hi) {
+      if (r->col_hi > a->col_hi)
+        furthest = i;
+      continue;
+    }
+    const AmkTask *ti = &m->tasks[cols[furthest].task], *tj = &m->tasks[cols[i].task];
+    char ci[64], cj[64];
+    format_columns(a, ci, sizeof ci);
+    format_columns(r, cj, sizeof cj);
+    amk_validator_report(
+        v, AMK_SEVERITY_ERROR, tj->loc,
+        "mlp tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add overlapping intermediate "
+        "columns %s and %s into accumulator #%" PRId32 " ('%s'): the overlap is summed "
+        "twice",
+        ti->id, amk_validator_label(ti), tj->id, amk_validator_label(tj), ci, cj, buf->id,
+        name);
+    return;
+  }
+}
+
 enum { CULPRIT_QUERY_LIMIT = 1 << 16 };
 static void check_write_after_write(AmkValidator *v) {
   const AmkModule *m = v->m;
@@ -761,6 +888,11 @@ static void check_write_after_write(AmkValidator *v) {
     if (k < 2 || ((unsigned)buf->kind < AMK_KIND_COUNT &&
                   amk_kind_is_read_only(buf->kind)))
       continue;
+    uint32_t mlp = first_mlp_writer(v, b);
+    if (mlp != AMK_NO_INDEX) {
+      check_accumulator_writers(v, b, mlp);
+      continue;
+    }
     bool one_counter = v->writer_slot[b] != AMK_NO_INDEX;
     if (one_counter) {
       Region *regions = amk_scratch_alloc(v->scratch, sizeof *regions * k);
@@ -1037,6 +1169,39 @@ static void check_page_group(AmkValidator *v, const uint32_t *members,
   }
 }
 
+/* An accumulator is zeroed by the engine before each step and then added
+ * to, so it needs a page of its own: a buffer sharing it would be clobbered
+ * by the zeroing or the additions, or hand its bytes to the first tile as
+ * the sum's start, however their uses are ordered. Reports the first
+ * accumulator among a page's bindings that shares it with another buffer;
+ * whether it did. */
+static bool check_accumulator_page(AmkValidator *v, const uint32_t *members, uint32_t n) {
+  const AmkModule *m = v->m;
+  const AmkPageAllocation *pa = m->pages;
+  for (uint32_t i = 0; i < n && n > 1; i++) {
+    const AmkPageBinding *acc = &pa->bindings[members[i]];
+    uint32_t b = amk_id_index_get(&v->bufs, acc->buffer);
+    if (b == AMK_NO_INDEX || first_mlp_writer(v, b) == AMK_NO_INDEX)
+      continue;
+    for (uint32_t j = 0; j < n; j++) {
+      const AmkPageBinding *other = &pa->bindings[members[j]];
+      if (other->buffer == acc->buffer)
+        continue; /* the same buffer bound twice */
+      uint32_t o = amk_id_index_get(&v->bufs, other->buffer);
+      const char *other_name = o == AMK_NO_INDEX ? "" : m->buffers[o].name;
+      amk_validator_report(
+          v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
+          "page %" PRId32 " holds accumulator #%" PRId32 " ('%s') and buffer #%" PRId32
+          " ('%s'); the engine zeroes an accumulator before each step and mlp tiles add to "
+          "it, so it needs a page of its own, clobber RACE",
+          acc->page, acc->buffer, m->buffers[b].name ? m->buffers[b].name : "",
+          other->buffer, other_name ? other_name : "");
+      return true;
+    }
+  }
+  return false;
+}
+
 static void check_pages(AmkValidator *v) {
   const AmkModule *m = v->m;
   const AmkPageAllocation *pa = m->pages;
@@ -1065,8 +1230,9 @@ static void check_pages(AmkValidator *v) {
   uint32_t *rank = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
   uint32_t *breaks = amk_scratch_alloc(v->scratch, sizeof(uint32_t) * n);
   for (uint32_t k = 0; k < n_groups && !v->stopped; k++)
-    check_page_group(v, members + off[k], off[k + 1] - off[k], entries, rank,
-                     breaks);
+    if (!check_accumulator_page(v, members + off[k], off[k + 1] - off[k]))
+      check_page_group(v, members + off[k], off[k + 1] - off[k], entries, rank,
+                       breaks);
   amk_idmap_free(&page_group);
 }
 

@@ -168,6 +168,7 @@ static const struct {
     [AMK_PATTERN_ATTENTION] = {3, 3},
     [AMK_PATTERN_ATTENTION_ROPE] = {3, 3},
     [AMK_PATTERN_COMBINE_RESIDUAL] = {3, AMK_MAX_INPUTS},
+    [AMK_PATTERN_MLP] = {4, 4},
 };
 _Static_assert(sizeof pattern_inputs / sizeof pattern_inputs[0] ==
                    AMK_PATTERN_COUNT,
@@ -187,6 +188,7 @@ static const char *quantized_inputs(int64_t pattern) {
   case AMK_PATTERN_ATTENTION:
   case AMK_PATTERN_ATTENTION_ROPE:
   case AMK_PATTERN_COMBINE_RESIDUAL:
+  case AMK_PATTERN_MLP:
   case AMK_PATTERN_COUNT:
     break;
   }
@@ -314,6 +316,65 @@ static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
     require_width(v, t, "weight", "K", k, shape_of(v, t->inputs[1]));
 }
 
+/* mlp (docs/Fusion.md): inputs [x, Wgu, g, Wd] with x one row of K, the
+ * stacked gate|up weight [2I, K], the norm weight of K and the down weight
+ * [K, I]; n_off / N_tile count columns of the intermediate I (Wd's width),
+ * and every tile adds into all K elements of its f32 accumulator, so the
+ * output is K elements wide whatever the tile (check_tile leaves the
+ * generic column bounds to this). The accumulator rules across tiles are
+ * the WAW, page and coverage checks'. */
+static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                      const char *pattern, int64_t flags, bool have_k, int64_t k,
+                      bool have_range, int64_t n_off, int64_t n_tile) {
+  const Shape *x = shape_of(v, t->inputs[0]), *wgu = shape_of(v, t->inputs[1]);
+  const Shape *g = shape_of(v, t->inputs[2]), *wd = shape_of(v, t->inputs[3]);
+  const Shape *out = shape_of(v, t->outputs[0]);
+  char expected[96];
+  if (flags & ((INT64_C(1) << AMK_PATTERN_SHIFT) - 1))
+    bound_error(v, t, "pattern %s: flags=%" PRId64 " sets low bits; the pattern has no "
+                "variant (flags = 9 << 16)", pattern, flags);
+  if (!pt->v[AMK_PARAM_eps])
+    bound_error(v, t, "pattern %s needs param 'eps'", pattern);
+  /* Its accumulator is a partial sum until every tile has added to it. */
+  for (uint32_t i = 0; i < t->n_inputs; i++)
+    if (t->inputs[i] == t->outputs[0])
+      bound_error(v, t, "pattern %s: input %u is buffer #%" PRId32 " ('%s'), the accumulator "
+                  "it adds to", pattern, i, out->id, out->name);
+  /* I is the down weight's width (Wd [K, I]). */
+  int64_t inter = wd->ok && wd->rank == 2 ? wd->dim[1] : -1;
+  if (have_k) {
+    require_numel(v, t, "input", k, "K: one row of the hidden state", x);
+    require_numel(v, t, "norm weight", k, "K", g);
+    int64_t want_wd[2] = {k, -1};
+    snprintf(expected, sizeof expected, "[K=%" PRId64 ", I]", k);
+    require_shape(v, t, pattern, "down weight", wd, 2, want_wd, expected);
+    if (inter > 0) {
+      int64_t want_gu[2] = {2 * inter, k};
+      snprintf(expected, sizeof expected,
+               "[2*I=%" PRId64 ", K=%" PRId64 "] (I=%" PRId64 ": the down weight's width)",
+               2 * inter, k, inter);
+      require_shape(v, t, pattern, "gate|up weight", wgu, 2, want_gu, expected);
+    }
+    require_numel(v, t, "output", k, "K: the f32 accumulator every tile adds to", out);
+  }
+  if (out->ok) {
+    const AmkBuffer *acc = &v->m->buffers[amk_id_index_get(&v->bufs, out->id)];
+    if (acc->dtype != AMK_DTYPE_F32)
+      bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is %s; mlp tiles add "
+                  "into an f32 accumulator", pattern, out->id, out->name,
+                  amk_dtype_text_name(acc->dtype));
+    /* Every step starts an accumulator at zero; a KV cache keeps its rows. */
+    if (acc->kind == AMK_KIND_KV_CACHE)
+      bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is a KV cache; an "
+                  "accumulator starts every step at zero", pattern, out->id, out->name);
+  }
+  if (have_range && inter > 0 && n_off + n_tile > inter)
+    bound_error(v, t,
+                "pattern %s: intermediate columns n_off+N_tile=%" PRId64 " exceed I=%" PRId64
+                ", the width of down weight buffer #%" PRId32 " ('%s')",
+                pattern, n_off + n_tile, inter, wd->id, wd->name);
+}
+
 static void check_pattern(AmkValidator *v, const AmkTask *t,
                           const AmkParamTable *pt, int64_t flags, bool quantized,
                           bool have_k, int64_t k, bool have_range, int64_t n_off,
@@ -370,6 +431,9 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   case AMK_PATTERN_COMBINE_RESIDUAL:
     check_combine_inputs(v, t, pt, name, have_k, k);
     require_residual(v, t, out, slot);
+    return;
+  case AMK_PATTERN_MLP:
+    check_mlp(v, t, pt, name, flags, have_k, k, have_range, n_off, n_tile);
     return;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
@@ -569,6 +633,7 @@ static bool input1_is_weight(int64_t pattern) {
   case AMK_PATTERN_SILU:
   case AMK_PATTERN_SILU_RESIDUAL:
   case AMK_PATTERN_COMBINE_RESIDUAL:
+  case AMK_PATTERN_MLP:
     return true;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
@@ -613,7 +678,11 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   }
   if (quantized)
     check_quantized_tile(v, t, pt, qdtype, fused, have_k, k);
-  if (have_tile && have_off) {
+  /* An mlp tile's n_off / N_tile count the intermediate's columns, not
+   * its output's (all K of which it adds to): check_mlp bounds them by I,
+   * which also keeps them within the [2I, K] gate|up weight's rows. */
+  bool intermediate = have_flags && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+  if (have_tile && have_off && !intermediate) {
     int64_t end = n_off + n_tile; /* both int32: no overflow */
     if (out->ok && end > last_dim(out))
       bound_error(v, t,
@@ -1017,7 +1086,9 @@ bool amk_validate_op_has_bounds(AmkOp op) {
  * columns of each plane of a combined cache), elementwise ops with N_tile
  * columns [n_off, n_off + N_tile) of every row, a per-row op with a row
  * window (M_tile) the elements of its rows (KV_APPEND: cache rows
- * pos + m_off ...), any other op the whole buffer.
+ * pos + m_off ...), an mlp tile the whole accumulator it adds to (whose
+ * sum is complete when its tiles' intermediate columns cover [0, I):
+ * check_accumulator_coverage), any other op the whole buffer.
  * A read of an activation is taken to be the whole buffer (no lowering reads
  * part of one whose writers leave a gap); an IO_OUTPUT must be whole. A KV
  * cache holds earlier positions before the step, so only its rows of the
@@ -1100,8 +1171,8 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
         return whole;
       unit = pattern == AMK_PATTERN_ROPE_KV ? head_dim
                                             : head_dim + ((flags & 2) ? 2 : 0);
-    } else if (pattern >= AMK_PATTERN_COUNT) {
-      return whole;
+    } else if (pattern >= AMK_PATTERN_COUNT || pattern == AMK_PATTERN_MLP) {
+      return whole; /* mlp: adds to every element (n_off counts the intermediate) */
     }
     if (pattern == AMK_PATTERN_ROPE_KV) {
       /* Row pos of a [max_seq, 2, W] cache: both planes, the task's KV heads'
@@ -1386,6 +1457,92 @@ static void check_activation_coverage(AmkValidator *v, uint32_t b,
   }
 }
 
+/* Whether task `t` is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern
+ * 9, which adds its share of the down projection into an accumulator. */
+static bool is_mlp_tile(const AmkValidator *v, uint32_t t) {
+  const AmkTask *task = &v->m->tasks[t];
+  if (task->op != AMK_OP_GEMV_TILE)
+    return false;
+  /* The last flags param wins (a scan: this runs for every written buffer). */
+  const uint8_t *field = &v->pfield[v->pfield_off[t]];
+  int64_t flags = 0;
+  bool have = false;
+  for (uint32_t i = 0; i < task->n_params; i++)
+    if (field[i] == AMK_PARAM_flags)
+      have = amk_validator_int(&task->params[i].value, &flags);
+  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+}
+
+/* An accumulator (every writer an mlp tile; the WAW check rejected any
+ * other writer and proved the tiles' intermediate columns disjoint) holds
+ * the whole down projection only when those columns cover [0, I), I the
+ * down weight's width; a missing tile leaves a share of it out (and the
+ * one at column 0 the residual x). Checked where the buffer is read or is
+ * an IO_OUTPUT, as the element coverage is. */
+static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
+  const AmkModule *m = v->m;
+  const AmkBuffer *buf = &m->buffers[b];
+  uint32_t reader = cs->first_reader[b], first = AMK_NO_INDEX;
+  if (reader == AMK_NO_INDEX && buf->kind != AMK_KIND_IO_OUTPUT)
+    return;
+  int64_t inter = 0;
+  size_t n = 0;
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++) {
+    uint32_t w = v->wr[j];
+    const AmkTask *task = &m->tasks[w];
+    AmkParamTable pt;
+    int64_t n_off, n_tile;
+    const Shape *wd = task->n_inputs == 4 ? shape_of(v, task->inputs[3]) : &no_shape;
+    amk_validator_params(v, w, &pt);
+    /* Bad inputs or params: reported by the bounds checks. */
+    if (!wd->ok || wd->rank != 2 || !amk_validator_int(pt.v[AMK_PARAM_n_off], &n_off) ||
+        !amk_validator_int(pt.v[AMK_PARAM_N_tile], &n_tile) || n_off < 0 || n_tile < 1 ||
+        n_off > INT32_MAX || n_tile > INT32_MAX)
+      return;
+    if (first == AMK_NO_INDEX) {
+      first = w;
+      inter = wd->dim[1];
+    } else if (wd->dim[1] != inter) {
+      const AmkTask *t0 = &m->tasks[first];
+      amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
+                           "mlp tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add into "
+                           "accumulator #%" PRId32 " ('%s') from intermediates of different "
+                           "sizes (down weights of width %" PRId64 " and %" PRId64 ")",
+                           t0->id, amk_validator_label(t0), task->id,
+                           amk_validator_label(task), buf->id, buf->name ? buf->name : "",
+                           inter, wd->dim[1]);
+      return;
+    }
+    cs->fp[n++] = (Footprint){0, 1, clamp_i64(n_off, 0, inter),
+                              clamp_i64(n_off + n_tile, 0, inter)};
+  }
+  CoverageGap gap = find_coverage_gap(cs->fp, n, 0, 1, inter, cs->cols, cs->edges);
+  if (!gap.found)
+    return;
+  char list[256];
+  size_t n_ids = 0;
+  for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
+    v->scratch_ix[n_ids++] = v->wr[j];
+  amk_validator_format_task_ids(m, v->scratch_ix, n_ids, list, sizeof list);
+  const char *name = buf->name ? buf->name : "";
+  if (reader == AMK_NO_INDEX) {
+    amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                         "IO_OUTPUT accumulator '%s'(#%" PRId32 "): intermediate columns [%" PRId64
+                         ", %" PRId64 ") of %" PRId64 " are added by no mlp tile (writer tasks "
+                         "%s), the output is INCOMPLETE",
+                         name, buf->id, gap.col_lo, gap.col_hi, inter, list);
+    return;
+  }
+  const AmkTask *t = &m->tasks[reader];
+  amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
+                       "task %" PRId32 " (%s) reads accumulator #%" PRId32 " ('%s') but "
+                       "intermediate columns [%" PRId64 ", %" PRId64 ") of %" PRId64 " are "
+                       "added by no mlp tile (writer tasks %s), its down projection is "
+                       "INCOMPLETE",
+                       t->id, amk_validator_label(t), buf->id, name, gap.col_lo, gap.col_hi,
+                       inter, list);
+}
+
 /* The tokens a step feeds: the IO_INPUT token_id's elements (a prefill
  * program's rows), else 1. */
 static int64_t step_token_rows(const AmkValidator *v) {
@@ -1632,8 +1789,13 @@ static void check_coverage(AmkValidator *v) {
     if (!v->shapes[b].ok || amk_id_index_get(&v->bufs, buf->id) != b ||
         (unsigned)buf->kind >= AMK_KIND_COUNT || amk_kind_is_read_only(buf->kind))
       continue;
+    bool accumulator = v->wr_off[b] != v->wr_off[b + 1];
+    for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1] && accumulator; j++)
+      accumulator = is_mlp_tile(v, v->wr[j]);
     if (buf->kind == AMK_KIND_KV_CACHE) /* the step's rows even unwritten */
       check_kv_coverage(v, b, &cs);
+    else if (accumulator)
+      check_accumulator_coverage(v, b, &cs);
     else if (v->wr_off[b] != v->wr_off[b + 1]) /* else reported above */
       check_activation_coverage(v, b, &cs);
   }

@@ -36,6 +36,9 @@ struct AmkVm {
   /* For each counter, the waits on it: (task, threshold) pairs. */
   uint32_t *waiter_off, *waiter_task, *waiter_threshold;
   uint32_t *unsatisfied, *queue;
+  /* For each task, whether it adds into an accumulator (an mlp tile's
+   * output, plan->buffers[b].accumulate): workers stage those adds. */
+  bool *accumulates;
   int threads; /* workers firing ready tasks in a step (1: in order, here) */
   VmPool *pool; /* those workers, started at the first step that uses them */
   float *logits;
@@ -65,6 +68,7 @@ void amk_vm_free(AmkVm *vm) {
   free(vm->waiter_threshold);
   free(vm->unsatisfied);
   free(vm->queue);
+  free(vm->accumulates);
   free(vm->logits);
   free(vm);
 }
@@ -131,6 +135,10 @@ static void index_waiters(AmkVm *vm) {
   free(fill);
   vm->unsatisfied = amk_xmalloc((n ? n : 1) * sizeof *vm->unsatisfied);
   vm->queue = amk_xmalloc((n ? n : 1) * sizeof *vm->queue);
+  vm->accumulates = amk_xcalloc(n ? n : 1, sizeof *vm->accumulates);
+  for (uint32_t t = 0; t < n; t++)
+    vm->accumulates[t] = plan->tasks[t].n_outputs == 1 &&
+                         plan->buffers[plan->tasks[t].outputs[0]].accumulate;
 }
 
 static AmkVm *vm_create(const AmkPlan *plan, const AmkWeights *weights, int threads,
@@ -244,10 +252,14 @@ static void write_i32(VmBuffer *vb, int32_t value) {
     memcpy(vb->data, &value, sizeof value);
 }
 
-/* Runs one task with its params moved to the step's position. On failure
- * the reason is written to err. Safe to call from several threads at once
- * for different tasks (it reads the VM and writes only the task's outputs). */
-static bool run_task(const AmkVm *vm, uint32_t t, int64_t pos, char *err, size_t err_len) {
+/* Runs one task with its params moved to the step's position; with
+ * `out0` set, output 0 is that memory instead of its buffer's (same dtype
+ * and shape). On failure the reason is written to err. Safe to call from
+ * several threads at once for different tasks (it reads the VM and writes
+ * only the task's outputs), except two that add into one accumulator:
+ * workers stage those (run_accumulating). */
+static bool run_task_into(const AmkVm *vm, uint32_t t, int64_t pos, void *out0, char *err,
+                          size_t err_len) {
   const AmkTask *task = &vm->m->tasks[t];
   const AmkPlanTask *pt = &vm->plan->tasks[t];
   AmkInstParams params = amk_plan_params_at(vm->plan, t, pos);
@@ -263,6 +275,8 @@ static bool run_task(const AmkVm *vm, uint32_t t, int64_t pos, char *err, size_t
     in[i] = vm->buffers[pt->inputs[i]].view;
   for (uint32_t i = 0; i < pt->n_outputs && i < AMK_MAX_OUTPUTS; i++)
     out[i] = vm->buffers[pt->outputs[i]].view;
+  if (out0 && pt->n_outputs > 0)
+    out[0].data = out0;
   char why[512];
   int rc = amk_inst_execute(pt->op, &params, in, n_in, out, pt->n_outputs, &extra, why,
                             sizeof why);
@@ -272,6 +286,10 @@ static bool run_task(const AmkVm *vm, uint32_t t, int64_t pos, char *err, size_t
     return false;
   }
   return true;
+}
+
+static bool run_task(const AmkVm *vm, uint32_t t, int64_t pos, char *err, size_t err_len) {
+  return run_task_into(vm, t, pos, NULL, err, err_len);
 }
 
 /* Marks task t done: one increment of its counter, and every waiter whose
@@ -286,7 +304,9 @@ static void finish_task(AmkVm *vm, uint32_t t, uint32_t *tail) {
 
 /* Several threads fire ready tasks at once. The result does not depend on
  * the order: the validator proved every read ordered after its writers, and
- * each task computes the same values wherever and whenever it runs.
+ * each task computes the same values wherever and whenever it runs. The one
+ * exception is an accumulator: its mlp tiles' fp32 adds land in the order
+ * the tiles finish (docs/Fusion.md leaves that order unspecified).
  *
  * The workers are started at the first step that uses them and kept for the
  * VM's life (a decode is thousands of steps; starting threads at each one
@@ -299,6 +319,7 @@ struct VmPool {
   pthread_cond_t start;   /* a new step, or shutdown */
   pthread_cond_t changed; /* the step's queue or counts changed */
   pthread_cond_t idle;    /* a worker left the step */
+  pthread_mutex_t accumulate_lock; /* held while adding into an accumulator */
   pthread_t threads[VM_MAX_THREADS];
   int n_threads;
   uint64_t generation; /* steps begun */
@@ -310,6 +331,41 @@ struct VmPool {
   bool failed;
   char err[512];
 };
+
+/* An accumulating task (an mlp tile) on a worker. Its kernel adds into a
+ * private f32 buffer of the accumulator's size that starts at -0.0f, the
+ * identity of fp32 addition (-0 + v is v, bit for bit, signed zeros and
+ * NaNs included), so that buffer ends up holding exactly the value the tile
+ * adds to each element; only adding it into the accumulator is serialized,
+ * under accumulate_lock. The tiles' GEMVs run in parallel, and the accumulator
+ * gets the bits of running the tiles one after another in the order their
+ * adds land. This relies on the tile adding one value per element,
+ * out[n] += v[n] with v not read from out (docs/Fusion.md's mlp), and on
+ * the accumulator being f32 (the plan refuses any other). */
+static bool run_accumulating(VmPool *s, uint32_t t, char *err, size_t err_len) {
+  const AmkVm *vm = s->vm;
+  const VmBuffer *acc = &vm->buffers[vm->plan->tasks[t].outputs[0]];
+  size_t n = (size_t)acc->view.numel;
+  float *own = malloc((n ? n : 1) * sizeof *own);
+  if (!own) {
+    const AmkTask *task = &vm->m->tasks[t];
+    snprintf(err, err_len, "task %d ('%s'): out of memory for its accumulator's copy",
+             task->id, task->label);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++)
+    own[i] = -0.0f;
+  bool ok = run_task_into(vm, t, s->pos, own, err, err_len);
+  if (ok) {
+    float *dst = acc->data;
+    pthread_mutex_lock(&s->accumulate_lock);
+    for (size_t i = 0; i < n; i++)
+      dst[i] += own[i];
+    pthread_mutex_unlock(&s->accumulate_lock);
+  }
+  free(own);
+  return ok;
+}
 
 /* One worker's share of a step; called and returning with the lock held. */
 static void step_tasks_locked(VmPool *s) {
@@ -324,7 +380,8 @@ static void step_tasks_locked(VmPool *s) {
     s->running++;
     pthread_mutex_unlock(&s->lock);
     char err[512];
-    bool ok = run_task(vm, t, s->pos, err, sizeof err);
+    bool ok = vm->accumulates[t] ? run_accumulating(s, t, err, sizeof err)
+                                 : run_task(vm, t, s->pos, err, sizeof err);
     pthread_mutex_lock(&s->lock);
     s->running--;
     s->finished++;
@@ -364,6 +421,7 @@ static VmPool *pool_start(AmkVm *vm) {
   pthread_cond_init(&s->start, NULL);
   pthread_cond_init(&s->changed, NULL);
   pthread_cond_init(&s->idle, NULL);
+  pthread_mutex_init(&s->accumulate_lock, NULL);
   for (int i = 0; i < vm->threads; i++)
     if (pthread_create(&s->threads[s->n_threads], NULL, pool_worker, s) == 0)
       s->n_threads++;
@@ -379,6 +437,7 @@ static void pool_stop(VmPool *s) {
   pthread_mutex_unlock(&s->lock);
   for (int i = 0; i < s->n_threads; i++)
     pthread_join(s->threads[i], NULL);
+  pthread_mutex_destroy(&s->accumulate_lock);
   pthread_cond_destroy(&s->idle);
   pthread_cond_destroy(&s->changed);
   pthread_cond_destroy(&s->start);
@@ -453,8 +512,9 @@ static bool step_begin(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
               pos + n - 1, plan->max_seq);
     return false;
   }
+  /* Accumulators start every step at zero: the mlp tiles add into them. */
   for (uint32_t b = 0; b < plan->n_buffers; b++)
-    if (plan->buffers[b].kind == AMK_KIND_IO_INPUT)
+    if (plan->buffers[b].kind == AMK_KIND_IO_INPUT || plan->buffers[b].accumulate)
       memset(vm->buffers[b].data, 0, vm->buffers[b].nbytes);
   int32_t *ids = vm->buffers[plan->token_buffer].data;
   for (int64_t r = 0; r < n; r++)

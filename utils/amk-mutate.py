@@ -256,9 +256,9 @@ def new_const(p, name, shape):
 
 
 def pattern_unknown(p):
-    """A GEMV tile whose flags name pattern 9 (there are 9: 0..8)."""
+    """A GEMV tile whose flags name pattern 10 (there are 10: 0..9)."""
     t = pattern_tiles(p, 1)[0]
-    t["params"]["flags"] = 9 << 16
+    t["params"]["flags"] = 10 << 16
 
 
 def pattern_inputs(p):

@@ -193,7 +193,8 @@
  * the exact semantics. A pattern reads as many inputs as GEMV_TILE's row in
  * AMK_OPS allows, except combine_residual and the weight-only quantized
  * forms of norm, residual and silu_residual, which read their scales at
- * input 2 and the pattern's operand at input 3 (amk_op_max_inputs). */
+ * input 2 and the pattern's operand at input 3, and mlp, which reads four
+ * (amk_op_max_inputs). */
 #define AMK_PATTERN_SHIFT 16
 #define AMK_GEMV_PATTERNS(X)                                                   \
   X(PLAIN, 0, "plain", "x, W", "out[cols] = x @ W[cols]^T")                   \
@@ -217,6 +218,11 @@
     "bit 2: row pos from qkv, the cache below pos)")                           \
   X(COMBINE_RESIDUAL, 8, "combine_residual", "p0, W, r, p1..",               \
     "out[cols] = r[cols] + combine(p0..p{P-1}) @ W[cols]^T; each tile "       \
-    "recombines the P split-KV partials [n_heads, head_dim + 2] itself")
+    "recombines the P split-KV partials [n_heads, head_dim + 2] itself")      \
+  X(MLP, 9, "mlp", "x, Wgu, g, Wd",                                           \
+    "act = silu(gate) * up of rmsnorm(x, g) for intermediate columns "        \
+    "[n_off, n_off + N_tile); out[:] += Wd[:, cols] @ act (+ x for the tile " \
+    "at n_off 0): a split-K down projection accumulated into an f32 "         \
+    "buffer every step starts at zero")
 
 #endif

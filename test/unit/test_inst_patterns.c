@@ -4,7 +4,11 @@
  * bad shapes, heads, positions and params are errors that write nothing. */
 #include <stdlib.h>
 
+#include "amk/pipeline.h"
+#include "amk/plan.h"
 #include "amk/rope.h"
+#include "amk/vm.h"
+#include "amk/weights.h"
 #include "test_inst_util.h"
 
 /* ---- tensors ------------------------------------------------------------- */
@@ -776,14 +780,280 @@ static void test_combine_residual_errors(UnitCounts *c) {
   DROP_ALL(&w, &r, &got, &before);
 }
 
+/* ---- mlp ------------------------------------------------------------------- */
+
+#define MK 8 /* hidden */
+#define MI 6 /* intermediate */
+
+/* Element i of an f32 or bf16 tensor, widened. */
+static float at(const T *t, int64_t i) {
+  return t->v.dtype == AMK_DTYPE_BF16 ? amk_bf16_to_f32(((const uint16_t *)t->v.data)[i])
+                                      : ((const float *)t->v.data)[i];
+}
+
+static AmkInstParams mlp_params(int64_t n_off, int64_t n_tile) {
+  AmkInstParams p = gemv_params(AMK_PATTERN_MLP, MK, n_off, n_tile);
+  set_float(&p, "eps", 1e-5);
+  return p;
+}
+
+/* The tile [first, first + count)'s share of the down projection, summed
+ * as the kernel documents: fp32, increasing column, from 0. */
+static float down_partial(const T *act, const T *wd, int64_t n, int64_t first, int64_t count) {
+  float p = 0.0f;
+  for (int64_t col = first; col < first + count; col++)
+    p += at(act, col) * at(wd, n * MI + col);
+  return p;
+}
+
+/* Two tiles [0, 3) and [3, 6) summed into a zeroed f32 accumulator give
+ * x + Wd . act, act from the unfused RMSNORM, stacked gate|up GEMV and
+ * SILU_MUL with intermediates of x's dtype; bit for bit the documented
+ * fp32 order whichever tile lands first. */
+static void test_mlp(UnitCounts *c, AmkDType dt) {
+  uint32_t seed = 97;
+  char err[256];
+  const int64_t half = MI / 2;
+  T x = mat(dt, 1, MK, 2.0f, &seed), wgu = mat(dt, 2 * MI, MK, 0.5f, &seed);
+  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MK, MI, 0.5f, &seed);
+  /* Unfused: xn = RMSNORM(x, g); [gate; up] = the plain stacked GEMV;
+   * act = SILU_MUL(gate, up). */
+  T xn = mat(dt, 1, MK, 0, &seed), gu = mat(dt, 2, MI, 0, &seed), act = mat(dt, 1, MI, 0, &seed);
+  AmkInstParams np = {0};
+  set_int(&np, "hidden", MK);
+  set_float(&np, "eps", 1e-5);
+  AmkTensorView norm_in[2] = {x.v, g.v};
+  CHECK(c, exec(AMK_OP_RMSNORM, &np, norm_in, 2, &xn, NULL, err, sizeof err) == 0);
+  AmkInstParams plain = gemv_params(0, MK, 0, MI);
+  AmkTensorView gemv_in[2] = {xn.v, wgu.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, gemv_in, 2, &gu, NULL, err, sizeof err) == 0);
+  AmkInstParams none = {0};
+  AmkTensorView halves[2] = {part(&gu, 0, MI), part(&gu, MI, MI)};
+  CHECK(c, exec(AMK_OP_SILU_MUL, &none, halves, 2, &act, NULL, err, sizeof err) == 0);
+
+  /* Tile 0 then tile 1, and tile 1 then tile 0, each into a zeroed
+   * accumulator. */
+  T acc01 = mat(AMK_DTYPE_F32, 1, MK, 0, &seed), acc10 = mat(AMK_DTYPE_F32, 1, MK, 0, &seed);
+  T only1 = mat(AMK_DTYPE_F32, 1, MK, 0, &seed);
+  AmkInstParams tile0 = mlp_params(0, half), tile1 = mlp_params(half, MI - half);
+  AmkTensorView in[4] = {x.v, wgu.v, g.v, wd.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile0, in, 4, &acc01, NULL, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile1, in, 4, &acc01, NULL, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile1, in, 4, &acc10, NULL, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile0, in, 4, &acc10, NULL, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile1, in, 4, &only1, NULL, err, sizeof err) == 0);
+  bool close = true, exact01 = true, exact10 = true, exact1 = true;
+  for (int64_t n = 0; n < MK; n++) {
+    double want = at(&x, n);
+    for (int64_t col = 0; col < MI; col++)
+      want += (double)at(&act, col) * at(&wd, n * MI + col);
+    close = close && near(at(&acc01, n), want, 1e-5) && near(at(&acc10, n), want, 1e-5);
+    float p0 = down_partial(&act, &wd, n, 0, half), p1 = down_partial(&act, &wd, n, half, MI - half);
+    float first0 = 0.0f + (at(&x, n) + p0), first1 = 0.0f + p1;
+    exact01 = exact01 && at(&acc01, n) == first0 + p1;
+    exact10 = exact10 && at(&acc10, n) == first1 + (at(&x, n) + p0);
+    exact1 = exact1 && at(&only1, n) == first1; /* only the tile at n_off 0 adds x */
+  }
+  CHECK(c, close);
+  CHECK(c, exact01 && exact10 && exact1);
+  /* An empty tile adds nothing (but x at n_off 0). */
+  T empty = copy_of(&only1);
+  AmkInstParams no_cols = mlp_params(half, 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &no_cols, in, 4, &empty, NULL, err, sizeof err) == 0);
+  CHECK(c, same(&empty, &only1));
+  DROP_ALL(&x, &wgu, &g, &wd, &xn, &gu, &act, &acc01, &acc10, &only1, &empty);
+}
+
+/* Bad calls are refused before anything is added to the accumulator. */
+static void test_mlp_errors(UnitCounts *c) {
+  uint32_t seed = 101;
+  char err[256];
+  const AmkDType dt = AMK_DTYPE_BF16;
+  T x = mat(dt, 1, MK, 2.0f, &seed), wgu = mat(dt, 2 * MI, MK, 0.5f, &seed);
+  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MK, MI, 0.5f, &seed);
+  T got = mat(AMK_DTYPE_F32, 1, MK, 1.0f, &seed), before = copy_of(&got);
+  T bf16_out = mat(dt, 1, MK, 0, &seed);
+  AmkInstParams p = mlp_params(0, 3);
+  AmkTensorView in[4] = {x.v, wgu.v, g.v, wd.v};
+  /* Weight-only quantized weights have no mlp form. */
+  AmkInstParams quantized = p;
+  set_int(&quantized, "qdtype", 6);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, in, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: mlp takes fp weights, not qdtype 6");
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: mlp takes 4 inputs (x, Wgu, g, Wd), got 3");
+  AmkInstParams no_eps = gemv_params(AMK_PATTERN_MLP, MK, 0, 3);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &no_eps, in, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_PARAM);
+  CHECK_STR(c, err, "gemv_tile: missing param 'eps'");
+  /* x of the wrong width. */
+  AmkTensorView short_x[4] = {part(&x, 0, MK - 1), wgu.v, g.v, wd.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_x, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: x has 7 elements, want K = 8 (positive)");
+  /* Wd transposed ([I, K]) or short a row. */
+  AmkTensorView wd_t[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MI, MK)};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, wd_t, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: Wd has 48 elements of width 8, want [K, I] with K = 8");
+  AmkTensorView wd_short[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MK - 1, MI)};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, wd_short, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: Wd has 42 elements of width 6, want [K, I] with K = 8");
+  /* Wgu holding only the gate rows. */
+  AmkTensorView gate_only[4] = {x.v, view2(wgu.v.data, dt, MI, MK), g.v, wd.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, gate_only, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: Wgu has 48 elements of width 8, want [2I, K] = [12, 8] "
+                    "(I = 6, Wd's width)");
+  AmkTensorView short_g[4] = {x.v, wgu.v, part(&g, 0, MK - 1), wd.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_g, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: g has 7 elements, want K = 8");
+  /* A tile past the intermediate's I columns (not Wgu's 2I rows). */
+  AmkInstParams beyond = mlp_params(4, 3);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &beyond, in, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: tile [4, 7) is outside the intermediate's 6 columns");
+  CHECK(c, same(&before, &got));
+  /* The output is the f32 accumulator [1, K]. */
+  T bf16_before = copy_of(&bf16_out);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 4, &bf16_out, NULL, err, sizeof err) ==
+               AMK_INST_ERR_DTYPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: output is bf16 with 8 elements, want the f32 "
+                    "accumulator [1, K] with K = 8");
+  CHECK(c, same(&bf16_before, &bf16_out));
+  AmkTensorView short_out = part(&got, 0, MK - 1);
+  CHECK(c, amk_inst_execute(AMK_OP_GEMV_TILE, &p, in, 4, &short_out, 1, NULL, err,
+                            sizeof err) == AMK_INST_ERR_SHAPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: output is f32 with 7 elements, want the f32 "
+                    "accumulator [1, K] with K = 8");
+  /* An integer x would make the intermediates integers. */
+  T ix = mat(AMK_DTYPE_I32, 1, MK, 4.0f, &seed);
+  AmkTensorView int_x[4] = {ix.v, wgu.v, g.v, wd.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, int_x, 4, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_DTYPE);
+  CHECK_STR(c, err, "gemv_tile: mlp: x is i32, want a float dtype");
+  CHECK(c, same(&before, &got));
+  DROP_ALL(&x, &wgu, &g, &wd, &got, &before, &bf16_out, &bf16_before, &ix);
+}
+
+/* ---- mlp on the reference VM: the accumulator of every step ------------------ */
+
+/* examples/llama-tiny (f32) through import, tile (GEMV tiles of 2 columns:
+ * enough tasks for the VM's worker threads), fuse with `fusion` and
+ * sm-assign, as a plan with its weights; false after a failure. */
+typedef struct {
+  AmkModule *m;
+  AmkPipeline *pl;
+  AmkPlan *plan;
+  AmkWeights *w;
+} TinyProgram;
+
+static bool tiny_program(const char *fusion, AmkDiagEngine *d, TinyProgram *t) {
+  const char *folder = AMK_SOURCE_DIR "/examples/llama-tiny";
+  *t = (TinyProgram){amk_module_new(), amk_pipeline_new(), NULL, NULL};
+  t->m->model_dir = amk_arena_strdup(&t->m->arena, folder);
+  AmkPipelineRunOptions run = {0};
+  if (!amk_pipeline_parse(t->pl, "import,tile,fuse,sm-assign", d) ||
+      !amk_pipeline_set_option(t->pl, "gemv-n-tile", "2", d) ||
+      !amk_pipeline_set_option(t->pl, "max-seq", "16", d) ||
+      !amk_pipeline_set_option(t->pl, "fusion", fusion, d) ||
+      amk_pipeline_run(t->pl, t->m, d, &run).status != AMK_PIPELINE_OK ||
+      !(t->plan = amk_plan_build(t->m, NULL, d)))
+    return false;
+  t->w = amk_weights_load(t->plan, folder, d);
+  return t->w != NULL;
+}
+
+static void tiny_free(TinyProgram *t) {
+  amk_weights_free(t->w);
+  amk_plan_free(t->plan);
+  amk_pipeline_free(t->pl);
+  amk_module_free(t->m);
+}
+
+enum { TINY_STEPS = 5 };
+
+/* The logits of steps 0..TINY_STEPS-1 into logits[step * vocab + v]. */
+static bool tiny_decode(AmkVm *vm, size_t vocab, float *logits, AmkDiagEngine *d) {
+  static const int32_t tokens[TINY_STEPS] = {1, 17, 42, 99, 3};
+  for (int64_t pos = 0; pos < TINY_STEPS; pos++) {
+    size_t n = 0;
+    if (!amk_vm_step(vm, tokens[pos], pos, d))
+      return false;
+    const float *l = amk_vm_logits(vm, &n);
+    if (n != vocab)
+      return false;
+    memcpy(logits + pos * vocab, l, vocab * sizeof *l);
+  }
+  return true;
+}
+
+/* A program whose MLPs are mlp tiles decodes, step after step, as its
+ * unfused form does up to fp32 summation order: the VM starts every
+ * step's accumulators at zero (a second decode after a reset repeats the
+ * first bit for bit), and its worker threads add the tiles' shares one at
+ * a time. */
+static void test_mlp_vm(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  TinyProgram split, plain;
+  bool built = tiny_program("all", d, &split) && tiny_program("none", d, &plain);
+  CHECK(c, built);
+  if (!built) {
+    tiny_free(&split);
+    tiny_free(&plain);
+    amk_diag_free(d);
+    return;
+  }
+  uint32_t accumulators = 0, mlp_tiles = 0;
+  for (uint32_t b = 0; b < split.plan->n_buffers; b++)
+    accumulators += split.plan->buffers[b].accumulate;
+  for (uint32_t t = 0; t < split.m->n_tasks; t++) {
+    int64_t flags = 0;
+    mlp_tiles += split.m->tasks[t].op == AMK_OP_GEMV_TILE &&
+                 amk_task_param_int(&split.m->tasks[t], "flags", &flags) &&
+                 flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+  }
+  CHECK(c, accumulators == 2 && mlp_tiles == 2 * 160 / 2); /* a layer's I = 160 */
+  CHECK(c, split.m->n_tasks >= 256); /* the pool fires them */
+  size_t vocab = (size_t)split.plan->vocab, n = TINY_STEPS * vocab;
+  float *want = calloc(4 * n, sizeof *want), *one = want + n, *again = one + n, *four = again + n;
+  AmkVm *vm_plain = amk_vm_create(plain.plan, plain.w, 1, d);
+  AmkVm *vm_one = amk_vm_create(split.plan, split.w, 1, d);
+  AmkVm *vm_four = amk_vm_create(split.plan, split.w, 4, d);
+  CHECK(c, vm_plain && vm_one && vm_four);
+  if (vm_plain && vm_one && vm_four) {
+    CHECK(c, tiny_decode(vm_plain, vocab, want, d));
+    CHECK(c, tiny_decode(vm_one, vocab, one, d));
+    amk_vm_reset(vm_one);
+    CHECK(c, tiny_decode(vm_one, vocab, again, d));
+    CHECK(c, tiny_decode(vm_four, vocab, four, d));
+    CHECK(c, same_bits(one, again, n * sizeof *one));
+    bool close = true;
+    for (size_t i = 0; i < n; i++)
+      close = close && near(one[i], want[i], 1e-4) && near(four[i], want[i], 1e-4);
+    CHECK(c, close);
+  }
+  amk_vm_free(vm_plain);
+  amk_vm_free(vm_one);
+  amk_vm_free(vm_four);
+  free(want);
+  tiny_free(&split);
+  tiny_free(&plain);
+  amk_diag_free(d);
+}
+
 static void test_unknown_pattern(UnitCounts *c) {
   char err[256];
   float x[2] = {1, 2}, w[4] = {1, 0, 0, 1}, out[2] = {0};
   AmkTensorView in[2] = {view2(x, AMK_DTYPE_F32, 1, 2), view2(w, AMK_DTYPE_F32, 2, 2)};
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
-  AmkInstParams p = gemv_params(9, 2, 0, 2);
+  AmkInstParams p = gemv_params(AMK_PATTERN_COUNT, 2, 0, 2);
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
-  CHECK_STR(c, err, "gemv_tile: unknown fused pattern 9 (flags >> 16)");
+  CHECK_STR(c, err, "gemv_tile: unknown fused pattern 10 (flags >> 16)");
   set_int(&p, "flags", -1);
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   /* Low flag bits alone keep the plain GEMV. */
@@ -814,7 +1084,10 @@ int main(void) {
       test_quantized(&c, dt, gemv_patterns[i], AMK_QDTYPE_INT8);
       test_quantized(&c, dt, gemv_patterns[i], AMK_QDTYPE_INT4);
     }
+    test_mlp(&c, dt);
   }
+  test_mlp_errors(&c);
+  test_mlp_vm(&c);
   test_combine_residual_errors(&c);
   test_unknown_pattern(&c);
   return unit_finish("test_inst_patterns", &c);

@@ -83,7 +83,8 @@ int main(void) {
   /* A GEMV_TILE of pattern combine_residual reads up to 6 partials besides W
    * and r; every other pattern (and op) keeps the registry's range. */
   int64_t combine = (int64_t)AMK_PATTERN_COMBINE_RESIDUAL << AMK_PATTERN_SHIFT;
-  CHECK(&c, AMK_PATTERN_COMBINE_RESIDUAL == 8 && AMK_PATTERN_COUNT == 9);
+  CHECK(&c, AMK_PATTERN_COMBINE_RESIDUAL == 8 && AMK_PATTERN_MLP == 9 && AMK_PATTERN_COUNT == 10);
+  CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_MLP), "mlp");
   CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_COMBINE_RESIDUAL), "combine_residual");
   CHECK_STR(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COMBINE_RESIDUAL), "p0, W, r, p1..");
   CHECK(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COUNT) == NULL);
@@ -103,6 +104,9 @@ int main(void) {
                                                     << AMK_PATTERN_SHIFT) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ATTENTION_ROPE
                                                     << AMK_PATTERN_SHIFT) == 3);
+  /* mlp: [x, Wgu, g, Wd]. */
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_MLP
+                                                    << AMK_PATTERN_SHIFT) == 4);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, -combine) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMM_TILE, combine) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_FUSED, 0) == -1);
