@@ -17,6 +17,12 @@
  * writer. A page's occupants form a chain (each ordered before the next),
  * and happens-before is transitive, so a new buffer only needs to be ordered
  * after a page's last occupant.
+ *
+ * Exception: an accumulator (a buffer an mlp tile writes, docs/Fusion.md)
+ * gets a page of its own under every policy that makes pages, whatever the
+ * ordering says, and never moves on-chip: the engine zeroes it before each
+ * step and the tiles add to it, which would clobber any other occupant (or
+ * start the sum from its bytes). The validator rejects a shared one.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +30,7 @@
 
 #include "amk/compare.h"
 #include "amk/pass.h"
+#include "amk/tables.h"
 #include "validate_graph.h"
 
 typedef struct {
@@ -36,6 +43,7 @@ typedef struct {
   uint32_t first_write_pos;
   int64_t nbytes;
   int32_t sm;           /* the one SM all its users run on, or -1 */
+  bool accumulator;     /* an mlp tile adds to it: a page of its own */
 } Candidate;
 
 typedef struct {
@@ -44,6 +52,7 @@ typedef struct {
   int64_t nbytes;
   uint32_t last;  /* candidate index of the last occupant */
   int64_t live_start, live_end;
+  bool exclusive; /* an accumulator's: nothing else joins it */
 } PageBuild;
 
 static int compare_candidates(const void *a, const void *b) {
@@ -63,6 +72,13 @@ static bool ordered_before(AmkTaskGraph *g, const Candidate *a, const Candidate 
         return false;
   }
   return true;
+}
+
+/* Whether `t` is an mlp tile, which adds into its output (an accumulator). */
+static bool is_mlp_tile(const AmkTask *t) {
+  int64_t flags;
+  return t->op == AMK_OP_GEMV_TILE && amk_task_param_int(t, "flags", &flags) && flags >= 0 &&
+         flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
 }
 
 /* One buffer reference of a task. */
@@ -133,6 +149,8 @@ static uint32_t collect_candidates(const AmkModule *m, const AmkTaskGraph *g,
       cand->uses[cand->n_uses++] = t;
     if (is_output && (cand->n_writers == 0 || cand->writers[cand->n_writers - 1] != t))
       cand->writers[cand->n_writers++] = t;
+    if (is_output && is_mlp_tile(&m->tasks[t]))
+      cand->accumulator = true;
     uint32_t pos = g->topo_pos[t];
     if (pos < cand->min_use_pos)
       cand->min_use_pos = pos;
@@ -208,14 +226,14 @@ bool amk_pass_color(AmkModule *m, AmkPassContext *ctx) {
     if (amk_space_is_on_chip(buf->space)) {
       space = buf->space; /* placed on-chip by the lowering: keep it */
       sm = c->sm >= 0 ? c->sm : -1;
-    } else if (smem_used && c->sm >= 0 && c->sm < num_sms) {
+    } else if (smem_used && c->sm >= 0 && c->sm < num_sms && !c->accumulator) {
       space = AMK_SPACE_SMEM;
       sm = c->sm;
     }
     uint32_t chosen = UINT32_MAX;
-    if (policy == AMK_PAGES_GRAPH_COLOR) {
+    if (policy == AMK_PAGES_GRAPH_COLOR && !c->accumulator) {
       for (uint32_t p = 0; p < n_pages && chosen == UINT32_MAX; p++) {
-        if (pages[p].space != space || pages[p].sm != sm)
+        if (pages[p].space != space || pages[p].sm != sm || pages[p].exclusive)
           continue;
         int64_t grow = c->nbytes > pages[p].nbytes ? c->nbytes - pages[p].nbytes : 0;
         if (space == AMK_SPACE_SMEM && smem_used[sm] + grow > smem_budget)
@@ -229,12 +247,13 @@ bool amk_pass_color(AmkModule *m, AmkPassContext *ctx) {
       space = AMK_SPACE_GLOBAL_SCRATCH; /* no room on-chip: a global page */
       sm = -1;
       for (uint32_t p = 0; p < n_pages && chosen == UINT32_MAX; p++)
-        if (pages[p].space == space && ordered_before(&g, &cand[pages[p].last], c))
+        if (pages[p].space == space && !pages[p].exclusive &&
+            ordered_before(&g, &cand[pages[p].last], c))
           chosen = p;
     }
     if (chosen == UINT32_MAX) {
       chosen = n_pages++;
-      pages[chosen] = (PageBuild){space, sm, 0, i, INT64_MAX, -1};
+      pages[chosen] = (PageBuild){space, sm, 0, i, INT64_MAX, -1, c->accumulator};
     }
     PageBuild *page = &pages[chosen];
     if (space == AMK_SPACE_SMEM && c->nbytes > page->nbytes)

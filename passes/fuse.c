@@ -22,6 +22,10 @@
  *                    folds into every residual tile reading its output
  *                    (combine_residual: each o_proj tile recombines the
  *                    partials itself); needs gemv+add
+ *   split_down       the down projection splits along the intermediate into
+ *                    the gate|up tiles, which add their share of it (and,
+ *                    one of them, the residual) into an f32 accumulator
+ *                    (mlp); needs the MLP fusions, gemv+add and rmsnorm+gemv
  *
  * Every rewrite is checked against the dataflow before it is made (the
  * intermediate buffer has exactly the expected writers and readers, its
@@ -44,25 +48,33 @@ static const AmkLoc no_loc = {0, 0};
 
 /* ---- fusion groups ------------------------------------------------------------ */
 
+/* X(NAME, spelling, on by default: without --fusion, and with an empty
+ * config.fusion_grouping; `--fusion=all` turns on every group). */
 #define FUSION_GROUPS(X)                                                       \
-  X(NORM, "rmsnorm+gemv")                                                      \
-  X(RESIDUAL, "gemv+add")                                                      \
-  X(GATE_UP, "gate+up")                                                        \
-  X(SILU, "silu_mul+gemv")                                                     \
-  X(QKV, "qkv")                                                                \
-  X(ROPE_KV, "rope+kv_append")                                                 \
-  X(ATTENTION_ROPE, "rope+attention")                                          \
-  X(COMBINE, "combine+gemv")
+  X(NORM, "rmsnorm+gemv", 1)                                                   \
+  X(RESIDUAL, "gemv+add", 1)                                                   \
+  X(GATE_UP, "gate+up", 1)                                                     \
+  X(SILU, "silu_mul+gemv", 1)                                                  \
+  X(QKV, "qkv", 1)                                                             \
+  X(ROPE_KV, "rope+kv_append", 1)                                              \
+  X(ATTENTION_ROPE, "rope+attention", 1)                                       \
+  X(COMBINE, "combine+gemv", 1)                                                \
+  X(SPLIT_DOWN, "split_down", 0)
 
 typedef enum {
-#define X(name, text) FUSION_##name,
+#define X(name, text, by_default) FUSION_##name,
   FUSION_GROUPS(X)
 #undef X
       FUSION_COUNT
 } FusionGroup;
 
 static const char *const group_names[] = {
-#define X(name, text) text,
+#define X(name, text, by_default) text,
+    FUSION_GROUPS(X)
+#undef X
+};
+static const bool group_by_default[] = {
+#define X(name, text, by_default) by_default,
     FUSION_GROUPS(X)
 #undef X
 };
@@ -174,9 +186,9 @@ static bool parse_fusion_config(const AmkValue *grouping, bool *on, AmkPassConte
               repr);
     return false;
   }
-  if (grouping->count == 0) { /* an empty grouping asks for every fusion */
+  if (grouping->count == 0) { /* an empty grouping asks for the default fusions */
     for (int g = 0; g < FUSION_COUNT; g++)
-      on[g] = true;
+      on[g] = group_by_default[g];
     return true;
   }
   for (uint32_t i = 0; i < grouping->count; i++) {
@@ -925,6 +937,95 @@ static void fuse_mlp(Fuser *f) {
   }
 }
 
+/* ---- split_down: gate|up tiles take the down projection in ---------------------------- */
+
+/* The stacked gate|up tiles writing gu ([2, I], norm tiles over x with fp
+ * weights) and the silu_residual down tiles reading it (all of gu's readers
+ * and its counter's waiters, with residual x and one weight [hidden, I]),
+ * which write y, one row of hidden elements read by anything: each gate|up
+ * tile becomes an mlp tile that adds Wd[:, its columns] . act (and the tile
+ * at column 0 also x) into y, now an f32 accumulator, under y's counter. The
+ * down tiles, gu and its counter go. */
+static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
+  AmkModule *m = f->m;
+  TileSet up, down;
+  const AmkBuffer *gub = &m->buffers[gu];
+  if (gub->kind != AMK_KIND_ACTIVATION || gub->rank != 2 || dim(gub, 0) != 2 ||
+      !tile_set(f, gu, PATTERN_BIT(NORM), &up) || amk_rw_quantized(&m->tasks[up.tiles.at[0]]))
+    return false;
+  int64_t inter = dim(gub, 1);
+  Span readers = span(&f->ix.readers, gu);
+  if (inter <= 0 || readers.n == 0 || !span_equal(span(&f->ix.waiters, up.counter), readers) ||
+      !tiles_cover(m, up.tiles, inter))
+    return false;
+  const AmkTask *d0 = &m->tasks[readers.at[0]];
+  uint32_t y = d0->n_outputs == 1 ? bufpos(f, d0->outputs[0]) : AMK_NO_INDEX;
+  if (y == AMK_NO_INDEX || !tile_set(f, y, PATTERN_BIT(SILU_RESIDUAL), &down) ||
+      !span_equal(down.tiles, readers) || amk_rw_quantized(d0) ||
+      m->buffers[y].kind != AMK_KIND_ACTIVATION)
+    return false;
+  const AmkTask *u0 = &m->tasks[up.tiles.at[0]];
+  int32_t x = u0->inputs[0];
+  int64_t hidden = width_of(f, x);
+  uint32_t wd = tile_weight(f, &down), wgu = tile_weight(f, &up);
+  if (hidden <= 0 || wd == AMK_NO_INDEX || wgu == AMK_NO_INDEX ||
+      dim(&m->buffers[wd], 0) != hidden || dim(&m->buffers[wd], 1) != inter ||
+      dim(&m->buffers[wgu], 0) != 2 * inter || dim(&m->buffers[wgu], 1) != hidden ||
+      width_of(f, m->buffers[y].id) != hidden || m->buffers[y].rank > 2 ||
+      (m->buffers[y].rank == 2 && dim(&m->buffers[y], 0) != 1))
+    return false;
+  for (uint32_t i = 0; i < up.tiles.n; i++) {
+    const AmkTask *t = &m->tasks[up.tiles.at[i]];
+    if (t->n_inputs != 3 || t->inputs[0] != x || t->inputs[1] != m->buffers[wgu].id)
+      return false;
+  }
+  for (uint32_t i = 0; i < down.tiles.n; i++) {
+    const AmkTask *t = &m->tasks[down.tiles.at[i]];
+    if (t->n_inputs != 3 || t->inputs[0] != gub->id || t->inputs[2] != x)
+      return false;
+  }
+  /* An mlp tile waits where its gate|up tile did and where the down tiles
+   * did, less gu's counter (the residual's counter is x's: already there). */
+  WaitSet *sets = amk_xmalloc(up.tiles.n * sizeof *sets);
+  int32_t drop = m->counters[up.counter].id;
+  bool ok = true;
+  for (uint32_t i = 0; i < up.tiles.n && ok; i++)
+    ok = merged_waits(&m->tasks[up.tiles.at[i]], &drop, 1, d0->waits, d0->n_waits, &sets[i]);
+  if (ok) {
+    int32_t out = m->buffers[y].id, counter = d0->out_counter;
+    int64_t elem = amk_dtype_nbytes(m->buffers[wd].dtype, 1);
+    for (uint32_t i = 0; i < up.tiles.n; i++) {
+      AmkTask *t = &m->tasks[up.tiles.at[i]];
+      int32_t in[4] = {x, t->inputs[1], t->inputs[2], m->buffers[wd].id};
+      int64_t n_tile = 0;
+      amk_task_param_int(t, "N_tile", &n_tile);
+      set_inputs(m, t, in, 4);
+      set_waits(m, t, &sets[i]);
+      set_pattern(m, t, AMK_PATTERN_MLP);
+      t->outputs = amk_arena_memdup(&m->arena, &out, sizeof out);
+      t->out_counter = counter;
+      t->est_bytes += hidden * n_tile * elem + hidden * 4;
+      t->est_flops += 2 * hidden * n_tile;
+      char name[256];
+      rename_part(t->label, "gate_up_proj", "mlp", "", name, sizeof name);
+      t->label = amk_arena_strdup(&m->arena, name);
+    }
+    m->buffers[y].dtype = AMK_DTYPE_F32;
+    for (uint32_t i = 0; i < down.tiles.n; i++)
+      amk_rw_kill_task(&f->edit, down.tiles.at[i]);
+    amk_rw_kill_buffer(&f->edit, gu);
+    amk_rw_kill_counter(&f->edit, up.counter);
+    f->done[FUSION_SPLIT_DOWN]++;
+  }
+  free(sets);
+  return ok;
+}
+
+static void fuse_split_down(Fuser *f) {
+  for (uint32_t b = 0; b < f->m->n_buffers; b++)
+    fuse_one_split_down(f, b);
+}
+
 /* ---- qkv, rope + kv_append, rope + attention ---------------------------------------- */
 
 static bool same_params(const AmkTask *a, const AmkTask *b) {
@@ -1405,7 +1506,18 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
       return false;
   } else {
     for (int g = 0; g < FUSION_COUNT; g++)
-      on[g] = true;
+      on[g] = group_by_default[g];
+  }
+  /* AMK_FUSE_SPLIT_DOWN=0|1 turns split_down off or on whatever the
+   * groups say, for A/B runs of the same program. */
+  const char *split_env = getenv("AMK_FUSE_SPLIT_DOWN");
+  if (split_env && *split_env) {
+    if (strcmp(split_env, "0") != 0 && strcmp(split_env, "1") != 0) {
+      amk_error(ctx->diag, no_loc, "fuse: AMK_FUSE_SPLIT_DOWN must be 0 or 1, not '%s'",
+                split_env);
+      return false;
+    }
+    on[FUSION_SPLIT_DOWN] = split_env[0] == '1';
   }
   /* The block rewrites need their parts together (docs/Fusion.md). */
   bool attention = on[FUSION_QKV] && on[FUSION_ROPE_KV] && on[FUSION_ATTENTION_ROPE];
@@ -1418,6 +1530,11 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_warning(ctx->diag, no_loc,
                 "fuse: gate+up and silu_mul+gemv are one rewrite; without both the "
                 "MLP is left unfused");
+  bool split_down = on[FUSION_SPLIT_DOWN] && mlp && on[FUSION_RESIDUAL] && on[FUSION_NORM];
+  if (on[FUSION_SPLIT_DOWN] && !split_down)
+    amk_warning(ctx->diag, no_loc,
+                "fuse: split_down rewrites the fused MLP; without gate+up, silu_mul+gemv, "
+                "gemv+add and rmsnorm+gemv it does nothing");
   if (on[FUSION_COMBINE] && !on[FUSION_RESIDUAL])
     amk_warning(ctx->diag, no_loc,
                 "fuse: combine+gemv folds the combine into residual tiles; without "
@@ -1468,7 +1585,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
                 {attention, fuse_attention},
                 {mlp, fuse_mlp},
                 {on[FUSION_RESIDUAL], fuse_residuals},
-                {on[FUSION_COMBINE] && on[FUSION_RESIDUAL], fuse_combines}};
+                {on[FUSION_COMBINE] && on[FUSION_RESIDUAL], fuse_combines},
+                {split_down, fuse_split_down}};
   for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
     if (!phases[i].enabled)
       continue;
@@ -1495,6 +1613,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
                  f.done[FUSION_QKV]);
     amk_stat_int(ctx->stats, "fuse", "split-KV combines folded into GEMV tiles",
                  f.done[FUSION_COMBINE]);
+    amk_stat_int(ctx->stats, "fuse", "down projections split into the gate|up tiles",
+                 f.done[FUSION_SPLIT_DOWN]);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) before", path_before);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) after", path_after);
     amk_stat_int(ctx->stats, "fuse", "dependent hops per layer before", layer_before);

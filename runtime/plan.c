@@ -833,6 +833,50 @@ static bool is_low_precision(const AmkModule *m) {
   return false;
 }
 
+/* The accumulators: outputs of mlp tiles. Their writers add to them, so an
+ * engine zeroes them before every step; a page shared with another buffer
+ * would hand that buffer's bytes to the first tile, and only mlp tiles may
+ * write one (the validator proves both; the plan refuses them again so no
+ * engine can add to stale bytes). */
+static bool plan_accumulators(AmkPlan *p, AmkDiagEngine *diag) {
+  const AmkModule *m = p->m;
+  for (uint32_t t = 0; t < p->n_tasks; t++) {
+    const AmkPlanTask *pt = &p->tasks[t];
+    if (pt->op == AMK_OP_GEMV_TILE && pattern_of(&pt->params) == AMK_PATTERN_MLP)
+      for (uint32_t o = 0; o < pt->n_outputs; o++)
+        p->buffers[pt->outputs[o]].accumulate = true;
+  }
+  for (uint32_t t = 0; t < p->n_tasks; t++) {
+    const AmkPlanTask *pt = &p->tasks[t];
+    bool adds = pt->op == AMK_OP_GEMV_TILE && pattern_of(&pt->params) == AMK_PATTERN_MLP;
+    for (uint32_t o = 0; o < pt->n_outputs; o++)
+      if (p->buffers[pt->outputs[o]].accumulate && !adds) {
+        const AmkTask *task = &m->tasks[t];
+        amk_error(diag, task->loc, "task %d ('%s') writes accumulator '%s', which only mlp tiles may write",
+                  task->id, task->label, m->buffers[pt->outputs[o]].name);
+        return false;
+      }
+  }
+  for (uint32_t b = 0; b < p->n_buffers; b++) {
+    const AmkPlanBuffer *pb = &p->buffers[b];
+    if (!pb->accumulate)
+      continue;
+    if (pb->dtype != AMK_DTYPE_F32) {
+      amk_error(diag, m->buffers[b].loc, "accumulator '%s' is %s; mlp tiles add into f32",
+                m->buffers[b].name, amk_dtype_text_name(pb->dtype));
+      return false;
+    }
+    for (uint32_t o = 0; pb->page >= 0 && o < p->n_buffers; o++)
+      if (o != b && p->buffers[o].page == pb->page) {
+        amk_error(diag, m->buffers[b].loc,
+                  "accumulator '%s' shares page %d with '%s'; it needs a page of its own",
+                  m->buffers[b].name, pb->page, m->buffers[o].name);
+        return false;
+      }
+  }
+  return true;
+}
+
 AmkPlan *amk_plan_build(const AmkModule *m, const AmkPlanOptions *opt, AmkDiagEngine *diag) {
   if (!(opt && opt->already_validated)) {
     AmkValidateResult result;
@@ -850,7 +894,7 @@ AmkPlan *amk_plan_build(const AmkModule *m, const AmkPlanOptions *opt, AmkDiagEn
   p->n_counters = m->n_counters;
   s->synthetic = amk_xcalloc(m->n_buffers ? m->n_buffers : 1, sizeof *s->synthetic);
   bool ok = plan_buffers(p, diag) && plan_tasks(s, diag) && plan_partitions(p, diag) &&
-            plan_quant(p, diag) && plan_io(p, diag);
+            plan_quant(p, diag) && plan_accumulators(p, diag) && plan_io(p, diag);
   for (uint32_t b = 0; ok && b < m->n_buffers; b++)
     if (is_synthetic(&m->buffers[b]))
       ok = synthesize_const(s, b, diag);
