@@ -405,6 +405,47 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   return true;
 }
 
+/* Pattern mlp (docs/Fusion.md): inputs x, Wgu [2I, K], g [K], Wd [K, I];
+ * the tile's gate|up rows, act, and its share of the down projection added
+ * into an f32 accumulator of K elements. */
+static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
+  if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
+      !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_eps))
+    return fail(g, t, "mlp needs params K, N_tile, n_off and eps");
+  if (amk_inst_param_has(p, AMK_PARAM_qdtype))
+    return fail(g, t, "mlp takes fp weights, not quantized ones");
+  if (t->n_inputs != 4 || t->n_outputs != 1)
+    return fail(g, t, "mlp reads x, Wgu, g, Wd and writes one accumulator");
+  BufInfo x, wgu, gw, wd, o;
+  if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &wgu) ||
+      !buf_info(g, t, t->inputs[2], &gw) || !buf_info(g, t, t->inputs[3], &wd) ||
+      !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  if (!is_float(x.dtype) || !is_float(wgu.dtype) || !is_float(gw.dtype) || !is_float(wd.dtype))
+    return fail(g, t, "mlp reads f32, f16 or bf16 inputs and weights");
+  if (o.dtype != AMK_DTYPE_F32)
+    return fail(g, t, "mlp adds into an f32 accumulator, not %s", amk_dtype_text_name(o.dtype));
+  int64_t k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i;
+  if (k <= 0 || k > (1 << 20) || x.numel != k || o.numel != k || gw.numel < k ||
+      wd.numel % k != 0)
+    return fail(g, t, "mlp wants x, g and the accumulator of K = %" PRId64 " elements and "
+                      "Wd of K rows",
+                k);
+  int64_t inter = wd.numel / k;
+  if (inter <= 0 || inter > INT32_MAX / 2 || wgu.numel != 2 * inter * k)
+    return fail(g, t, "Wgu '%s' has %" PRId64 " elements, want [2 * %" PRId64 ", %" PRId64 "]",
+                wgu.b->name, wgu.numel, inter, k);
+  if (n_off < 0 || n_tile <= 0 || n_off + n_tile > inter)
+    return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                      " intermediate columns",
+                n_off, n_off + n_tile, inter);
+  /* xs (K, its padding), the warp sums, then gate, up and act. */
+  need_smem(g, (size_t)k + (size_t)(k / 2) + (size_t)((g->nt / 32 + 3) & ~3) +
+                   (size_t)(2 * n_tile));
+  EMIT(inst, gemv_mlp, x.dtype, wgu.dtype, gw.dtype, wd.dtype, k, inter);
+  return true;
+}
+
 /* amk_gemm_mma's stages (megakernel.cuh): 4 of 128 + tile_n rows of
  * (32 + 8) 16-bit elements. */
 static size_t gemm_mma_smem_bytes(int tile_n) { return (size_t)4 * (128 + tile_n) * (32 + 8) * 2; }
@@ -815,6 +856,8 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
       return gen_attention(g, t, &p, 2, inst);
     case AMK_PATTERN_COMBINE_RESIDUAL:
       return gen_gemv_combine(g, t, &p, inst);
+    case AMK_PATTERN_MLP:
+      return gen_gemv_mlp(g, t, &p, inst);
     case AMK_PATTERN_COUNT:
       break;
     }
@@ -1123,6 +1166,13 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (!env_int("AMK_CUDA_QGEMV_LOADS", 64, &o->qgemv_loads, &set, diag))
     return false;
+  if (!env_int("AMK_CUDA_MLP_LOADS", 32, &o->mlp_loads, &set, diag))
+    return false;
+  int mlp_prefetch;
+  if (!env_int("AMK_CUDA_MLP_PREFETCH_KB", 1 << 16, &mlp_prefetch, &set, diag))
+    return false;
+  if (set)
+    o->mlp_prefetch_kb = mlp_prefetch + 1; /* 1 + KiB: 0 stays "the default" */
   int qgemv_mma;
   if (!env_int("AMK_CUDA_QGEMV_MMA", 1, &qgemv_mma, &set, diag))
     return false;
@@ -1265,6 +1315,11 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_QGEMV_LOADS %d\n", opt->qgemv_loads);
   if (opt && opt->qgemv_mma)
     amk_sb_puts(&s, "#define AMK_QGEMV_MMA 1\n");
+  if (opt && opt->mlp_loads > 0)
+    amk_sb_printf(&s, "#define AMK_MLP_DOWN_UNROLL %d\n", opt->mlp_loads);
+  if (opt && opt->mlp_prefetch_kb > 0)
+    amk_sb_printf(&s, "#define AMK_MLP_PREFETCH_BYTES %lld\n",
+                  (long long)(opt->mlp_prefetch_kb - 1) * 1024);
   if (opt && opt->gemv_xs_unpadded)
     amk_sb_puts(&s, "#define AMK_GEMV_XS_PAD 0\n");
   if (opt && opt->no_kv_prefetch)

@@ -31,6 +31,9 @@ struct AmkCudaVm {
   CUdeviceptr arena;   /* every buffer, page and ROPE frequency table */
   CUdeviceptr tables;  /* buffers, instructions, aux, queues, counters, status */
   size_t arena_bytes;
+  /* The accumulators (mlp tiles' outputs) lie first in the arena, in
+   * [arena, arena + acc_bytes): zeroed before every launch. */
+  size_t acc_bytes;
   uint64_t *buf_addr;  /* device address of each buffer */
   size_t *buf_bytes;
   uint32_t *host_flags; /* host-mapped: [0] abort, [1] token, [2] pos */
@@ -317,8 +320,9 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   if (!amk_plan_queues(plan, vm->grid, queue_of, queue_offsets, queue, diag))
     goto fail;
 
-  /* Device memory: pages, then every buffer not bound to a page, then the
-   * ROPE frequency tables. */
+  /* Device memory: the accumulators (one region, zeroed before every
+   * launch), the other pages, every other buffer not bound to a page, then
+   * the ROPE frequency tables. */
   vm->buf_addr = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_addr);
   vm->buf_bytes = amk_xcalloc(nb ? nb : 1, sizeof *vm->buf_bytes);
   offset = amk_xcalloc(nb ? nb : 1, sizeof *offset);
@@ -327,22 +331,40 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
     goto fail;
   size_t total = 0;
   size_t *page_off = amk_xcalloc(plan->n_pages ? plan->n_pages : 1, sizeof *page_off);
-  for (uint32_t p = 0; p < plan->n_pages; p++) {
-    page_off[p] = total;
-    total += align_up((size_t)(plan->page_bytes[p] > 0 ? plan->page_bytes[p] : 1));
-  }
-  for (uint32_t b = 0; b < nb; b++) {
+  bool *acc_page = amk_xcalloc(plan->n_pages ? plan->n_pages : 1, sizeof *acc_page);
+  for (uint32_t b = 0; b < nb; b++) { /* an accumulator's page holds only it (the plan) */
     const AmkPlanBuffer *pb = &plan->buffers[b];
     vm->buf_bytes[b] = (size_t)(pb->nbytes > 0 ? pb->nbytes : 0);
-    if (vm->borrowed[b]) {
-      continue; /* the other VM's address, set by borrow_buffers */
-    } else if (pb->page >= 0) {
-      offset[b] = page_off[pb->page];
+    if (!pb->accumulate || vm->borrowed[b])
+      continue;
+    if (pb->page >= 0) {
+      acc_page[pb->page] = true;
+      page_off[pb->page] = total;
+      total += align_up((size_t)(plan->page_bytes[pb->page] > 0 ? plan->page_bytes[pb->page] : 1));
     } else {
       offset[b] = total;
       total += align_up(vm->buf_bytes[b] ? vm->buf_bytes[b] : 1);
     }
   }
+  vm->acc_bytes = total;
+  for (uint32_t p = 0; p < plan->n_pages; p++) {
+    if (acc_page[p])
+      continue;
+    page_off[p] = total;
+    total += align_up((size_t)(plan->page_bytes[p] > 0 ? plan->page_bytes[p] : 1));
+  }
+  for (uint32_t b = 0; b < nb; b++) {
+    const AmkPlanBuffer *pb = &plan->buffers[b];
+    if (vm->borrowed[b]) {
+      continue; /* the other VM's address, set by borrow_buffers */
+    } else if (pb->page >= 0) {
+      offset[b] = page_off[pb->page];
+    } else if (!pb->accumulate) {
+      offset[b] = total;
+      total += align_up(vm->buf_bytes[b] ? vm->buf_bytes[b] : 1);
+    }
+  }
+  free(acc_page);
   free(page_off);
   vm->weight_bytes = plan->weight_bytes;
   freq_off = amk_xcalloc(n ? n : 1, sizeof *freq_off);
@@ -704,6 +726,14 @@ static bool step_args_ok(AmkCudaVm *vm, const int32_t *tokens, int64_t n, int64_
   return true;
 }
 
+/* The accumulators start every step at zero (docs/Fusion.md, mlp): one
+ * memset of their region, queued before the launch. */
+static bool zero_accumulators(AmkCudaVm *vm, AmkDiagEngine *diag) {
+  return vm->acc_bytes == 0 ||
+         cu_ok(vm, vm->drv.cuMemsetD32Async(vm->arena, 0, vm->acc_bytes / 4, vm->stream),
+               "zero accumulators", diag);
+}
+
 /* One launch at position pos once the IO inputs are queued for writing:
  * counters and status cleared, the kernel, every logits row back as fp32. */
 static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
@@ -711,6 +741,7 @@ static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_m
   if (!cu_ok(vm, vm->drv.cuMemsetD32Async(vm->counters, 0, (size_t)(vm->n_counters ? vm->n_counters : 1),
                                           vm->stream),
              "zero counters", diag) ||
+      !zero_accumulators(vm, diag) ||
       !cu_ok(vm, vm->drv.cuMemsetD32Async(vm->status, 0, 8, vm->stream), "zero status", diag))
     return AMK_CUDA_STEP_ERROR;
   if (vm->trace &&
@@ -1002,6 +1033,10 @@ AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, 
   while (completed < n_steps) {
     while (launched < n_steps && launched - completed < GEN_IN_FLIGHT) {
       int slot = (int)(launched % GEN_IN_FLIGHT);
+      if (!zero_accumulators(vm, diag)) {
+        st = AMK_CUDA_STEP_ERROR;
+        break;
+      }
       vm->drv.cuEventRecord(vm->gen_start[slot], vm->stream);
       CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
                                                      (unsigned)vm->threads, 1, 1,

@@ -17,6 +17,7 @@
   X(gemv, "iiiiiiiiiii")                                                       \
   X(gemm_mma, "iiiiiiiii")                                                     \
   X(gemv_combine, "iiiiiiii")                                                  \
+  X(gemv_mlp, "iiiiii")                                                        \
   X(gemv_quant, "iiiiiiiiiii")                                                 \
   X(gemm_mma_quant, "iiiiiiiii")                                               \
   X(gemm_quant, "iiiiiiii")                                                    \

@@ -1173,6 +1173,169 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
   return false;
 }
 
+// ---- mlp tiles: the MLP with a split-K down projection ------------------------------
+//
+// Pattern mlp (docs/Fusion.md): for intermediate columns [n_off, n_off +
+// n_tile), the gate and up rows of rmsnorm(x, g) rounded to x's dtype (as
+// the unfused gu), act = silu(gate) * up rounded likewise, then the tile's
+// share of the down projection, sum over its columns of act[c] * Wd[n, c],
+// for all K outputs, added into the f32 accumulator (the tile at n_off 0
+// adds x too). The down weights' row segments are read by groups of LPR
+// lanes (LPR a power of two >= the segment's 16-byte pieces), U rows per
+// lane in flight; the sums go to shared memory, then into the accumulator
+// with float4 atomics (sm_90) from an offset that differs between tiles,
+// so the tiles do not all queue on the same L2 lines at once.
+#ifndef AMK_MLP_DOWN_UNROLL
+#define AMK_MLP_DOWN_UNROLL 8
+#endif
+// The first AMK_MLP_PREFETCH_BYTES of a tile's down-weight segments go to
+// L2 as the tile starts, so they stream while the gate|up rows are computed.
+#ifndef AMK_MLP_PREFETCH_BYTES
+#define AMK_MLP_PREFETCH_BYTES 0
+#endif
+template <int XDT, int WDT, int GDT, int DDT, int K, int INTER>
+__device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(A, 0);
+  const void *Wgu = amk_in(A, 1);
+  const void *g = amk_in(A, 2);
+  const void *Wd = amk_in(A, 3);
+  float *out = (float *)amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, INTER))
+    return;
+  if constexpr (AMK_MLP_PREFETCH_BYTES > 0) {
+    // Row n's segment spans the 128-byte lines from its first to its last byte.
+    constexpr int DSZ = AmkVec<DDT>::ESZ;
+    long long seg = (long long)n_tile * DSZ;
+    long long rows = AMK_MLP_PREFETCH_BYTES / (seg > 0 ? seg : 1);
+    rows = rows < K ? rows : K;
+    const char *base = (const char *)Wd + (long long)n_off * DSZ;
+    for (long long n = threadIdx.x; n < rows; n += AMK_NT) {
+      unsigned long long a = (unsigned long long)(base + n * (long long)INTER * DSZ);
+      for (unsigned long long l = a & ~127ull; l < a + (unsigned long long)seg; l += 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
+    }
+  }
+  constexpr int XC = AMK_GEMV_XS_PAD && AmkVec<WDT>::OK && AmkVec<WDT>::ESZ == 2 &&
+                             K % AmkVec<WDT>::VE == 0
+                         ? AmkVec<WDT>::VE : 0;
+  float *xs = smem;                                   // K, padded with XC
+  float *red = smem + K + (XC ? K / XC * 4 : 0);      // AMK_NWARPS
+  float *act = red + ((AMK_NWARPS + 3) & ~3);         // 2 * n_tile: gate, up; then act
+  float *part = xs;                                   // K sums, once xs is done with
+  if (!amk_gemv_prologue16<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(x, g, I.params.eps.f,
+                                                                          xs, red))
+    amk_gemv_prologue<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(x, g, I.params.eps.f, xs,
+                                                                     red);
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = 2 * n_tile; // row r: gate (r < n_tile) or up of column n_off + r % n_tile
+  if constexpr (amk_row_dot2_ok<WDT, K>()) {
+    for (int r = warp; r < rows; r += 2 * AMK_NWARPS) {
+      int r2 = r + AMK_NWARPS;
+      long long wrow = (long long)(r / n_tile) * INTER + n_off + r % n_tile;
+      if (r2 < rows) {
+        long long wrow2 = (long long)(r2 / n_tile) * INTER + n_off + r2 % n_tile;
+        float a, b;
+        amk_row_dot2<WDT, K, XC>(Wgu, wrow, wrow2, xs, a, b);
+        if (lane == 0) {
+          act[r] = amk_round<XDT>(a);
+          act[r2] = amk_round<XDT>(b);
+        }
+      } else {
+        float a = amk_row_dot<WDT, K, XC>(Wgu, wrow, xs);
+        if (lane == 0)
+          act[r] = amk_round<XDT>(a);
+      }
+    }
+  } else {
+    for (int r = warp; r < rows; r += AMK_NWARPS) {
+      long long wrow = (long long)(r / n_tile) * INTER + n_off + r % n_tile;
+      float a = amk_row_dot<WDT, K, XC>(Wgu, wrow, xs);
+      if (lane == 0)
+        act[r] = amk_round<XDT>(a);
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < n_tile; j += AMK_NT) {
+    float gt = act[j], up = act[n_tile + j];
+    act[j] = amk_round<XDT>(gt / (1.0f + expf(-gt)) * up);
+  }
+  __syncthreads();
+  constexpr int DE = AmkVec<DDT>::ESZ, DV = AmkVec<DDT>::VE;
+  bool vec = AmkVec<DDT>::OK && (INTER * DE) % 16 == 0 && n_off % DV == 0 && n_tile % DV == 0 &&
+             ((unsigned long long)Wd & 15ull) == 0;
+  if (vec) {
+    int pieces = n_tile / DV, lpr = 1;
+    while (lpr < pieces && lpr < 32)
+      lpr <<= 1;
+    int per_warp = 32 / lpr, sub = lane / lpr, pc = lane % lpr;
+    const char *base = (const char *)Wd + (long long)n_off * DE;
+    constexpr int U = AMK_MLP_DOWN_UNROLL;
+    int stride = AMK_NWARPS * per_warp;
+    for (int nb = warp * per_warp + sub; nb - sub < K; nb += stride * U) {
+      float acc[U];
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        acc[u] = 0.0f;
+      for (int pc0 = pc; pc0 < pieces; pc0 += lpr) {
+        uint4 q[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+          int n = nb + u * stride;
+          q[u] = n < K ? amk_ldw16(base + (long long)n * INTER * DE + pc0 * 16)
+                       : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++)
+          acc[u] += amk_dot16_smem<DDT>(q[u], act + pc0 * DV);
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        float sum = acc[u];
+        for (int o = lpr >> 1; o > 0; o >>= 1)
+          sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        int n = nb + u * stride;
+        if (pc == 0 && n < K)
+          part[n] = sum;
+      }
+    }
+  } else {
+    for (int n = warp; n < K; n += AMK_NWARPS) {
+      float acc = 0.0f;
+      for (int j = lane; j < n_tile; j += 32)
+        acc += act[j] * amk_ld<DDT>(Wd, (long long)n * INTER + n_off + j);
+      acc = amk_warp_sum(acc);
+      if (lane == 0)
+        part[n] = acc;
+    }
+  }
+  __syncthreads();
+  bool first = n_off == 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (K % 4 == 0) {
+    if (((unsigned long long)out & 15ull) == 0) {
+      constexpr int NV4 = K / 4;
+      int rot = (int)(((unsigned)(n_off / (n_tile > 0 ? n_tile : 1)) * 64u) % (unsigned)NV4);
+      for (int i = threadIdx.x; i < NV4; i += AMK_NT) {
+        int v = i + rot < NV4 ? i + rot : i + rot - NV4;
+        float4 s = *(const float4 *)(part + 4 * v);
+        if (first) {
+          s.x += amk_ld<XDT>(x, 4 * v);
+          s.y += amk_ld<XDT>(x, 4 * v + 1);
+          s.z += amk_ld<XDT>(x, 4 * v + 2);
+          s.w += amk_ld<XDT>(x, 4 * v + 3);
+        }
+        atomicAdd((float4 *)out + v, s);
+      }
+      return;
+    }
+  }
+#endif
+  for (int n = threadIdx.x; n < K; n += AMK_NT)
+    atomicAdd(out + n, first ? part[n] + amk_ld<XDT>(x, n) : part[n]);
+}
+
 // ---- GEMM tiles on the tensor cores (prefill) --------------------------------------
 //
 // out[m, n] = sum_k x[m, k] * W[n, k] (+ bias[n]) for rows [m_off, m_off +
