@@ -51,6 +51,15 @@ static bool parse_range(const char **p, int64_t *begin, int64_t *end) {
 
 bool amk_source_part_parse(const char *text, size_t len, AmkSourcePart *out) {
   out->row_begin = out->row_end = out->col_begin = out->col_end = -1;
+  /* A transpose applies to the whole (sliced) part, so it can only come
+   * last; the rest parses as an untransposed part. */
+  const char *caret = memchr(text, '^', len);
+  out->transpose = caret != NULL;
+  if (caret) {
+    if ((size_t)(caret - text) + 2 != len || caret[1] != 'T')
+      return false;
+    len -= 2;
+  }
   const char *open = memchr(text, '[', len);
   size_t key_len = open ? (size_t)(open - text) : len;
   if (key_len == 0 || key_len >= sizeof out->key)

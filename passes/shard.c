@@ -64,7 +64,8 @@ static void set_last_dim(AmkModule *m, int32_t buffer, int64_t v) {
 
 /* The source of a weight buffer restricted to rows [lo, hi) (of what it
  * already takes) or columns [lo, hi): `KEY[B:E]`, `KEY[:, B:E]` or
- * `KEY[B:E, C:D]` (include/amk/tp.h). NULL after reporting. */
+ * `KEY[B:E, C:D]`, each with its ^T kept (include/amk/tp.h). NULL after
+ * reporting. */
 static const char *slice_source(Shard *s, int32_t buffer, bool columns, int64_t lo, int64_t hi) {
   AmkBuffer *b = &s->m->buffers[buffer];
   AmkSourcePart sp;
@@ -75,20 +76,25 @@ static const char *slice_source(Shard *s, int32_t buffer, bool columns, int64_t 
               b->name, b->source ? b->source : "none");
     return NULL;
   }
-  int64_t *begin = columns ? &sp.col_begin : &sp.row_begin;
-  int64_t *end = columns ? &sp.col_end : &sp.row_end;
+  /* The ranges index the tensor before its transpose: a transposed
+   * buffer's rows are the tensor's columns. */
+  bool tensor_columns = columns != sp.transpose;
+  int64_t *begin = tensor_columns ? &sp.col_begin : &sp.row_begin;
+  int64_t *end = tensor_columns ? &sp.col_end : &sp.row_end;
   int64_t base = *begin >= 0 ? *begin : 0;
   *begin = base + lo;
   *end = base + hi;
   char text[640];
+  const char *transpose = sp.transpose ? "^T" : "";
   if (sp.row_begin >= 0 && sp.col_begin >= 0)
-    snprintf(text, sizeof text, "%s[%" PRId64 ":%" PRId64 ", %" PRId64 ":%" PRId64 "]", sp.key,
-             sp.row_begin, sp.row_end, sp.col_begin, sp.col_end);
+    snprintf(text, sizeof text, "%s[%" PRId64 ":%" PRId64 ", %" PRId64 ":%" PRId64 "]%s", sp.key,
+             sp.row_begin, sp.row_end, sp.col_begin, sp.col_end, transpose);
   else if (sp.col_begin >= 0)
-    snprintf(text, sizeof text, "%s[:, %" PRId64 ":%" PRId64 "]", sp.key, sp.col_begin,
-             sp.col_end);
+    snprintf(text, sizeof text, "%s[:, %" PRId64 ":%" PRId64 "]%s", sp.key, sp.col_begin,
+             sp.col_end, transpose);
   else
-    snprintf(text, sizeof text, "%s[%" PRId64 ":%" PRId64 "]", sp.key, sp.row_begin, sp.row_end);
+    snprintf(text, sizeof text, "%s[%" PRId64 ":%" PRId64 "]%s", sp.key, sp.row_begin,
+             sp.row_end, transpose);
   return amk_arena_strdup(&s->m->arena, text);
 }
 

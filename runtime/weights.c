@@ -39,8 +39,9 @@ typedef struct {
 struct AmkWeights {
   const AmkPlan *plan;
   WeightBuffer *buffers;
-  /* Column slices (KEY[:, B:E]) copied out of the checkpoint: a buffer may
-   * map them in place, so they live as long as the weights. */
+  /* Column slices (KEY[:, B:E]) and transposed parts (KEY^T) copied out of
+   * the checkpoint: a buffer may map them in place, so they live as long as
+   * the weights. */
   void **scratch;
   uint32_t n_scratch;
   AmkSafetensors *checkpoint; /* kept open while a buffer points into it */
@@ -409,9 +410,19 @@ AmkWeights *amk_weights_random(const AmkPlan *plan, uint64_t seed, AmkDiagEngine
   return w;
 }
 
+/* Where a part's buffer rows and columns start in its tensor (0 where it
+ * takes them all): a transposed part's buffer rows are the tensor's
+ * columns. */
+static void part_origin(const AmkSourcePart *p, int64_t *row, int64_t *col) {
+  int64_t tensor_row = p->row_begin >= 0 ? p->row_begin : 0;
+  int64_t tensor_col = p->col_begin >= 0 ? p->col_begin : 0;
+  *row = p->transpose ? tensor_col : tensor_row;
+  *col = p->transpose ? tensor_row : tensor_col;
+}
+
 /* The buffer of `full` whose one-part source takes the rows and columns
- * that `part` names of the same tensor, and where they start in it; -1
- * when there is none. */
+ * that `part` names of the same tensor, transposed as `part` is, and where
+ * they start in it (in buffer rows and columns); -1 when there is none. */
 static int64_t find_whole(const AmkPlan *full, const char *name, const AmkSourcePart *part,
                           int64_t rows, int64_t cols, int64_t *row0, int64_t *col0) {
   /* The buffer of the same name first (random buffers of one tensor, a
@@ -431,12 +442,16 @@ static int64_t find_whole(const AmkPlan *full, const char *name, const AmkSource
     AmkSourcePart f;
     const AmkPlanBuffer *fpb = &full->buffers[fb];
     if (!is_loaded(fpb) || !src || strchr(src, '+') ||
-        !amk_source_part_parse(src, strlen(src), &f) || strcmp(f.key, part->key) != 0)
+        !amk_source_part_parse(src, strlen(src), &f) || strcmp(f.key, part->key) != 0 ||
+        f.transpose != part->transpose)
       continue;
     int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
     int64_t frows = fcols > 0 ? fpb->numel / fcols : 0;
-    *row0 = (part->row_begin >= 0 ? part->row_begin : 0) - (f.row_begin >= 0 ? f.row_begin : 0);
-    *col0 = (part->col_begin >= 0 ? part->col_begin : 0) - (f.col_begin >= 0 ? f.col_begin : 0);
+    int64_t part_row, part_col, full_row, full_col;
+    part_origin(part, &part_row, &part_col);
+    part_origin(&f, &full_row, &full_col);
+    *row0 = part_row - full_row;
+    *col0 = part_col - full_col;
     if (*row0 >= 0 && *col0 >= 0 && *row0 + rows <= frows && *col0 + cols <= fcols)
       return (int64_t)fb;
   }
@@ -470,7 +485,10 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
       size_t len = end ? (size_t)(end - part) : strlen(part);
       AmkSourcePart sp;
       ok = amk_source_part_parse(part, len, &sp);
-      int64_t rows = sp.row_begin >= 0 ? sp.row_end - sp.row_begin : -1;
+      /* The buffer rows it takes: a transposed part's are tensor columns. */
+      int64_t range_begin = sp.transpose ? sp.col_begin : sp.row_begin;
+      int64_t range_end = sp.transpose ? sp.col_end : sp.row_end;
+      int64_t rows = range_begin >= 0 ? range_end - range_begin : -1;
       if (ok && rows < 0)
         rows = pb->numel / (cols > 0 ? cols : 1) - row_at; /* the rest */
       int64_t row0 = 0, col0 = 0, fb = -1;
@@ -580,9 +598,52 @@ static void format_dims(char *out, size_t size, const int64_t *dims, uint32_t ra
     snprintf(out + strlen(out), size - strlen(out), "%s%" PRId64, d ? ", " : "", dims[d]);
 }
 
-/* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or its
- * rows KEY[BEGIN:END]), or several joined by '+' whose tensors are stacked
- * along dimension 0. */
+/* The rows x cols matrix at src (rows `stride` elements apart, elements of
+ * `elem` bytes) written transposed, cols x rows, to dst. Square blocks keep
+ * both the reads and the writes of a block within a few cache lines per
+ * row; walking whole rows would stride every write by `rows` elements (an
+ * 8192 x 2048 projection misses the cache on each). transpose_matrix
+ * calls it with a constant `elem` per common size, so that each copy can
+ * compile to one move. */
+static inline void transpose_blocks(const char *src, int64_t rows, int64_t cols, int64_t stride,
+                                    size_t elem, char *dst) {
+  enum { BLOCK = 64 };
+  for (int64_t r0 = 0; r0 < rows; r0 += BLOCK) {
+    int64_t r1 = r0 + BLOCK < rows ? r0 + BLOCK : rows;
+    for (int64_t c0 = 0; c0 < cols; c0 += BLOCK) {
+      int64_t c1 = c0 + BLOCK < cols ? c0 + BLOCK : cols;
+      for (int64_t c = c0; c < c1; c++)
+        for (int64_t r = r0; r < r1; r++)
+          memcpy(dst + (size_t)(c * rows + r) * elem, src + (size_t)(r * stride + c) * elem,
+                 elem);
+    }
+  }
+}
+
+static void transpose_matrix(const char *src, int64_t rows, int64_t cols, int64_t stride,
+                             size_t elem, char *dst) {
+  switch (elem) {
+  case 1:
+    transpose_blocks(src, rows, cols, stride, 1, dst);
+    break;
+  case 2:
+    transpose_blocks(src, rows, cols, stride, 2, dst);
+    break;
+  case 4:
+    transpose_blocks(src, rows, cols, stride, 4, dst);
+    break;
+  case 8:
+    transpose_blocks(src, rows, cols, stride, 8, dst);
+    break;
+  default:
+    transpose_blocks(src, rows, cols, stride, elem, dst);
+    break;
+  }
+}
+
+/* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or a
+ * slice of it, optionally transposed: include/amk/tp.h), or several joined
+ * by '+' whose tensors are stacked along dimension 0. */
 static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
                         AmkProgress *progress, AmkDiagEngine *diag) {
   const AmkBuffer *buf = &w->plan->m->buffers[b];
@@ -612,7 +673,8 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
     AmkSourcePart sp;
     if (!amk_source_part_parse(part, len, &sp)) {
       amk_error(diag, no_loc(), "buffer '%s' has a malformed source '%s' (a slice is "
-                "KEY[B:E], KEY[:, B:E] or KEY[B:E, C:D] with B < E)", buf->name, buf->source);
+                "KEY[B:E], KEY[:, B:E] or KEY[B:E, C:D] with B < E); a part may end in ^T "
+                "(transposed)", buf->name, buf->source);
       return false;
     }
     const char *key = sp.key;
@@ -620,6 +682,14 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
     if (!t) {
       amk_error(diag, no_loc(), "tensor '%s' (for buffer '%s') is not in the checkpoint", key,
                 buf->name);
+      return false;
+    }
+    if (sp.transpose && t->rank != 2) {
+      char have[160];
+      uint32_t rank = t->rank < AMK_ST_MAX_RANK ? t->rank : AMK_ST_MAX_RANK;
+      format_dims(have, sizeof have, t->shape, rank);
+      amk_error(diag, no_loc(), "%s: tensor '%s' has shape [%s]; buffer '%s' takes it transposed "
+                "(^T), which needs a matrix (rank 2)", t->file, key, have, buf->name);
       return false;
     }
     AmkStTensor slice, cols;
@@ -640,28 +710,41 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       slice.nbytes = (size_t)slice.shape[0] * t_row_bytes;
       t = &slice;
     }
-    if (sp.col_begin >= 0) {
-      /* Columns are strided in the file: copied out once, then filled from
-       * as any tensor (a tensor-parallel rank's o_proj and down_proj). */
+    if (sp.col_begin >= 0 || sp.transpose) {
+      /* Columns are strided in the file, and a transpose reorders every
+       * element: copied out once (the columns and the transpose together),
+       * then filled from as any tensor (a tensor-parallel rank's o_proj and
+       * down_proj; a fused MLP tile's down_proj, read as rows). */
       if (t->rank != 2 || sp.col_end > t->shape[1] || t->numel <= 0 ||
           t->nbytes % (size_t)t->numel != 0) {
-        amk_error(diag, no_loc(), "%s: tensor '%s' is not a matrix with columns [%" PRId64
-                  ", %" PRId64 ") for buffer '%s'", t->file, key, sp.col_begin, sp.col_end,
-                  buf->name);
+        if (sp.col_begin >= 0)
+          amk_error(diag, no_loc(), "%s: tensor '%s' is not a matrix with columns [%" PRId64
+                    ", %" PRId64 ") for buffer '%s'", t->file, key, sp.col_begin, sp.col_end,
+                    buf->name);
+        else
+          amk_error(diag, no_loc(), "%s: tensor '%s' has no elements to transpose for buffer "
+                    "'%s'", t->file, key, buf->name);
         return false;
       }
       size_t elem = t->nbytes / (size_t)t->numel;
-      int64_t width = sp.col_end - sp.col_begin;
-      char *copy = amk_xmalloc((size_t)(t->shape[0] * width) * elem + 1);
-      for (int64_t r = 0; r < t->shape[0]; r++)
-        memcpy(copy + (size_t)(r * width) * elem,
-               (const char *)t->data + (size_t)(r * t->shape[1] + sp.col_begin) * elem,
-               (size_t)width * elem);
+      int64_t first = sp.col_begin >= 0 ? sp.col_begin : 0;
+      int64_t width = sp.col_begin >= 0 ? sp.col_end - sp.col_begin : t->shape[1];
+      int64_t height = t->shape[0];
+      const char *from = (const char *)t->data + (size_t)first * elem;
+      char *copy = amk_xmalloc((size_t)(height * width) * elem + 1);
+      if (sp.transpose) {
+        transpose_matrix(from, height, width, t->shape[1], elem, copy);
+      } else {
+        for (int64_t r = 0; r < height; r++)
+          memcpy(copy + (size_t)(r * width) * elem, from + (size_t)(r * t->shape[1]) * elem,
+                 (size_t)width * elem);
+      }
       w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
       w->scratch[w->n_scratch++] = copy;
       cols = *t;
-      cols.shape[1] = width;
-      cols.numel = t->shape[0] * width;
+      cols.shape[0] = sp.transpose ? width : height;
+      cols.shape[1] = sp.transpose ? height : width;
+      cols.numel = height * width;
       cols.data = copy;
       cols.nbytes = (size_t)cols.numel * elem;
       t = &cols;
@@ -677,6 +760,13 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
                     ? " (quantized weights come from a float tensor, quantized as it loads, "
                       "or from their own quantized bytes)"
                     : " (an integer buffer loads a tensor of its own encoding)");
+      return false;
+    }
+    if (sp.transpose && kind == FILL_BYTES && pb->dtype == AMK_DTYPE_I4) {
+      /* Two int4 columns share a byte: moving bytes would not move columns. */
+      amk_error(diag, no_loc(), "%s: tensor '%s' holds packed int4 bytes, which buffer '%s' "
+                "cannot take transposed (^T); transpose the float tensor it was quantized from",
+                t->file, key, buf->name);
       return false;
     }
     /* Each part has the buffer's shape but for the rows (dimension 0),
@@ -697,9 +787,9 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
         format_dims(stored, sizeof stored, tail + 1, buf->rank - 1);
       }
       amk_error(diag, no_loc(),
-                "tensor '%s' in %s has shape [%s], which does not fit buffer '%s' [%s]%s%s%s",
-                key, t->file, have, buf->name, want, stored[0] ? " (it takes a tensor [rows, " : "",
-                stored, stored[0] ? "])" : "");
+                "tensor '%s' in %s%s has shape [%s], which does not fit buffer '%s' [%s]%s%s%s",
+                key, t->file, sp.transpose ? ", transposed," : "", have, buf->name, want,
+                stored[0] ? " (it takes a tensor [rows, " : "", stored, stored[0] ? "])" : "");
       return false;
     }
     int64_t part_rows = t->shape[0];
@@ -885,7 +975,9 @@ static int64_t part_bytes(const AmkPlan *plan, const char *part, size_t len) {
 /* Where the bytes of `plan`'s buffer b lie in `from`: a buffer of the same
  * source, or a '+'-joined source of whole tensors one of whose parts it is
  * (fuse joins q|k|v and gate|up so); the parts before it are sized by the
- * buffers of `plan` holding them. Returns from's buffer and *offset, or -1. */
+ * buffers of `plan` holding them. Parts match by their whole text, so a
+ * slice or a transpose (KEY^T) is lent only by the same slice or transpose,
+ * never by KEY's buffer. Returns from's buffer and *offset, or -1. */
 static int64_t find_source(const AmkPlan *plan, uint32_t b, const AmkPlan *from,
                            int64_t *offset) {
   const AmkBuffer *buf = &plan->m->buffers[b];
@@ -926,6 +1018,36 @@ int64_t amk_weights_source_in(const AmkPlan *plan, uint32_t b, const AmkPlan *fr
   return find_source(plan, b, from, offset);
 }
 
+/* The buffer of `from` that holds `plan`'s buffer b transposed: a matrix of
+ * the swapped shape, same dtype and kind, whose one-part source is b's
+ * source with "^T" added or taken off (fuse's split_down reads the down
+ * weight as KEY^T, the unfused prefill program as KEY). -1 when none. */
+static int64_t find_transposed_source(const AmkPlan *plan, uint32_t b, const AmkPlan *from) {
+  const AmkBuffer *buf = &plan->m->buffers[b];
+  const AmkPlanBuffer *pb = &plan->buffers[b];
+  if (!buf->source || strchr(buf->source, '+') || pb->rank != 2 ||
+      pb->quant.role != AMK_PLAN_QUANT_NONE)
+    return -1;
+  size_t len = strlen(buf->source);
+  bool mine_transposed = len > 2 && strcmp(buf->source + len - 2, "^T") == 0;
+  for (uint32_t f = 0; f < from->n_buffers; f++) {
+    const AmkBuffer *fbuf = &from->m->buffers[f];
+    const AmkPlanBuffer *fb = &from->buffers[f];
+    if (!is_loaded(fb) || !fbuf->source || fb->dtype != pb->dtype || fb->kind != pb->kind ||
+        fb->rank != 2 || fb->shape[0] != pb->shape[1] || fb->shape[1] != pb->shape[0] ||
+        fb->quant.role != AMK_PLAN_QUANT_NONE)
+      continue;
+    size_t flen = strlen(fbuf->source);
+    bool same_key = mine_transposed
+                        ? flen + 2 == len && strncmp(fbuf->source, buf->source, flen) == 0
+                        : flen == len + 2 && strncmp(fbuf->source, buf->source, len) == 0 &&
+                              strcmp(fbuf->source + len, "^T") == 0;
+    if (same_key)
+      return f;
+  }
+  return -1;
+}
+
 AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDiagEngine *diag) {
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);
@@ -935,6 +1057,24 @@ AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDi
       continue;
     int64_t offset = 0;
     int64_t found = find_source(plan, b, from->plan, &offset);
+    int64_t transposed = found < 0 ? find_transposed_source(plan, b, from->plan) : -1;
+    if (transposed >= 0) {
+      /* Other bytes than the lender's: a host copy of its transpose (the
+       * same model, whatever made the lender's bytes). */
+      const AmkPlanBuffer *fb = &from->plan->buffers[transposed];
+      const char *src = amk_weights_data(from, (uint32_t)transposed, NULL);
+      size_t elem = (size_t)amk_dtype_nbytes(pb->dtype, 1);
+      char *copy = amk_xmalloc((size_t)pb->nbytes + 1);
+      if (src)
+        transpose_matrix(src, fb->shape[0], fb->shape[1], fb->shape[1], elem, copy);
+      else
+        memset(copy, 0, (size_t)pb->nbytes);
+      w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
+      w->scratch[w->n_scratch++] = copy;
+      w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_CONVERTED,
+                                     .nbytes = (size_t)pb->nbytes, .data = copy};
+      continue;
+    }
     if (found < 0) {
       amk_error(diag, no_loc(),
                 "buffer '%s' (source '%s') is not among the other program's weights",

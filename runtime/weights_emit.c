@@ -86,8 +86,9 @@ bool amk_weights_emit(AmkModule *m, const AmkPlan *plan, const AmkWeights *w, co
        * source when that is one key, else the buffer's name; a key another
        * buffer wrote with other bytes (a tied head quantized apart from the
        * embedding) gives way to the name. */
-      /* Joined or row-sliced sources are written whole under the buffer's name. */
-      const char *key = buf->source && !strpbrk(buf->source, "+[") ? buf->source : buf->name;
+      /* Joined, sliced or transposed sources are written whole under the
+       * buffer's name (their bytes are the buffer's, not KEY's). */
+      const char *key = buf->source && !strpbrk(buf->source, "+[^") ? buf->source : buf->name;
       if (pb->quant.role == AMK_PLAN_QUANT_SCALES && key_of[pb->quant.partner])
         key = amk_arena_printf(&m->arena, "%s.scales", key_of[pb->quant.partner]);
       int other = find_tensor(tensors, n, key);

@@ -33,21 +33,25 @@ int64_t amk_task_tp_group(const AmkTask *t);
 bool amk_module_tp(const AmkModule *m, int64_t *size, int64_t *rank);
 
 /* One part of a weight buffer's `source`: a state-dict key with optional
- * row and column ranges (docs/Import.md):
+ * row and column ranges, optionally transposed (docs/Import.md):
  *   KEY                 the whole tensor
  *   KEY[B:E]            rows [B, E)
  *   KEY[:, B:E]         columns [B, E) of a rank-2 tensor
  *   KEY[B:E, C:D]       rows [B, E) of columns [C, D)
- * A range not given is -1, -1. */
+ *   any of these + ^T   the same (rank-2) slice transposed: a slice [R, C]
+ *                       fills a buffer [C, R] (KEY^T, KEY[B:E]^T, ...)
+ * The ranges index the tensor as stored, before any transpose. A range not
+ * given is -1, -1. */
 typedef struct {
   char key[512];
   int64_t row_begin, row_end;
   int64_t col_begin, col_end;
+  bool transpose; /* a trailing ^T */
 } AmkSourcePart;
 
 /* Parses `text` (len bytes, one part: no '+'). False when the key is empty
- * or too long, or a range is malformed (B >= E, not decimal, a ']'
- * without its '['). */
+ * or too long, a range is malformed (B >= E, not decimal, a ']' without
+ * its '['), or a '^' is anything but the part's last two bytes "^T". */
 bool amk_source_part_parse(const char *text, size_t len, AmkSourcePart *out);
 
 #endif

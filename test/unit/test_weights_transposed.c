@@ -1,0 +1,129 @@
+/* Random weights of transposed sources (KEY^T): a tensor-parallel rank's
+ * slice of a transposed buffer is the same rows of the unsharded
+ * program's (amk_weights_random_slices, whose ranges index the tensor
+ * before its transpose), and a transposed part is never taken from an
+ * untransposed buffer of the same key. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amk/io.h"
+#include "amk/plan.h"
+#include "amk/weights.h"
+#include "unit.h"
+
+/* A program of one f32 weight `w` [rows, cols] with `source`, read by a
+ * GEMV into the logits. */
+static AmkModule *program(const char *source, int64_t rows, int64_t cols) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "amkir 0.2.0, abi 0.2\n"
+           "buffer %%token_id : i32[1] io_input\n"
+           "buffer %%x : f32[1, %lld] io_input\n"
+           "buffer %%w : f32[%lld, %lld] weight source \"%s\"\n"
+           "buffer %%logits : f32[1, %lld] io_output\n"
+           "counter #logits \"logits\"\n"
+           "task 0 gemv_tile(%%x, %%w) -> %%logits signal #logits "
+           "{K = %lld, N_tile = %lld, n_off = 0} label \"logits\"\n",
+           (long long)cols, (long long)rows, (long long)cols, source, (long long)rows,
+           (long long)cols, (long long)rows);
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkModule *m = amk_parse_text("<test>", text, strlen(text), d);
+  amk_diag_free(d);
+  return m;
+}
+
+typedef struct {
+  AmkModule *m;
+  AmkPlan *plan;
+} Program;
+
+static Program build(const char *source, int64_t rows, int64_t cols) {
+  Program p = {program(source, rows, cols), NULL};
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  p.plan = p.m ? amk_plan_build(p.m, NULL, d) : NULL;
+  amk_diag_free(d);
+  return p;
+}
+
+static void drop(Program *p) {
+  amk_plan_free(p->plan);
+  amk_module_free(p->m);
+}
+
+static int32_t weight_buffer(const AmkPlan *p) {
+  for (uint32_t b = 0; b < p->n_buffers; b++)
+    if (strcmp(p->m->buffers[b].name, "w") == 0)
+      return (int32_t)b;
+  return -1;
+}
+
+/* The rank's w equals rows [row0, row0 + rank rows) and columns
+ * [col0, col0 + rank cols) of the whole program's w. */
+static bool rank_is_window(const Program *whole, const Program *rank, int64_t row0, int64_t col0,
+                           uint64_t seed) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkWeights *ww = amk_weights_random(whole->plan, seed, d);
+  AmkWeights *rw = amk_weights_random_slices(rank->plan, whole->plan, seed, d);
+  amk_diag_free(d);
+  bool same = ww && rw;
+  if (same) {
+    int32_t wb = weight_buffer(whole->plan), rb = weight_buffer(rank->plan);
+    const AmkPlanBuffer *wpb = &whole->plan->buffers[wb], *rpb = &rank->plan->buffers[rb];
+    const float *full = amk_weights_data(ww, (uint32_t)wb, NULL);
+    const float *part = amk_weights_data(rw, (uint32_t)rb, NULL);
+    for (int64_t r = 0; same && r < rpb->shape[0]; r++)
+      for (int64_t c = 0; same && c < rpb->shape[1]; c++)
+        same = part[r * rpb->shape[1] + c] == full[(row0 + r) * wpb->shape[1] + col0 + c];
+  }
+  amk_weights_free(rw);
+  amk_weights_free(ww);
+  return same;
+}
+
+/* No random slices for `rank`, with the loader's reason. */
+static bool slices_refused(const Program *whole, const Program *rank) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  AmkWeights *rw = amk_weights_random_slices(rank->plan, whole->plan, 7, d);
+  bool refused = rw == NULL && amk_diag_captured_count(d) == 1 &&
+                 strstr(amk_diag_captured(d, 0)->message,
+                        "is not made of slices of the random buffers") != NULL;
+  amk_weights_free(rw);
+  amk_diag_free(d);
+  return refused;
+}
+
+static void test_transposed_slices(UnitCounts *c) {
+  /* The tensor w is [6, 10]; w^T fills [10, 6]. */
+  Program whole = build("w^T", 10, 6);
+  /* Tensor columns [4, 8) are rows [4, 8) of w^T. */
+  Program cols = build("w[:, 4:8]^T", 4, 6);
+  /* Tensor rows [2, 5) are columns [2, 5) of w^T. */
+  Program rows = build("w[2:5]^T", 10, 3);
+  Program both = build("w[1:3, 5:9]^T", 4, 2);
+  CHECK(c, whole.plan && cols.plan && rows.plan && both.plan);
+  if (whole.plan && cols.plan && rows.plan && both.plan) {
+    CHECK(c, rank_is_window(&whole, &cols, 4, 0, 7));
+    CHECK(c, rank_is_window(&whole, &rows, 0, 2, 7));
+    CHECK(c, rank_is_window(&whole, &both, 5, 1, 7));
+  }
+  drop(&both);
+  drop(&rows);
+  drop(&cols);
+  drop(&whole);
+}
+
+static void test_transpose_must_match(UnitCounts *c) {
+  /* Same key, same shape: w^T [6, 6] is not w's random numbers in place. */
+  Program plain = build("w", 6, 6), transposed = build("w^T", 6, 6);
+  CHECK(c, plain.plan && transposed.plan);
+  if (plain.plan && transposed.plan) {
+    CHECK(c, slices_refused(&plain, &transposed));
+    CHECK(c, slices_refused(&transposed, &plain));
+  }
+  drop(&transposed);
+  drop(&plain);
+}
+
+UNIT_MAIN("test_weights_transposed", test_transposed_slices, test_transpose_must_match)
