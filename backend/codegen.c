@@ -405,9 +405,9 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   return true;
 }
 
-/* Pattern mlp (docs/Fusion.md): inputs x, Wgu [2I, K], g [K], Wd [K, I];
- * the tile's gate|up rows, act, and its share of the down projection added
- * into an f32 accumulator of K elements. */
+/* Pattern mlp (docs/Fusion.md): inputs x, Wgu [2I, K], g [K], Wdt [I, K]
+ * (the down weight transposed); the tile's gate|up rows, act, and its share
+ * of the down projection added into an f32 accumulator of K elements. */
 static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
   if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
       !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_eps))
@@ -415,7 +415,7 @@ static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkSt
   if (amk_inst_param_has(p, AMK_PARAM_qdtype))
     return fail(g, t, "mlp takes fp weights, not quantized ones");
   if (t->n_inputs != 4 || t->n_outputs != 1)
-    return fail(g, t, "mlp reads x, Wgu, g, Wd and writes one accumulator");
+    return fail(g, t, "mlp reads x, Wgu, g, Wdt and writes one accumulator");
   BufInfo x, wgu, gw, wd, o;
   if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &wgu) ||
       !buf_info(g, t, t->inputs[2], &gw) || !buf_info(g, t, t->inputs[3], &wd) ||
@@ -429,7 +429,7 @@ static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkSt
   if (k <= 0 || k > (1 << 20) || x.numel != k || o.numel != k || gw.numel < k ||
       wd.numel % k != 0)
     return fail(g, t, "mlp wants x, g and the accumulator of K = %" PRId64 " elements and "
-                      "Wd of K rows",
+                      "Wdt of rows of K",
                 k);
   int64_t inter = wd.numel / k;
   if (inter <= 0 || inter > INT32_MAX / 2 || wgu.numel != 2 * inter * k)
@@ -439,7 +439,8 @@ static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkSt
     return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
                       " intermediate columns",
                 n_off, n_off + n_tile, inter);
-  /* xs (K, its padding), the warp sums, then gate, up and act. */
+  /* xs (K, its padding), the warp sums, then gate, up and act; the down
+   * projection's per-thread sums go to xs's K floats once it is done with. */
   need_smem(g, (size_t)k + (size_t)(k / 2) + (size_t)((g->nt / 32 + 3) & ~3) +
                    (size_t)(2 * n_tile));
   EMIT(inst, gemv_mlp, x.dtype, wgu.dtype, gw.dtype, wd.dtype, k, inter);
@@ -1369,6 +1370,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_stream%s();\n", k, keys[k] + 8);
     else if (strncmp(keys[k], "amk_gemv_combine<", 17) == 0)
       amk_sb_printf(&s, "  case %d: return amk_gemv_combine_stream%s();\n", k, keys[k] + 16);
+    else if (strncmp(keys[k], "amk_gemv_mlp<", 13) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
   }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0};\n  }\n}\n");
   /* What a variant reads ahead of its waits. */

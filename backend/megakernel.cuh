@@ -1178,43 +1178,71 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
 // Pattern mlp (docs/Fusion.md): for intermediate columns [n_off, n_off +
 // n_tile), the gate and up rows of rmsnorm(x, g) rounded to x's dtype (as
 // the unfused gu), act = silu(gate) * up rounded likewise, then the tile's
-// share of the down projection, sum over its columns of act[c] * Wd[n, c],
-// for all K outputs, added into the f32 accumulator (the tile at n_off 0
-// adds x too). The down weights' row segments are read by groups of LPR
-// lanes (LPR a power of two >= the segment's 16-byte pieces), U rows per
-// lane in flight; the sums go to shared memory, then into the accumulator
-// with float4 atomics (sm_90) from an offset that differs between tiles,
-// so the tiles do not all queue on the same L2 lines at once.
+// share of the down projection, sum over its columns c of act[c] *
+// Wdt[c, n], for all K outputs, added into the f32 accumulator (the tile at
+// n_off 0 adds x too). Wdt is the down weight transposed ([I, K]), so the
+// tile's down weights are n_tile contiguous rows: each thread owns 16-byte
+// columns of them (consecutive threads, consecutive columns: a warp reads
+// 512 contiguous bytes a row) and walks the rows, AMK_MLP_DOWN_UNROLL loads
+// in flight; threads left over when K is narrow take every CP-th row of the
+// same columns (CP phases), summed in shared memory. The sums then go into
+// the accumulator with float4 atomics (sm_90) from an offset that differs
+// between tiles, so that the tiles do not all queue on the same L2 lines.
 #ifndef AMK_MLP_DOWN_UNROLL
 #define AMK_MLP_DOWN_UNROLL 8
 #endif
-// The first AMK_MLP_PREFETCH_BYTES of a tile's down-weight segments go to
-// L2 as the tile starts, so they stream while the gate|up rows are computed.
+// The first AMK_MLP_PREFETCH_BYTES of a tile's down weights go to L2 (one
+// bulk prefetch) as the tile starts, so that they stream while the gate|up
+// rows are computed.
 #ifndef AMK_MLP_PREFETCH_BYTES
 #define AMK_MLP_PREFETCH_BYTES 0
 #endif
+
+// acc[e] += a * w[e] for the 16 bytes of weights q (VE elements).
+template <int WDT>
+__device__ __forceinline__ void amk_axpy16(uint4 q, float a, float *acc) {
+  if constexpr (WDT == AMK_ABI_DTYPE_F32) {
+    acc[0] += a * __uint_as_float(q.x);
+    acc[1] += a * __uint_as_float(q.y);
+    acc[2] += a * __uint_as_float(q.z);
+    acc[3] += a * __uint_as_float(q.w);
+  } else {
+    unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      float lo, hi;
+      if constexpr (WDT == AMK_ABI_DTYPE_BF16) {
+        lo = __uint_as_float(w[k] << 16);
+        hi = __uint_as_float(w[k] & 0xffff0000u);
+      } else {
+        lo = amk_h2f((unsigned short)(w[k] & 0xffffu));
+        hi = amk_h2f((unsigned short)(w[k] >> 16));
+      }
+      acc[2 * k] += a * lo;
+      acc[2 * k + 1] += a * hi;
+    }
+  }
+}
+
 template <int XDT, int WDT, int GDT, int DDT, int K, int INTER>
 __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *x = amk_in(A, 0);
   const void *Wgu = amk_in(A, 1);
   const void *g = amk_in(A, 2);
-  const void *Wd = amk_in(A, 3);
+  const void *Wdt = amk_in(A, 3);
   float *out = (float *)amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
   if (!amk_tile_rows_ok(P, idx, n_off, n_tile, INTER))
     return;
+  constexpr int DE = AmkVec<DDT>::ESZ, DV = AmkVec<DDT>::VE;
+  const char *down = (const char *)Wdt + (long long)n_off * K * DE; // the tile's rows
   if constexpr (AMK_MLP_PREFETCH_BYTES > 0) {
-    // Row n's segment spans the 128-byte lines from its first to its last byte.
-    constexpr int DSZ = AmkVec<DDT>::ESZ;
-    long long seg = (long long)n_tile * DSZ;
-    long long rows = AMK_MLP_PREFETCH_BYTES / (seg > 0 ? seg : 1);
-    rows = rows < K ? rows : K;
-    const char *base = (const char *)Wd + (long long)n_off * DSZ;
-    for (long long n = threadIdx.x; n < rows; n += AMK_NT) {
-      unsigned long long a = (unsigned long long)(base + n * (long long)INTER * DSZ);
-      for (unsigned long long l = a & ~127ull; l < a + (unsigned long long)seg; l += 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(l));
-    }
+    long long bytes = (long long)n_tile * K * DE;
+    bytes = bytes < AMK_MLP_PREFETCH_BYTES ? bytes : AMK_MLP_PREFETCH_BYTES;
+    bytes &= ~15ll;
+    if (threadIdx.x == 0 && bytes > 0 && ((unsigned long long)down & 15ull) == 0)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(down), "r"((unsigned)bytes)
+                   : "memory");
   }
   constexpr int XC = AMK_GEMV_XS_PAD && AmkVec<WDT>::OK && AmkVec<WDT>::ESZ == 2 &&
                              K % AmkVec<WDT>::VE == 0
@@ -1261,53 +1289,53 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
     float gt = act[j], up = act[n_tile + j];
     act[j] = amk_round<XDT>(gt / (1.0f + expf(-gt)) * up);
   }
+  // part aliases xs, which the gate|up rows read until the barrier above.
+  for (int n = threadIdx.x; n < K; n += AMK_NT)
+    part[n] = 0.0f;
   __syncthreads();
-  constexpr int DE = AmkVec<DDT>::ESZ, DV = AmkVec<DDT>::VE;
-  bool vec = AmkVec<DDT>::OK && (INTER * DE) % 16 == 0 && n_off % DV == 0 && n_tile % DV == 0 &&
-             ((unsigned long long)Wd & 15ull) == 0;
-  if (vec) {
-    int pieces = n_tile / DV, lpr = 1;
-    while (lpr < pieces && lpr < 32)
-      lpr <<= 1;
-    int per_warp = 32 / lpr, sub = lane / lpr, pc = lane % lpr;
-    const char *base = (const char *)Wd + (long long)n_off * DE;
+  constexpr bool VEC = AmkVec<DDT>::OK && (K * DE) % 16 == 0;
+  if (VEC && ((unsigned long long)Wdt & 15ull) == 0) {
+    constexpr int NB = K / DV;                                  // 16-byte columns of a row
+    constexpr int CP = NB < AMK_NT ? AMK_NT / NB : 1;           // row phases
     constexpr int U = AMK_MLP_DOWN_UNROLL;
-    int stride = AMK_NWARPS * per_warp;
-    for (int nb = warp * per_warp + sub; nb - sub < K; nb += stride * U) {
-      float acc[U];
+    int phase = threadIdx.x / NB;
+    if (phase < CP) {
+      for (int col = threadIdx.x % NB; col < NB; col += (CP == 1 ? AMK_NT : NB)) {
+        float acc[DV];
 #pragma unroll
-      for (int u = 0; u < U; u++)
-        acc[u] = 0.0f;
-      for (int pc0 = pc; pc0 < pieces; pc0 += lpr) {
-        uint4 q[U];
+        for (int e = 0; e < DV; e++)
+          acc[e] = 0.0f;
+        const char *base = down + (long long)col * 16;
+        for (int c0 = phase; c0 < n_tile; c0 += CP * U) {
+          uint4 q[U];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-          int n = nb + u * stride;
-          q[u] = n < K ? amk_ldw16(base + (long long)n * INTER * DE + pc0 * 16)
-                       : make_uint4(0u, 0u, 0u, 0u);
+          for (int u = 0; u < U; u++) {
+            int c = c0 + u * CP;
+            q[u] = c < n_tile ? amk_ldw16(base + (long long)c * K * DE) : make_uint4(0u, 0u, 0u, 0u);
+          }
+#pragma unroll
+          for (int u = 0; u < U; u++) {
+            int c = c0 + u * CP;
+            amk_axpy16<DDT>(q[u], c < n_tile ? act[c] : 0.0f, acc);
+          }
         }
+        if constexpr (CP == 1) {
 #pragma unroll
-        for (int u = 0; u < U; u++)
-          acc[u] += amk_dot16_smem<DDT>(q[u], act + pc0 * DV);
-      }
+          for (int e = 0; e < DV; e++)
+            part[col * DV + e] = acc[e];
+        } else {
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        float sum = acc[u];
-        for (int o = lpr >> 1; o > 0; o >>= 1)
-          sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        int n = nb + u * stride;
-        if (pc == 0 && n < K)
-          part[n] = sum;
+          for (int e = 0; e < DV; e++)
+            atomicAdd(&part[col * DV + e], acc[e]);
+        }
       }
     }
   } else {
-    for (int n = warp; n < K; n += AMK_NWARPS) {
+    for (int n = threadIdx.x; n < K; n += AMK_NT) {
       float acc = 0.0f;
-      for (int j = lane; j < n_tile; j += 32)
-        acc += act[j] * amk_ld<DDT>(Wd, (long long)n * INTER + n_off + j);
-      acc = amk_warp_sum(acc);
-      if (lane == 0)
-        part[n] = acc;
+      for (int c = 0; c < n_tile; c++)
+        acc += act[c] * amk_ld<DDT>(Wdt, (long long)(n_off + c) * K + n);
+      part[n] = acc;
     }
   }
   __syncthreads();
@@ -1334,6 +1362,18 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 #endif
   for (int n = threadIdx.x; n < K; n += AMK_NT)
     atomicAdd(out + n, first ? part[n] + amk_ld<XDT>(x, n) : part[n]);
+}
+
+// The weight stream's view of an mlp variant: in L2 mode its gate and up
+// rows (the down rows, a third range elsewhere, are the tile's own
+// AMK_MLP_PREFETCH_BYTES); never the ring, as its rows are read from global
+// memory.
+template <int XDT, int WDT, int GDT, int DDT, int K, int INTER>
+__device__ amk_stream_info_t amk_gemv_mlp_stream() {
+  if constexpr (AMK_STREAM_MODE == 1 && amk_gemv_streams<WDT, K, 1, 0>())
+    return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER};
+  else
+    return amk_stream_info_t{0, 0, 0};
 }
 
 // ---- GEMM tiles on the tensor cores (prefill) --------------------------------------

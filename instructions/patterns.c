@@ -562,15 +562,15 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
                                            AMK_PARAM_eps};
   int rc;
   if ((rc = require_fp_weights(call, pattern)) ||
-      (rc = require_inputs(call, pattern, 4, "x, Wgu, g, Wd")) ||
+      (rc = require_inputs(call, pattern, 4, "x, Wgu, g, Wdt")) ||
       (rc = inst_require_all(call, required, sizeof required / sizeof required[0])))
     return rc;
   const AmkTensorView *x = &call->in[0], *wgu = &call->in[1], *g = &call->in[2],
-                      *wd = &call->in[3], *out = &call->out[0];
+                      *wdt = &call->in[3], *out = &call->out[0];
   if ((rc = inst_require_numeric(call, x, "x")) ||
       (rc = inst_require_numeric(call, wgu, "Wgu")) ||
       (rc = inst_require_numeric(call, g, "g")) ||
-      (rc = inst_require_numeric(call, wd, "Wd")))
+      (rc = inst_require_numeric(call, wdt, "Wdt")))
     return rc;
   const char *name = pattern_text(pattern);
   /* x's dtype is the intermediates': an integer one would truncate them. */
@@ -582,17 +582,17 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "%s: x has %" PRId64 " elements, want K = %" PRId64 " (positive)", name,
                      x->numel, k);
-  int64_t i = inst_width(wd);
-  if (i <= 0 || wd->numel % k != 0 || wd->numel / k != i)
+  int64_t i = wdt->numel / k;
+  if (inst_width(wdt) != k || i <= 0 || wdt->numel % k != 0)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
-                     "%s: Wd has %" PRId64 " elements of width %" PRId64
-                     ", want [K, I] with K = %" PRId64,
-                     name, wd->numel, i, k);
-  if (inst_width(wgu) != k || wgu->numel / k != 2 * i)
+                     "%s: Wdt has %" PRId64 " elements of width %" PRId64
+                     ", want [I, K] with K = %" PRId64,
+                     name, wdt->numel, inst_width(wdt), k);
+  if (inst_width(wgu) != k || wgu->numel % k != 0 || wgu->numel / k != 2 * i)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "%s: Wgu has %" PRId64 " elements of width %" PRId64
                      ", want [2I, K] = [%" PRId64 ", %" PRId64 "] (I = %" PRId64
-                     ", Wd's width)",
+                     ", Wdt's rows)",
                      name, wgu->numel, inst_width(wgu), 2 * i, k, i);
   if (g->numel != k)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
@@ -613,30 +613,34 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
 
 /* out[n] += p[n] for every n in [0, K) (the tile at n_off 0: x[n] + p[n]),
  * p[n] the fp32 sum over the tile's columns c, in increasing c from 0, of
- * act[c] * Wd[n, n_off + c]: the plain GEMV's arithmetic (gemv.c), so the
- * sum of every tile's p is the unfused down GEMV split along K. */
-static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act, int64_t inter) {
-  const AmkTensorView *x = &call->in[0], *wd = &call->in[3];
+ * act[c] * Wdt[n_off + c, n]: the plain GEMV's arithmetic (gemv.c) on the
+ * transposed weight, so the sum of every tile's p is the unfused down GEMV
+ * split along K. */
+static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act) {
+  const AmkTensorView *x = &call->in[0], *wdt = &call->in[3];
   AmkTensorView *out = &call->out[0];
   int64_t k = call->p->K.i, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
-  float *a = malloc((size_t)(2 * n_tile + 1) * sizeof *a);
+  float *a = malloc((size_t)(n_tile + 2 * k + 1) * sizeof *a);
   if (!a)
     return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  float *w = a + n_tile;
+  float *p = a + n_tile, *w = p + k;
   inst_load_row(act, 0, n_tile, a);
+  for (int64_t n = 0; n < k; n++)
+    p[n] = 0.0f;
+  for (int64_t c = 0; c < n_tile; c++) { /* row by row: the order of c is each p[n]'s */
+    inst_load_row(wdt, (n_off + c) * k, k, w);
+    for (int64_t n = 0; n < k; n++)
+      p[n] += a[c] * w[n];
+  }
   for (int64_t n = 0; n < k; n++) {
-    inst_load_row(wd, n * inter + n_off, n_tile, w);
-    float p = 0.0f;
-    for (int64_t c = 0; c < n_tile; c++)
-      p += a[c] * w[c];
-    float add = n_off == 0 ? inst_load(x, n) + p : p;
+    float add = n_off == 0 ? inst_load(x, n) + p[n] : p[n];
     inst_store(out, n, inst_load(out, n) + add);
   }
   free(a);
   return AMK_INST_OK;
 }
 
-/* x, Wgu, g, Wd -> the f32 accumulator [1, K], for intermediate columns
+/* x, Wgu, g, Wdt -> the f32 accumulator [1, K], for intermediate columns
  * [n_off, n_off + N_tile): xn = RMSNORM(x, g) as run_norm, the stacked
  * gate|up GEMV of those columns into a [2, I] scratch, SILU_MUL of them
  * (all scratch of x's dtype, the unfused intermediates'), then the tile's
@@ -667,7 +671,7 @@ static int run_mlp(const AmkInstCall *call, int64_t pattern) {
         !(rc = gemv_step(call, pattern, &xn, &gu)) &&
         !(rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves, 2,
                     &act)))
-      rc = add_down_partial(call, &act, inter);
+      rc = add_down_partial(call, &act);
   }
   free(xn.data);
   free(gu.data);

@@ -49,7 +49,8 @@ static const AmkLoc no_loc = {0, 0};
 /* ---- fusion groups ------------------------------------------------------------ */
 
 /* X(NAME, spelling, on by default: without --fusion, and with an empty
- * config.fusion_grouping; `--fusion=all` turns on every group). */
+ * config.fusion_grouping; `--fusion=all` turns on every group). split_down
+ * by default applies only where it measured faster (SPLIT_DOWN_MIN_COLS). */
 #define FUSION_GROUPS(X)                                                       \
   X(NORM, "rmsnorm+gemv", 1)                                                   \
   X(RESIDUAL, "gemv+add", 1)                                                   \
@@ -59,7 +60,7 @@ static const AmkLoc no_loc = {0, 0};
   X(ROPE_KV, "rope+kv_append", 1)                                              \
   X(ATTENTION_ROPE, "rope+attention", 1)                                       \
   X(COMBINE, "combine+gemv", 1)                                                \
-  X(SPLIT_DOWN, "split_down", 0)
+  X(SPLIT_DOWN, "split_down", 1)
 
 typedef enum {
 #define X(name, text, by_default) FUSION_##name,
@@ -360,6 +361,7 @@ typedef struct {
   Index ix;
   int64_t done[FUSION_COUNT];
   bool kv_from_qkv; /* attention_rope tiles take row pos from qkv (AMK_FUSE_KV_FROM_QKV) */
+  int64_t split_down_min_cols; /* the fewest intermediate columns a gate|up tile may have */
 } Fuser;
 
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
@@ -941,11 +943,13 @@ static void fuse_mlp(Fuser *f) {
 
 /* The stacked gate|up tiles writing gu ([2, I], norm tiles over x with fp
  * weights) and the silu_residual down tiles reading it (all of gu's readers
- * and its counter's waiters, with residual x and one weight [hidden, I]),
- * which write y, one row of hidden elements read by anything: each gate|up
- * tile becomes an mlp tile that adds Wd[:, its columns] . act (and the tile
- * at column 0 also x) into y, now an f32 accumulator, under y's counter. The
- * down tiles, gu and its counter go. */
+ * and its counter's waiters, with residual x and one weight Wd [hidden, I]
+ * of a one-tensor source, read by nothing else), which write y, one row of
+ * hidden elements read by anything: each gate|up tile becomes an mlp tile
+ * that adds Wd[:, its columns] . act (and the tile at column 0 also x) into
+ * y, now an f32 accumulator, under y's counter. The tiles read Wd as its
+ * transpose Wdt [I, hidden] (source "KEY^T"), so that a tile's columns are
+ * contiguous rows. The down tiles, Wd, gu and its counter go. */
 static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   AmkModule *m = f->m;
   TileSet up, down;
@@ -956,7 +960,7 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   int64_t inter = dim(gub, 1);
   Span readers = span(&f->ix.readers, gu);
   if (inter <= 0 || readers.n == 0 || !span_equal(span(&f->ix.waiters, up.counter), readers) ||
-      !tiles_cover(m, up.tiles, inter))
+      !tiles_cover(m, up.tiles, inter) || inter < f->split_down_min_cols * (int64_t)up.tiles.n)
     return false;
   const AmkTask *d0 = &m->tasks[readers.at[0]];
   uint32_t y = d0->n_outputs == 1 ? bufpos(f, d0->outputs[0]) : AMK_NO_INDEX;
@@ -984,6 +988,12 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     if (t->n_inputs != 3 || t->inputs[0] != gub->id || t->inputs[2] != x)
       return false;
   }
+  /* Wd goes with the down tiles, replaced by its transpose: one tensor (a
+   * '+'-joined source would transpose each part), not transposed already. */
+  const AmkBuffer *wdb = &m->buffers[wd];
+  if (!span_equal(span(&f->ix.readers, wd), down.tiles) || strchr(wdb->source, '+') ||
+      strstr(wdb->source, "^T"))
+    return false;
   /* An mlp tile waits where its gate|up tile did and where the down tiles
    * did, less gu's counter (the residual's counter is x's: already there). */
   WaitSet *sets = amk_xmalloc(up.tiles.n * sizeof *sets);
@@ -993,10 +1003,16 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     ok = merged_waits(&m->tasks[up.tiles.at[i]], &drop, 1, d0->waits, d0->n_waits, &sets[i]);
   if (ok) {
     int32_t out = m->buffers[y].id, counter = d0->out_counter;
-    int64_t elem = amk_dtype_nbytes(m->buffers[wd].dtype, 1);
+    int64_t elem = amk_dtype_nbytes(wdb->dtype, 1);
+    char name[256], src[1024];
+    rename_part(wdb->name, "down_proj.w", "down_proj.wt", ".t", name, sizeof name);
+    snprintf(src, sizeof src, "%s^T", wdb->source);
+    int64_t wdt_dims[2] = {inter, hidden};
+    int32_t wdt = add_buffer(f, name, AMK_KIND_WEIGHT, wdb->dtype, 2, wdt_dims, src);
+    wdb = NULL; /* add_buffer may move the buffer table */
     for (uint32_t i = 0; i < up.tiles.n; i++) {
       AmkTask *t = &m->tasks[up.tiles.at[i]];
-      int32_t in[4] = {x, t->inputs[1], t->inputs[2], m->buffers[wd].id};
+      int32_t in[4] = {x, t->inputs[1], t->inputs[2], wdt};
       int64_t n_tile = 0;
       amk_task_param_int(t, "N_tile", &n_tile);
       set_inputs(m, t, in, 4);
@@ -1006,7 +1022,6 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
       t->out_counter = counter;
       t->est_bytes += hidden * n_tile * elem + hidden * 4;
       t->est_flops += 2 * hidden * n_tile;
-      char name[256];
       rename_part(t->label, "gate_up_proj", "mlp", "", name, sizeof name);
       t->label = amk_arena_strdup(&m->arena, name);
     }
@@ -1014,6 +1029,7 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     for (uint32_t i = 0; i < down.tiles.n; i++)
       amk_rw_kill_task(&f->edit, down.tiles.at[i]);
     amk_rw_kill_buffer(&f->edit, gu);
+    amk_rw_kill_buffer(&f->edit, wd);
     amk_rw_kill_counter(&f->edit, up.counter);
     f->done[FUSION_SPLIT_DOWN]++;
   }
@@ -1508,8 +1524,20 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     for (int g = 0; g < FUSION_COUNT; g++)
       on[g] = group_by_default[g];
   }
-  /* AMK_FUSE_SPLIT_DOWN=0|1 turns split_down off or on whatever the
-   * groups say, for A/B runs of the same program. */
+  /* split_down by default: only MLPs whose gate|up tiles have more than
+   * 32 intermediate columns on average. Each mlp tile adds all K elements
+   * into the accumulator, so a narrow tile pays those K atomic adds and its
+   * fixed costs for little down work. Measured on an H200 (bf16, the
+   * decode step against the same program without split_down): tiles of 112
+   * columns (8B shape) -4.7%, 64 (1B) -4.4%, 38 (Qwen2.5-0.5B) -7.6%, 32
+   * (Qwen3-0.6B) +2.3%, 16 (SmolLM2) +6% (docs/Performance.md). Named
+   * explicitly (--fusion, the config) it splits every MLP it can. */
+  enum { SPLIT_DOWN_MIN_COLS = 33 };
+  bool fusion_defaults =
+      !option && (!m->config || m->config->fusion_grouping.count == 0);
+  int64_t split_down_min_cols = fusion_defaults ? SPLIT_DOWN_MIN_COLS : 1;
+  /* AMK_FUSE_SPLIT_DOWN=0|1 turns split_down off, or on for every MLP,
+   * whatever the groups say, for A/B runs of the same program. */
   const char *split_env = getenv("AMK_FUSE_SPLIT_DOWN");
   if (split_env && *split_env) {
     if (strcmp(split_env, "0") != 0 && strcmp(split_env, "1") != 0) {
@@ -1518,6 +1546,7 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
       return false;
     }
     on[FUSION_SPLIT_DOWN] = split_env[0] == '1';
+    split_down_min_cols = 1;
   }
   /* The block rewrites need their parts together (docs/Fusion.md). */
   bool attention = on[FUSION_QKV] && on[FUSION_ROPE_KV] && on[FUSION_ATTENTION_ROPE];
@@ -1558,7 +1587,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_rw_hops(m, &path_before, &layer_before);
   uint32_t tasks_before = m->n_tasks, counters_before = m->n_counters;
 
-  Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv};
+  Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv,
+             .split_down_min_cols = split_down_min_cols};
   if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
     amk_rw_edit_init(&f.edit, m);
     bool identity = true;

@@ -316,9 +316,10 @@ static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
     require_width(v, t, "weight", "K", k, shape_of(v, t->inputs[1]));
 }
 
-/* mlp (docs/Fusion.md): inputs [x, Wgu, g, Wd] with x one row of K, the
- * stacked gate|up weight [2I, K], the norm weight of K and the down weight
- * [K, I]; n_off / N_tile count columns of the intermediate I (Wd's width),
+/* mlp (docs/Fusion.md): inputs [x, Wgu, g, Wdt] with x one row of K, the
+ * stacked gate|up weight [2I, K], the norm weight of K and the transposed
+ * down weight [I, K]; n_off / N_tile count columns of the intermediate I
+ * (Wdt's rows),
  * and every tile adds into all K elements of its f32 accumulator, so the
  * output is K elements wide whatever the tile (check_tile leaves the
  * generic column bounds to this). The accumulator rules across tiles are
@@ -340,18 +341,18 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
     if (t->inputs[i] == t->outputs[0])
       bound_error(v, t, "pattern %s: input %u is buffer #%" PRId32 " ('%s'), the accumulator "
                   "it adds to", pattern, i, out->id, out->name);
-  /* I is the down weight's width (Wd [K, I]). */
-  int64_t inter = wd->ok && wd->rank == 2 ? wd->dim[1] : -1;
+  /* I is the transposed down weight's rows (Wdt [I, K]). */
+  int64_t inter = wd->ok && wd->rank == 2 ? wd->dim[0] : -1;
   if (have_k) {
     require_numel(v, t, "input", k, "K: one row of the hidden state", x);
     require_numel(v, t, "norm weight", k, "K", g);
-    int64_t want_wd[2] = {k, -1};
-    snprintf(expected, sizeof expected, "[K=%" PRId64 ", I]", k);
+    int64_t want_wd[2] = {-1, k};
+    snprintf(expected, sizeof expected, "[I, K=%" PRId64 "] (the down weight transposed)", k);
     require_shape(v, t, pattern, "down weight", wd, 2, want_wd, expected);
     if (inter > 0) {
       int64_t want_gu[2] = {2 * inter, k};
       snprintf(expected, sizeof expected,
-               "[2*I=%" PRId64 ", K=%" PRId64 "] (I=%" PRId64 ": the down weight's width)",
+               "[2*I=%" PRId64 ", K=%" PRId64 "] (I=%" PRId64 ": the down weight's rows)",
                2 * inter, k, inter);
       require_shape(v, t, pattern, "gate|up weight", wgu, 2, want_gu, expected);
     }
@@ -371,7 +372,7 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
   if (have_range && inter > 0 && n_off + n_tile > inter)
     bound_error(v, t,
                 "pattern %s: intermediate columns n_off+N_tile=%" PRId64 " exceed I=%" PRId64
-                ", the width of down weight buffer #%" PRId32 " ('%s')",
+                ", the rows of down weight buffer #%" PRId32 " ('%s')",
                 pattern, n_off + n_tile, inter, wd->id, wd->name);
 }
 
@@ -1476,7 +1477,7 @@ static bool is_mlp_tile(const AmkValidator *v, uint32_t t) {
 /* An accumulator (every writer an mlp tile; the WAW check rejected any
  * other writer and proved the tiles' intermediate columns disjoint) holds
  * the whole down projection only when those columns cover [0, I), I the
- * down weight's width; a missing tile leaves a share of it out (and the
+ * rows of the transposed down weight; a missing tile leaves a share of it out (and the
  * one at column 0 the residual x). Checked where the buffer is read or is
  * an IO_OUTPUT, as the element coverage is. */
 static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
@@ -1501,16 +1502,16 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
       return;
     if (first == AMK_NO_INDEX) {
       first = w;
-      inter = wd->dim[1];
-    } else if (wd->dim[1] != inter) {
+      inter = wd->dim[0];
+    } else if (wd->dim[0] != inter) {
       const AmkTask *t0 = &m->tasks[first];
       amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
                            "mlp tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add into "
                            "accumulator #%" PRId32 " ('%s') from intermediates of different "
-                           "sizes (down weights of width %" PRId64 " and %" PRId64 ")",
+                           "sizes (down weights of %" PRId64 " and %" PRId64 " rows)",
                            t0->id, amk_validator_label(t0), task->id,
                            amk_validator_label(task), buf->id, buf->name ? buf->name : "",
-                           inter, wd->dim[1]);
+                           inter, wd->dim[0]);
       return;
     }
     cs->fp[n++] = (Footprint){0, 1, clamp_i64(n_off, 0, inter),

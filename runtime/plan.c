@@ -115,7 +115,8 @@ static AmkPlanFollow follow_of(AmkOp op, const AmkInstParams *params) {
 /* The GEMV patterns whose input 1 is a weight matrix [N, K] the tile
  * reduces over (the others read caches and frequencies there). */
 static bool streams_weight_rows(int64_t pattern) {
-  return pattern <= AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_COMBINE_RESIDUAL;
+  return pattern <= AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_COMBINE_RESIDUAL ||
+         pattern == AMK_PATTERN_MLP;
 }
 
 /* The rows of the matrix a GEMV/GEMM tile streams: input 1, rows [n_off,

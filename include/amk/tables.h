@@ -219,10 +219,10 @@
   X(COMBINE_RESIDUAL, 8, "combine_residual", "p0, W, r, p1..",               \
     "out[cols] = r[cols] + combine(p0..p{P-1}) @ W[cols]^T; each tile "       \
     "recombines the P split-KV partials [n_heads, head_dim + 2] itself")      \
-  X(MLP, 9, "mlp", "x, Wgu, g, Wd",                                           \
+  X(MLP, 9, "mlp", "x, Wgu, g, Wdt",                                          \
     "act = silu(gate) * up of rmsnorm(x, g) for intermediate columns "        \
-    "[n_off, n_off + N_tile); out[:] += Wd[:, cols] @ act (+ x for the tile " \
-    "at n_off 0): a split-K down projection accumulated into an f32 "         \
-    "buffer every step starts at zero")
+    "[n_off, n_off + N_tile); out[:] += Wdt[cols, :]^T @ act (+ x for the "   \
+    "tile at n_off 0): a split-K down projection (its weight transposed, "    \
+    "[I, K]) accumulated into an f32 buffer every step starts at zero")
 
 #endif

@@ -799,15 +799,15 @@ static AmkInstParams mlp_params(int64_t n_off, int64_t n_tile) {
 
 /* The tile [first, first + count)'s share of the down projection, summed
  * as the kernel documents: fp32, increasing column, from 0. */
-static float down_partial(const T *act, const T *wd, int64_t n, int64_t first, int64_t count) {
+static float down_partial(const T *act, const T *wdt, int64_t n, int64_t first, int64_t count) {
   float p = 0.0f;
   for (int64_t col = first; col < first + count; col++)
-    p += at(act, col) * at(wd, n * MI + col);
+    p += at(act, col) * at(wdt, col * MK + n);
   return p;
 }
 
 /* Two tiles [0, 3) and [3, 6) summed into a zeroed f32 accumulator give
- * x + Wd . act, act from the unfused RMSNORM, stacked gate|up GEMV and
+ * x + Wdt^T . act, act from the unfused RMSNORM, stacked gate|up GEMV and
  * SILU_MUL with intermediates of x's dtype; bit for bit the documented
  * fp32 order whichever tile lands first. */
 static void test_mlp(UnitCounts *c, AmkDType dt) {
@@ -815,7 +815,7 @@ static void test_mlp(UnitCounts *c, AmkDType dt) {
   char err[256];
   const int64_t half = MI / 2;
   T x = mat(dt, 1, MK, 2.0f, &seed), wgu = mat(dt, 2 * MI, MK, 0.5f, &seed);
-  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MK, MI, 0.5f, &seed);
+  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MI, MK, 0.5f, &seed); /* Wdt [I, K] */
   /* Unfused: xn = RMSNORM(x, g); [gate; up] = the plain stacked GEMV;
    * act = SILU_MUL(gate, up). */
   T xn = mat(dt, 1, MK, 0, &seed), gu = mat(dt, 2, MI, 0, &seed), act = mat(dt, 1, MI, 0, &seed);
@@ -846,7 +846,7 @@ static void test_mlp(UnitCounts *c, AmkDType dt) {
   for (int64_t n = 0; n < MK; n++) {
     double want = at(&x, n);
     for (int64_t col = 0; col < MI; col++)
-      want += (double)at(&act, col) * at(&wd, n * MI + col);
+      want += (double)at(&act, col) * at(&wd, col * MK + n);
     close = close && near(at(&acc01, n), want, 1e-5) && near(at(&acc10, n), want, 1e-5);
     float p0 = down_partial(&act, &wd, n, 0, half), p1 = down_partial(&act, &wd, n, half, MI - half);
     float first0 = 0.0f + (at(&x, n) + p0), first1 = 0.0f + p1;
@@ -870,7 +870,7 @@ static void test_mlp_errors(UnitCounts *c) {
   char err[256];
   const AmkDType dt = AMK_DTYPE_BF16;
   T x = mat(dt, 1, MK, 2.0f, &seed), wgu = mat(dt, 2 * MI, MK, 0.5f, &seed);
-  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MK, MI, 0.5f, &seed);
+  T g = mat(dt, 1, MK, 1.0f, &seed), wd = mat(dt, MI, MK, 0.5f, &seed); /* Wdt [I, K] */
   T got = mat(AMK_DTYPE_F32, 1, MK, 1.0f, &seed), before = copy_of(&got);
   T bf16_out = mat(dt, 1, MK, 0, &seed);
   AmkInstParams p = mlp_params(0, 3);
@@ -883,7 +883,7 @@ static void test_mlp_errors(UnitCounts *c) {
   CHECK_STR(c, err, "gemv_tile: mlp takes fp weights, not qdtype 6");
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_ARITY);
-  CHECK_STR(c, err, "gemv_tile: mlp takes 4 inputs (x, Wgu, g, Wd), got 3");
+  CHECK_STR(c, err, "gemv_tile: mlp takes 4 inputs (x, Wgu, g, Wdt), got 3");
   AmkInstParams no_eps = gemv_params(AMK_PATTERN_MLP, MK, 0, 3);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &no_eps, in, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_PARAM);
@@ -893,21 +893,23 @@ static void test_mlp_errors(UnitCounts *c) {
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_x, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
   CHECK_STR(c, err, "gemv_tile: mlp: x has 7 elements, want K = 8 (positive)");
-  /* Wd transposed ([I, K]) or short a row. */
-  AmkTensorView wd_t[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MI, MK)};
-  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, wd_t, 4, &got, NULL, err, sizeof err) ==
+  /* The down weight untransposed ([K, I]), or short a row of the
+   * intermediate (then Wgu's 2I rows no longer match). */
+  AmkTensorView wd_untransposed[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MK, MI)};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &p, wd_untransposed, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
-  CHECK_STR(c, err, "gemv_tile: mlp: Wd has 48 elements of width 8, want [K, I] with K = 8");
-  AmkTensorView wd_short[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MK - 1, MI)};
+  CHECK_STR(c, err, "gemv_tile: mlp: Wdt has 48 elements of width 6, want [I, K] with K = 8");
+  AmkTensorView wd_short[4] = {x.v, wgu.v, g.v, view2(wd.v.data, dt, MI - 1, MK)};
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, wd_short, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
-  CHECK_STR(c, err, "gemv_tile: mlp: Wd has 42 elements of width 6, want [K, I] with K = 8");
+  CHECK_STR(c, err, "gemv_tile: mlp: Wgu has 96 elements of width 8, want [2I, K] = [10, 8] "
+                    "(I = 5, Wdt's rows)");
   /* Wgu holding only the gate rows. */
   AmkTensorView gate_only[4] = {x.v, view2(wgu.v.data, dt, MI, MK), g.v, wd.v};
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, gate_only, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);
   CHECK_STR(c, err, "gemv_tile: mlp: Wgu has 48 elements of width 8, want [2I, K] = [12, 8] "
-                    "(I = 6, Wd's width)");
+                    "(I = 6, Wdt's rows)");
   AmkTensorView short_g[4] = {x.v, wgu.v, part(&g, 0, MK - 1), wd.v};
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, short_g, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_SHAPE);

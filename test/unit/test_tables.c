@@ -104,7 +104,7 @@ int main(void) {
                                                     << AMK_PATTERN_SHIFT) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ATTENTION_ROPE
                                                     << AMK_PATTERN_SHIFT) == 3);
-  /* mlp: [x, Wgu, g, Wd]. */
+  /* mlp: [x, Wgu, g, Wdt]. */
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_MLP
                                                     << AMK_PATTERN_SHIFT) == 4);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, -combine) == 3);
