@@ -304,9 +304,10 @@ static void finish_task(AmkVm *vm, uint32_t t, uint32_t *tail) {
 
 /* Several threads fire ready tasks at once. The result does not depend on
  * the order: the validator proved every read ordered after its writers, and
- * each task computes the same values wherever and whenever it runs. The one
- * exception is an accumulator: its mlp tiles' fp32 adds land in the order
- * the tiles finish (docs/Fusion.md leaves that order unspecified).
+ * each task computes the same values wherever and whenever it runs. An
+ * accumulator's mlp tiles, whose fp32 adds do not commute bit for bit, are
+ * staged and added in task order by the last of them (run_accumulating), so
+ * the workers give the bits of one thread firing the tiles in that order.
  *
  * The workers are started at the first step that uses them and kept for the
  * VM's life (a decode is thousands of steps; starting threads at each one
@@ -319,7 +320,12 @@ struct VmPool {
   pthread_cond_t start;   /* a new step, or shutdown */
   pthread_cond_t changed; /* the step's queue or counts changed */
   pthread_cond_t idle;    /* a worker left the step */
-  pthread_mutex_t accumulate_lock; /* held while adding into an accumulator */
+  pthread_mutex_t accumulate_lock; /* guards the staging below */
+  /* Per task, an mlp tile's staged share (NULL until it ran this step);
+   * per buffer, how many of its mlp tiles have staged theirs, and how many
+   * it has. */
+  float **staged;
+  uint32_t *acc_landed, *acc_writers;
   pthread_t threads[VM_MAX_THREADS];
   int n_threads;
   uint64_t generation; /* steps begun */
@@ -336,15 +342,17 @@ struct VmPool {
  * private f32 buffer of the accumulator's size that starts at -0.0f, the
  * identity of fp32 addition (-0 + v is v, bit for bit, signed zeros and
  * NaNs included), so that buffer ends up holding exactly the value the tile
- * adds to each element; only adding it into the accumulator is serialized,
- * under accumulate_lock. The tiles' GEMVs run in parallel, and the accumulator
- * gets the bits of running the tiles one after another in the order their
- * adds land. This relies on the tile adding one value per element,
+ * adds to each element. The tiles' GEMVs run in parallel; each stages its
+ * buffer, and the last of an accumulator's tiles adds every staged buffer
+ * into it in task order, before its counter can signal a reader: the bits
+ * of running the tiles one after another in task order, whichever worker
+ * finishes when. This relies on the tile adding one value per element,
  * out[n] += v[n] with v not read from out (docs/Fusion.md's mlp), and on
  * the accumulator being f32 (the plan refuses any other). */
 static bool run_accumulating(VmPool *s, uint32_t t, char *err, size_t err_len) {
   const AmkVm *vm = s->vm;
-  const VmBuffer *acc = &vm->buffers[vm->plan->tasks[t].outputs[0]];
+  uint32_t b = vm->plan->tasks[t].outputs[0];
+  const VmBuffer *acc = &vm->buffers[b];
   size_t n = (size_t)acc->view.numel;
   float *own = malloc((n ? n : 1) * sizeof *own);
   if (!own) {
@@ -355,16 +363,36 @@ static bool run_accumulating(VmPool *s, uint32_t t, char *err, size_t err_len) {
   }
   for (size_t i = 0; i < n; i++)
     own[i] = -0.0f;
-  bool ok = run_task_into(vm, t, s->pos, own, err, err_len);
-  if (ok) {
-    float *dst = acc->data;
-    pthread_mutex_lock(&s->accumulate_lock);
-    for (size_t i = 0; i < n; i++)
-      dst[i] += own[i];
-    pthread_mutex_unlock(&s->accumulate_lock);
+  if (!run_task_into(vm, t, s->pos, own, err, err_len)) {
+    free(own);
+    return false;
   }
-  free(own);
-  return ok;
+  pthread_mutex_lock(&s->accumulate_lock);
+  s->staged[t] = own;
+  if (++s->acc_landed[b] == s->acc_writers[b]) {
+    float *dst = acc->data;
+    for (uint32_t w = 0; w < vm->m->n_tasks; w++) {
+      if (!s->staged[w] || vm->plan->tasks[w].outputs[0] != b)
+        continue;
+      for (size_t i = 0; i < n; i++)
+        dst[i] += s->staged[w][i];
+      free(s->staged[w]);
+      s->staged[w] = NULL;
+    }
+    s->acc_landed[b] = 0;
+  }
+  pthread_mutex_unlock(&s->accumulate_lock);
+  return true;
+}
+
+/* Drops what a failed step left staged. */
+static void unstage(VmPool *s) {
+  AmkVm *vm = s->vm;
+  for (uint32_t t = 0; t < vm->m->n_tasks; t++) {
+    free(s->staged[t]);
+    s->staged[t] = NULL;
+  }
+  memset(s->acc_landed, 0, (vm->plan->n_buffers ? vm->plan->n_buffers : 1) * sizeof *s->acc_landed);
 }
 
 /* One worker's share of a step; called and returning with the lock held. */
@@ -422,6 +450,13 @@ static VmPool *pool_start(AmkVm *vm) {
   pthread_cond_init(&s->changed, NULL);
   pthread_cond_init(&s->idle, NULL);
   pthread_mutex_init(&s->accumulate_lock, NULL);
+  uint32_t nt = vm->m->n_tasks, nb = vm->plan->n_buffers;
+  s->staged = amk_xcalloc(nt ? nt : 1, sizeof *s->staged);
+  s->acc_landed = amk_xcalloc(nb ? nb : 1, sizeof *s->acc_landed);
+  s->acc_writers = amk_xcalloc(nb ? nb : 1, sizeof *s->acc_writers);
+  for (uint32_t t = 0; t < nt; t++)
+    if (vm->accumulates[t])
+      s->acc_writers[vm->plan->tasks[t].outputs[0]]++;
   for (int i = 0; i < vm->threads; i++)
     if (pthread_create(&s->threads[s->n_threads], NULL, pool_worker, s) == 0)
       s->n_threads++;
@@ -437,6 +472,10 @@ static void pool_stop(VmPool *s) {
   pthread_mutex_unlock(&s->lock);
   for (int i = 0; i < s->n_threads; i++)
     pthread_join(s->threads[i], NULL);
+  unstage(s);
+  free(s->staged);
+  free(s->acc_landed);
+  free(s->acc_writers);
   pthread_mutex_destroy(&s->accumulate_lock);
   pthread_cond_destroy(&s->idle);
   pthread_cond_destroy(&s->changed);
@@ -463,6 +502,7 @@ static uint32_t fire_tasks(AmkVm *vm, int64_t pos, uint32_t tail, char *err, siz
     vm->pool = pool_start(vm);
   VmPool *s = vm->pool;
   pthread_mutex_lock(&s->lock);
+  unstage(s); /* what a failed or stuck step left */
   s->pos = pos;
   s->head = 0;
   s->tail = tail;

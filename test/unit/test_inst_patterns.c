@@ -997,8 +997,8 @@ static bool tiny_decode(AmkVm *vm, size_t vocab, float *logits, AmkDiagEngine *d
 /* A program whose MLPs are mlp tiles decodes, step after step, as its
  * unfused form does up to fp32 summation order: the VM starts every
  * step's accumulators at zero (a second decode after a reset repeats the
- * first bit for bit), and its worker threads add the tiles' shares one at
- * a time. */
+ * first bit for bit), and its worker threads give the bits of one thread
+ * (the tiles' shares added in task order, whichever finishes first). */
 static void test_mlp_vm(UnitCounts *c) {
   AmkDiagEngine *d = amk_diag_new(stderr);
   TinyProgram split, plain;
@@ -1034,6 +1034,7 @@ static void test_mlp_vm(UnitCounts *c) {
     CHECK(c, tiny_decode(vm_one, vocab, again, d));
     CHECK(c, tiny_decode(vm_four, vocab, four, d));
     CHECK(c, same_bits(one, again, n * sizeof *one));
+    CHECK(c, same_bits(one, four, n * sizeof *one));
     bool close = true;
     for (size_t i = 0; i < n; i++)
       close = close && near(one[i], want[i], 1e-4) && near(four[i], want[i], 1e-4);
