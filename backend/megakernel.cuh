@@ -1189,7 +1189,7 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
 // the accumulator with float4 atomics (sm_90) from an offset that differs
 // between tiles, so that the tiles do not all queue on the same L2 lines.
 #ifndef AMK_MLP_DOWN_UNROLL
-#define AMK_MLP_DOWN_UNROLL 8
+#define AMK_MLP_DOWN_UNROLL 16
 #endif
 // The first AMK_MLP_PREFETCH_BYTES of a tile's down weights go to L2 (one
 // bulk prefetch) as the tile starts, so that they stream while the gate|up

@@ -66,7 +66,7 @@ typedef struct {
                          * megakernel so far: docs/Quantization.md) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
-  int mlp_loads;        /* mlp tiles: down-projection loads per lane in flight (0: 8) */
+  int mlp_loads;        /* mlp tiles: down-projection loads per lane in flight (0: 16) */
   int mlp_prefetch_kb;  /* mlp tiles: 1 + the KiB of their down weights sent to L2 as they
                          * start (0: the default) */
 } AmkCodegenOptions;
