@@ -749,26 +749,10 @@ static void sort_by_topo(uint32_t *a, uint32_t *tmp, size_t n,
   memcpy(a, tmp, n * sizeof *a);
 }
 
-/* Whether task `t` is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern
- * 9, which adds its share of the down projection into its output (an
- * accumulator) instead of storing to it. The last flags param wins. */
-static bool is_mlp_tile(const AmkValidator *v, uint32_t t) {
-  const AmkTask *task = &v->m->tasks[t];
-  if (task->op != AMK_OP_GEMV_TILE)
-    return false;
-  const uint8_t *field = &v->pfield[v->pfield_off[t]];
-  int64_t flags = 0;
-  bool have = false;
-  for (uint32_t i = 0; i < task->n_params; i++)
-    if (field[i] == AMK_PARAM_flags)
-      have = amk_validator_int(&task->params[i].value, &flags);
-  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
-}
-
 /* The first mlp tile among buffer b's writers, or AMK_NO_INDEX. */
 static uint32_t first_mlp_writer(const AmkValidator *v, uint32_t b) {
   for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
-    if (is_mlp_tile(v, v->wr[j]))
+    if (amk_validator_is_mlp_tile(v, v->wr[j]))
       return v->wr[j];
   return AMK_NO_INDEX;
 }
@@ -817,7 +801,7 @@ static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t mlp)
   size_t k = v->wr_off[b + 1] - v->wr_off[b];
   const AmkTask *tm = &m->tasks[mlp];
   for (size_t i = 0; i < k; i++) {
-    if (is_mlp_tile(v, ws[i]))
+    if (amk_validator_is_mlp_tile(v, ws[i]))
       continue;
     const AmkTask *to = &m->tasks[ws[i]];
     amk_validator_report(

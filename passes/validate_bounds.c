@@ -1458,22 +1458,6 @@ static void check_activation_coverage(AmkValidator *v, uint32_t b,
   }
 }
 
-/* Whether task `t` is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern
- * 9, which adds its share of the down projection into an accumulator. */
-static bool is_mlp_tile(const AmkValidator *v, uint32_t t) {
-  const AmkTask *task = &v->m->tasks[t];
-  if (task->op != AMK_OP_GEMV_TILE)
-    return false;
-  /* The last flags param wins (a scan: this runs for every written buffer). */
-  const uint8_t *field = &v->pfield[v->pfield_off[t]];
-  int64_t flags = 0;
-  bool have = false;
-  for (uint32_t i = 0; i < task->n_params; i++)
-    if (field[i] == AMK_PARAM_flags)
-      have = amk_validator_int(&task->params[i].value, &flags);
-  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
-}
-
 /* An accumulator (every writer an mlp tile; the WAW check rejected any
  * other writer and proved the tiles' intermediate columns disjoint) holds
  * the whole down projection only when those columns cover [0, I), I the
@@ -1792,7 +1776,7 @@ static void check_coverage(AmkValidator *v) {
       continue;
     bool accumulator = v->wr_off[b] != v->wr_off[b + 1];
     for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1] && accumulator; j++)
-      accumulator = is_mlp_tile(v, v->wr[j]);
+      accumulator = amk_validator_is_mlp_tile(v, v->wr[j]);
     if (buf->kind == AMK_KIND_KV_CACHE) /* the step's rows even unwritten */
       check_kv_coverage(v, b, &cs);
     else if (accumulator)

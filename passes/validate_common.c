@@ -64,6 +64,20 @@ int amk_validator_max_inputs(const AmkValidator *v, uint32_t t) {
   return amk_op_max_inputs(task->op, flags);
 }
 
+bool amk_validator_is_mlp_tile(const AmkValidator *v, uint32_t t) {
+  const AmkTask *task = &v->m->tasks[t];
+  if (task->op != AMK_OP_GEMV_TILE)
+    return false;
+  /* The last flags param wins (a scan: this runs for every written buffer). */
+  const uint8_t *field = &v->pfield[v->pfield_off[t]];
+  int64_t flags = 0;
+  bool have = false;
+  for (uint32_t i = 0; i < task->n_params; i++)
+    if (field[i] == AMK_PARAM_flags)
+      have = amk_validator_int(&task->params[i].value, &flags);
+  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+}
+
 void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, size_t i),
                                const void *ctx, char *buf, size_t size) {
   size_t len = 0;

@@ -44,6 +44,10 @@ uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
 /* amk_op_max_inputs for task `t`, with its flags param when that is an INT
  * (a mistyped one is reported by the param checks). */
 int amk_validator_max_inputs(const AmkValidator *v, uint32_t t);
+/* Whether task t is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern 9,
+ * which adds its share of the down projection into its output (an
+ * accumulator) instead of storing to it. */
+bool amk_validator_is_mlp_tile(const AmkValidator *v, uint32_t t);
 
 /* amk_value_as_int, inlined (the checks call it for every param and dim). */
 static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
