@@ -249,6 +249,24 @@ bool amk_pipeline_set_option(AmkPipeline *p, const char *key, const char *value,
   return true;
 }
 
+bool amk_pipeline_check_options(const AmkPipeline *p, AmkDiagEngine *diag) {
+  bool ok = true;
+  for (size_t i = 0; i < p->n_options; i++) {
+    const AmkPassOptionInfo *info = p->options[i].value.info;
+    bool read = false;
+    for (size_t s = 0; s < p->n_steps && !read; s++)
+      read = strcmp(p->steps[s].pass->name, info->pass) == 0;
+    if (!read) {
+      amk_error(diag, no_loc,
+                "--%s is read by pass '%s', which this pipeline does not run (add -%s, "
+                "or leave --%s out)",
+                info->key, info->pass, info->pass, info->key);
+      ok = false;
+    }
+  }
+  return ok;
+}
+
 /* ---- pipeline text ---------------------------------------------------------- */
 
 static bool add_pass_n(AmkPipeline *p, const char *spec, size_t len, AmkDiagEngine *diag) {

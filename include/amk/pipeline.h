@@ -45,6 +45,12 @@ bool amk_pipeline_add_pass(AmkPipeline *p, const char *spec, AmkDiagEngine *diag
 bool amk_pipeline_set_option(AmkPipeline *p, const char *key, const char *value,
                              AmkDiagEngine *diag);
 
+/* Reports every option set on the pipeline whose pass (the one that reads
+ * it, AMK_PASS_OPTIONS) the pipeline does not run: such an option would be
+ * ignored ("--quant is read by pass 'quantize', which this pipeline does
+ * not run"). False when there was one. */
+bool amk_pipeline_check_options(const AmkPipeline *p, AmkDiagEngine *diag);
+
 /* Parses one value by its option's type and range into *out (which points
  * into `text`: keep it alive). Reports a bad value through diag as
  * amk_pipeline_set_option does. */

@@ -357,6 +357,8 @@ static int parse_args(int argc, char **argv, DriverOptions *o, AmkDiagEngine *di
     fprintf(stderr, "amk-opt: error: --arch applies to --emit=cubin\n");
     return 1;
   }
+  if (!amk_pipeline_check_options(o->pipeline, diag))
+    return 1;
   for (int k = 0; k < 2; k++) {
     const char *p = k ? o->print_after : o->print_before;
     if (p && !amk_pass_lookup(p)) {
