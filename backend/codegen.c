@@ -1169,6 +1169,13 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (!env_int("AMK_CUDA_MLP_LOADS", 32, &o->mlp_loads, &set, diag))
     return false;
+  if (!env_int("AMK_CUDA_MLP_GU_ROWS", 8, &o->mlp_gu_rows, &set, diag))
+    return false;
+  int pair_min_rows;
+  if (!env_int("AMK_CUDA_GEMV_PAIR_MIN_ROWS", 1 << 30, &pair_min_rows, &set, diag))
+    return false;
+  if (set)
+    o->gemv_pair_min_rows = pair_min_rows + 1;
   int mlp_prefetch;
   if (!env_int("AMK_CUDA_MLP_PREFETCH_KB", 1 << 16, &mlp_prefetch, &set, diag))
     return false;
@@ -1318,6 +1325,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_QGEMV_MMA 1\n");
   if (opt && opt->mlp_loads > 0)
     amk_sb_printf(&s, "#define AMK_MLP_DOWN_UNROLL %d\n", opt->mlp_loads);
+  if (opt && opt->gemv_pair_min_rows > 0)
+    amk_sb_printf(&s, "#define AMK_GEMV_PAIR_MIN_ROWS %d\n", opt->gemv_pair_min_rows - 1);
+  if (opt && opt->mlp_gu_rows > 0)
+    amk_sb_printf(&s, "#define AMK_MLP_GU_ROWS %d\n", opt->mlp_gu_rows);
   if (opt && opt->mlp_prefetch_kb > 0)
     amk_sb_printf(&s, "#define AMK_MLP_PREFETCH_BYTES %lld\n",
                   (long long)(opt->mlp_prefetch_kb - 1) * 1024);

@@ -902,6 +902,9 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
 #ifndef AMK_GEMV_PAIR_MAX_BYTES
 #define AMK_GEMV_PAIR_MAX_BYTES 2048
 #endif
+#ifndef AMK_GEMV_PAIR_MIN_ROWS
+#define AMK_GEMV_PAIR_MIN_ROWS 128
+#endif
 template <int WDT, int K> __device__ constexpr bool amk_row_dot2_ok() {
   constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
   return (AMK_GEMV_ROW_PAIRS == 1 ||
@@ -944,6 +947,55 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
   }
   sa = amk_warp_sum(acc_a);
   sb = amk_warp_sum(acc_b);
+}
+
+// One warp's dots of G weight rows with xs, all G rows' loads in flight at
+// once (U 16-byte loads per lane a row): a tile that streams much from one
+// SM needs more bytes in flight than one row (amk_row_dot: 4 KiB a warp for
+// U = 8) keeps. Dtypes and K as amk_row_dot2_ok asks, without its limit on
+// the row length.
+template <int WDT, int K> __device__ constexpr bool amk_rows_dot_ok() {
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  return K % (16 / ESZ) == 0 &&
+         (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
+}
+template <int WDT, int K, int XC, int G>
+__device__ __forceinline__ void amk_rows_dot(const void *W, const long long *rows,
+                                             const float *xs, float *out) {
+  int lane = threadIdx.x & 31;
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  constexpr int VEC = 16 / ESZ;
+  constexpr int NV = K / VEC;
+  constexpr int U = amk_gemv_unroll((NV + 31) / 32);
+  constexpr int XS = VEC + (XC ? 4 : 0);
+  const char *base[G];
+  float acc[G];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    base[g] = (const char *)W + rows[g] * (long long)K * ESZ;
+    acc[g] = 0.0f;
+  }
+  int v = lane;
+  for (; v + 32 * (U - 1) < NV; v += 32 * U) {
+    uint4 q[G][U];
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
+  }
+  for (; v < NV; v += 32)
+#pragma unroll
+    for (int g = 0; g < G; g++)
+      acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
+#pragma unroll
+  for (int g = 0; g < G; g++)
+    out[g] = amk_warp_sum(acc[g]);
 }
 
 // The input vector(s) of a GEMV tile staged in fp32 in xs, with the fused
@@ -1119,7 +1171,13 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = STACK * n_tile;
   constexpr AmkGemvExtra none = {0.0f, 0.0f};
-  if constexpr (amk_row_dot2_ok<WDT, K>()) {
+  // Row pairs for short rows (amk_row_dot2_ok), and for longer ones in
+  // tiles of at least AMK_GEMV_PAIR_MIN_ROWS rows (the lm_head's): there
+  // twice the bytes in flight pay, where a small tile's warps would only
+  // share fewer, longer dots.
+  constexpr bool LONG_PAIRS = AMK_GEMV_ROW_PAIRS == 2 && amk_rows_dot_ok<WDT, K>();
+  if constexpr (amk_row_dot2_ok<WDT, K>() || LONG_PAIRS) {
+    if (amk_row_dot2_ok<WDT, K>() || rows >= AMK_GEMV_PAIR_MIN_ROWS) {
     for (int m = m_begin; m < m_begin + m_count; m++) {
       for (int r = warp; r < rows; r += 2 * AMK_NWARPS) {
         int r2 = r + AMK_NWARPS;
@@ -1147,6 +1205,7 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
       }
     }
     return;
+    }
   }
   for (int m = m_begin; m < m_begin + m_count; m++) {
     for (int r = warp; r < rows; r += AMK_NWARPS) {
@@ -1190,6 +1249,13 @@ __device__ __forceinline__ bool amk_tile_rows_ok(AmkP P, int idx, int n_off, int
 // between tiles, so that the tiles do not all queue on the same L2 lines.
 #ifndef AMK_MLP_DOWN_UNROLL
 #define AMK_MLP_DOWN_UNROLL 16
+#endif
+// Gate|up rows a warp streams at once (amk_rows_dot); 0: two for rows of
+// 8 KiB or more (one keeps only 4 KiB a warp in flight) and for the short
+// rows the GEMV takes in pairs, else one (two were no faster on rows of
+// 4 KiB: docs/Performance.md).
+#ifndef AMK_MLP_GU_ROWS
+#define AMK_MLP_GU_ROWS 0
 #endif
 // The first AMK_MLP_PREFETCH_BYTES of a tile's down weights go to L2 (one
 // bulk prefetch) as the tile starts, so that they stream while the gate|up
@@ -1258,22 +1324,27 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   __syncthreads();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = 2 * n_tile; // row r: gate (r < n_tile) or up of column n_off + r % n_tile
-  if constexpr (amk_row_dot2_ok<WDT, K>()) {
-    for (int r = warp; r < rows; r += 2 * AMK_NWARPS) {
-      int r2 = r + AMK_NWARPS;
-      long long wrow = (long long)(r / n_tile) * INTER + n_off + r % n_tile;
-      if (r2 < rows) {
-        long long wrow2 = (long long)(r2 / n_tile) * INTER + n_off + r2 % n_tile;
-        float a, b;
-        amk_row_dot2<WDT, K, XC>(Wgu, wrow, wrow2, xs, a, b);
-        if (lane == 0) {
-          act[r] = amk_round<XDT>(a);
-          act[r2] = amk_round<XDT>(b);
-        }
-      } else {
-        float a = amk_row_dot<WDT, K, XC>(Wgu, wrow, xs);
-        if (lane == 0)
-          act[r] = amk_round<XDT>(a);
+  if constexpr (amk_rows_dot_ok<WDT, K>()) {
+    // A warp takes G rows at once (rows r, r + NWARPS, ...); past the last
+    // row it reads row r again and stores nothing.
+    constexpr int RB = K * AmkVec<WDT>::ESZ;
+    constexpr int G = AMK_MLP_GU_ROWS > 0                                   ? AMK_MLP_GU_ROWS
+                      : RB >= 8192 || (AMK_GEMV_ROW_PAIRS != 0 && RB <= AMK_GEMV_PAIR_MAX_BYTES) ? 2
+                                                                            : 1;
+    for (int r = warp; r < rows; r += G * AMK_NWARPS) {
+      long long wrow[G];
+      float sum[G];
+#pragma unroll
+      for (int g = 0; g < G; g++) {
+        int rg = r + g * AMK_NWARPS < rows ? r + g * AMK_NWARPS : r;
+        wrow[g] = (long long)(rg / n_tile) * INTER + n_off + rg % n_tile;
+      }
+      amk_rows_dot<WDT, K, XC, G>(Wgu, wrow, xs, sum);
+      if (lane == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++)
+          if (r + g * AMK_NWARPS < rows)
+            act[r + g * AMK_NWARPS] = amk_round<XDT>(sum[g]);
       }
     }
   } else {

@@ -57,7 +57,9 @@ typedef struct {
   int wait_gap_ns;       /* time between two polls issued (0: 128 ns) */
   bool no_wait_cache;    /* poll every wait's counter, even one already seen */
   bool gemv_xs_scalar;   /* GEMV inputs read from shared memory one float at a time */
-  int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 8192) */
+  int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 2048) */
+  int gemv_pair_min_rows; /* 1 + the fewest rows of a tile that takes longer rows in pairs
+                           * (0: 128) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
   bool no_kv_prefetch;   /* attention tiles do not bring their KV rows into L2 before their waits */
   int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: 8
@@ -67,6 +69,8 @@ typedef struct {
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
   int mlp_loads;        /* mlp tiles: down-projection loads per lane in flight (0: 16) */
+  int mlp_gu_rows;      /* mlp tiles: gate|up rows a warp streams at once (0: 2 for rows of
+                         * 8 KiB or more, else 1) */
   int mlp_prefetch_kb;  /* mlp tiles: 1 + the KiB of their down weights sent to L2 as they
                          * start (0: the default) */
 } AmkCodegenOptions;

@@ -48,6 +48,9 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_QGEMV_MMA");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
+  unsetenv("AMK_CUDA_MLP_LOADS");
+  unsetenv("AMK_CUDA_MLP_GU_ROWS");
+  unsetenv("AMK_CUDA_GEMV_PAIR_MIN_ROWS");
 }
 
 static void test_env(UnitCounts *c) {
@@ -189,6 +192,56 @@ static void test_wait_knobs(UnitCounts *c) {
   free(text);
 }
 
+/* The GEMV and mlp streaming knobs: from the environment (0 stays "the
+ * device default"; a pair threshold of 0 is a real value, so it is kept as
+ * 1 + rows) into the generated defines. */
+static void test_row_knobs(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  AmkCodegenOptions o = {0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.mlp_gu_rows == 0 &&
+               o.gemv_pair_min_rows == 0 && o.mlp_loads == 0);
+  setenv("AMK_CUDA_MLP_GU_ROWS", "4", 1);
+  setenv("AMK_CUDA_GEMV_PAIR_MIN_ROWS", "0", 1);
+  setenv("AMK_CUDA_MLP_LOADS", "8", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.mlp_gu_rows == 4 &&
+               o.gemv_pair_min_rows == 1 && o.mlp_loads == 8);
+  setenv("AMK_CUDA_MLP_GU_ROWS", "9", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  setenv("AMK_CUDA_MLP_GU_ROWS", "1", 1);
+  setenv("AMK_CUDA_GEMV_PAIR_MIN_ROWS", "-1", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_MLP_GU_ROWS must be an integer in [0, 8], not '9'") &&
+               strstr(amk_diag_captured(d, 1)->message,
+                      "AMK_CUDA_GEMV_PAIR_MIN_ROWS must be an integer in [0, 1073741824], "
+                      "not '-1'"));
+  clear_env();
+  amk_diag_free(d);
+
+  char *text = NULL;
+  AmkModule *m = load(AMK_SOURCE_DIR "/examples/llama-tiny.amkir", &text);
+  CHECK(c, m != NULL);
+  if (m) {
+    char *dflt = generate(m, NULL);
+    CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_PAIR_MIN_ROWS 0\n") &&
+                 !strstr(dflt, "#define AMK_MLP_GU_ROWS 4\n") &&
+                 strstr(dflt, "#define AMK_GEMV_PAIR_MIN_ROWS 128\n") &&
+                 strstr(dflt, "#define AMK_MLP_GU_ROWS 0\n"));
+    AmkCodegenOptions knobs = {.gemv_pair_min_rows = 1, .mlp_gu_rows = 4, .mlp_loads = 8};
+    char *k = generate(m, &knobs);
+    CHECK(c, k && strstr(k, "#define AMK_GEMV_PAIR_MIN_ROWS 0\n") &&
+                 strstr(k, "#define AMK_MLP_GU_ROWS 4\n") &&
+                 strstr(k, "#define AMK_MLP_DOWN_UNROLL 8\n"));
+    free(dflt);
+    free(k);
+  }
+  amk_module_free(m);
+  free(text);
+}
+
 /* The bundled example program (the source tree's, found at build time). */
 static void test_modes(UnitCounts *c) {
   char *text = NULL;
@@ -219,4 +272,4 @@ static void test_modes(UnitCounts *c) {
   free(text);
 }
 
-UNIT_MAIN("test_codegen_stream", test_env, test_wait_knobs, test_modes)
+UNIT_MAIN("test_codegen_stream", test_env, test_wait_knobs, test_row_knobs, test_modes)
