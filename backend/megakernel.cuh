@@ -896,6 +896,8 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
 // the 1B shape's 4 KiB rows 1.263-1.270 -> 1.228-1.231 ms, the 8B shape's
 // 8 KiB rows 6.22-6.25 -> 6.15-6.18; SmolLM2's 1.1 KiB rows 0.84-0.85 ->
 // 0.91 and Qwen2.5-0.5B's 1.8 KiB rows 1.42-1.43 -> 1.89 keep them.
+// Longer rows go in pairs only in tiles of AMK_GEMV_PAIR_MIN_ROWS rows
+// (amk_gemv_rows; H200, eleventh session: the 8B lm_head 260 -> 245 us).
 #ifndef AMK_GEMV_ROW_PAIRS
 #define AMK_GEMV_ROW_PAIRS 2
 #endif

@@ -87,7 +87,9 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
  * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0 or 1),
  * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_MMA (0 or 1),
- * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256) and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
+ * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
+ * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB
+ * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 
