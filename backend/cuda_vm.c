@@ -422,13 +422,19 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
              "upload weights");
       continue;
     }
+    /* Bytes made on demand (a transposed or column-sliced tensor, a
+     * joined one) are lent for the upload alone: one such host copy at a
+     * time, not the model's worth. */
     size_t hb = 0;
-    const void *data = amk_weights_data(weights, b, &hb);
+    const void *data = amk_weights_lend(weights, b, &hb);
     if (!data || hb < vm->buf_bytes[b]) {
+      amk_weights_unlend(weights, b);
       amk_error(diag, no_loc(), "the weights hold no data for buffer '%s'", m->buffers[b].name);
       goto fail;
     }
-    CU(vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]), "upload weights");
+    CUresult up = vm->drv.cuMemcpyHtoD(vm->buf_addr[b], data, vm->buf_bytes[b]);
+    amk_weights_unlend(weights, b);
+    CU(up, "upload weights");
   }
   if (vm->fill_kernel)
     CU(vm->drv.cuCtxSynchronize(), "fill random weights");

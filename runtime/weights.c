@@ -34,15 +34,30 @@ typedef struct {
   const struct AmkWeights *lender;
   uint32_t lender_buffer;
   int64_t lender_offset;
+  /* AMK_WEIGHTS_REORDERED: columns [0, width) of a matrix of `height` rows
+   * of `stride` elements (`elem` bytes) at reorder_from, transposed when
+   * reorder_transpose; with reorder_from NULL, the lender's buffer
+   * lender_buffer (that shape) transposed, lent while it is copied. */
+  const char *reorder_from;
+  int64_t reorder_height, reorder_width, reorder_stride;
+  size_t reorder_elem;
+  bool reorder_transpose;
+  /* A host copy made on demand (RANDOM, JOINED, REORDERED) stays once
+   * amk_weights_data has handed it out (pinned); one only lent
+   * (amk_weights_lend) goes when the last lend is returned. */
+  bool pinned;
+  uint32_t lent;
 } WeightBuffer;
 
 struct AmkWeights {
   const AmkPlan *plan;
   WeightBuffer *buffers;
   /* Column slices (KEY[:, B:E]) and transposed parts (KEY^T) copied out of
-   * the checkpoint: a buffer may map them in place, so they live as long as
-   * the weights. */
+   * the checkpoint for a '+'-joined buffer that keeps them as pieces: they
+   * live as long as the weights. (A buffer that is one such part is
+   * REORDERED, copied on demand; one converted from it drops its copy.) */
   void **scratch;
+  size_t *scratch_bytes;
   uint32_t n_scratch;
   AmkSafetensors *checkpoint; /* kept open while a buffer points into it */
 };
@@ -61,6 +76,7 @@ void amk_weights_free(AmkWeights *w) {
   for (uint32_t i = 0; i < w->n_scratch; i++)
     free(w->scratch[i]);
   free(w->scratch);
+  free(w->scratch_bytes);
   amk_safetensors_close(w->checkpoint);
   free(w);
 }
@@ -641,6 +657,20 @@ static void transpose_matrix(const char *src, int64_t rows, int64_t cols, int64_
   }
 }
 
+/* Columns [0, width) of a matrix of `height` rows of `stride` elements
+ * (`elem` bytes) at src, written densely to dst: as they are (height x
+ * width) or transposed (width x height). */
+static void reorder_copy(const char *src, int64_t height, int64_t width, int64_t stride,
+                         size_t elem, bool transpose, char *dst) {
+  if (transpose) {
+    transpose_matrix(src, height, width, stride, elem, dst);
+    return;
+  }
+  for (int64_t r = 0; r < height; r++)
+    memcpy(dst + (size_t)(r * width) * elem, src + (size_t)(r * stride) * elem,
+           (size_t)width * elem);
+}
+
 /* Binds a WEIGHT/CONST buffer from its `source`: one state-dict key (or a
  * slice of it, optionally transposed: include/amk/tp.h), or several joined
  * by '+' whose tensors are stacked along dimension 0. */
@@ -693,6 +723,9 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       return false;
     }
     AmkStTensor slice, cols;
+    char *reordered = NULL; /* this part's columns or transpose, copied out */
+    const char *reorder_from = NULL;
+    int64_t reorder_height = 0, reorder_width = 0;
     if (sp.row_begin >= 0) {
       if (t->rank < 1 || sp.row_end > t->shape[0]) {
         amk_error(diag, no_loc(), "%s: tensor '%s' has %" PRId64 " rows; buffer '%s' takes "
@@ -728,25 +761,16 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       }
       size_t elem = t->nbytes / (size_t)t->numel;
       int64_t first = sp.col_begin >= 0 ? sp.col_begin : 0;
-      int64_t width = sp.col_begin >= 0 ? sp.col_end - sp.col_begin : t->shape[1];
-      int64_t height = t->shape[0];
-      const char *from = (const char *)t->data + (size_t)first * elem;
-      char *copy = amk_xmalloc((size_t)(height * width) * elem + 1);
-      if (sp.transpose) {
-        transpose_matrix(from, height, width, t->shape[1], elem, copy);
-      } else {
-        for (int64_t r = 0; r < height; r++)
-          memcpy(copy + (size_t)(r * width) * elem, from + (size_t)(r * t->shape[1]) * elem,
-                 (size_t)width * elem);
-      }
-      w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
-      w->scratch[w->n_scratch++] = copy;
+      reorder_width = sp.col_begin >= 0 ? sp.col_end - sp.col_begin : t->shape[1];
+      reorder_height = t->shape[0];
+      reorder_from = (const char *)t->data + (size_t)first * elem;
       cols = *t;
-      cols.shape[0] = sp.transpose ? width : height;
-      cols.shape[1] = sp.transpose ? height : width;
-      cols.numel = height * width;
-      cols.data = copy;
+      cols.shape[0] = sp.transpose ? reorder_width : reorder_height;
+      cols.shape[1] = sp.transpose ? reorder_height : reorder_width;
+      cols.numel = reorder_height * reorder_width;
+      cols.data = NULL; /* copied below, unless the buffer takes it on demand */
       cols.nbytes = (size_t)cols.numel * elem;
+      slice = *t; /* the matrix it comes from (its row stride) */
       t = &cols;
     }
     FillKind kind;
@@ -808,6 +832,31 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
                 buf->source, buf->name);
       return false;
     }
+    if (reorder_from && offset == 0 && !end && kind == FILL_BYTES &&
+        bytes == (size_t)pb->nbytes && pb->quant.role == AMK_PLAN_QUANT_NONE) {
+      /* The whole buffer is the columns or the transpose of a mapped
+       * tensor: copied when an engine asks for the bytes (the CUDA engine
+       * only lends them for its upload), not at load. */
+      w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_REORDERED, .nbytes = bytes,
+                                     .reorder_from = reorder_from,
+                                     .reorder_height = reorder_height,
+                                     .reorder_width = reorder_width,
+                                     .reorder_stride = slice.shape[1],
+                                     .reorder_elem = t->nbytes / (size_t)t->numel,
+                                     .reorder_transpose = sp.transpose};
+      as_is = true;
+      offset += bytes;
+      part = end ? end + 1 : part + len;
+      continue;
+    }
+    if (reorder_from) {
+      size_t elem = t->nbytes / (size_t)t->numel;
+      reordered = amk_xmalloc(t->nbytes + 1);
+      reorder_copy(reorder_from, reorder_height, reorder_width, slice.shape[1], elem,
+                   sp.transpose, reordered);
+      cols.data = reordered;
+    }
+    bool keeps_part = false; /* the buffer points into this part's bytes */
     if (kind == FILL_QUANTIZE) {
       quantized = true;
       int64_t bad = quantize_rows(w, b, t, NULL, rows - part_rows, part_rows, progress);
@@ -815,10 +864,12 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
         char what[600];
         snprintf(what, sizeof what, "%s: tensor '%s'", t->file, key);
         report_unquantizable(what, bad, diag);
+        free(reordered);
         return false;
       }
     } else if (offset == 0 && !end && kind == FILL_BYTES && can_map(t, pb, (size_t)pb->nbytes)) {
       as_is = true;
+      keeps_part = true;
       w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_MAPPED, .data = t->data,
                                      .nbytes = t->nbytes};
       add_piece(&w->buffers[b], t->data, 0, t->nbytes);
@@ -826,6 +877,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       /* Parts of the buffer's encoding stay in the file as pieces, joined
        * only when a host copy is asked for. */
       as_is = true;
+      keeps_part = true;
       WeightBuffer *wb = &w->buffers[b];
       wb->origin = AMK_WEIGHTS_JOINED;
       wb->nbytes = (size_t)pb->nbytes;
@@ -844,12 +896,23 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
         if (t->nbytes != bytes) {
           amk_error(diag, no_loc(), "%s: tensor '%s' has %zu bytes, buffer '%s' takes %zu",
                     t->file, key, t->nbytes, buf->name, bytes);
+          free(reordered);
           return false;
         }
         memcpy(dst + offset, t->data, bytes);
       } else if (!amk_safetensors_convert(t, buf->dtype, dst + offset, bytes, diag)) {
+        free(reordered);
         return false;
       }
+    }
+    if (reordered && keeps_part) {
+      w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
+      w->scratch_bytes =
+          amk_xrealloc(w->scratch_bytes, (w->n_scratch + 1) * sizeof *w->scratch_bytes);
+      w->scratch_bytes[w->n_scratch] = t->nbytes;
+      w->scratch[w->n_scratch++] = reordered;
+    } else {
+      free(reordered); /* converted or quantized out of it */
     }
     offset += bytes;
     part = end ? end + 1 : part + len;
@@ -904,7 +967,8 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
       if (ok && w->buffers[b].origin != AMK_WEIGHTS_QUANTIZED)
         amk_progress_add(progress, pb->nbytes);
       mapped |= w->buffers[b].origin == AMK_WEIGHTS_MAPPED ||
-                w->buffers[b].origin == AMK_WEIGHTS_JOINED;
+                w->buffers[b].origin == AMK_WEIGHTS_JOINED ||
+                w->buffers[b].origin == AMK_WEIGHTS_REORDERED;
     }
   /* The line ends before an error is reported. */
   amk_progress_end(progress);
@@ -921,30 +985,78 @@ AmkWeights *amk_weights_load(const AmkPlan *plan, const char *dir, AmkDiagEngine
 
 /* ---- access ------------------------------------------------------------------------- */
 
-const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes) {
-  if (!w || b >= w->plan->n_buffers || w->buffers[b].origin == AMK_WEIGHTS_NONE) {
-    if (nbytes)
-      *nbytes = 0;
+/* Buffer b's bytes, made now where they are made on demand. The weights
+ * are const to their readers; the copies made on demand are the loader's
+ * own business (hence the casts). */
+static WeightBuffer *materialize(const AmkWeights *w, uint32_t b) {
+  if (!w || b >= w->plan->n_buffers || w->buffers[b].origin == AMK_WEIGHTS_NONE)
     return NULL;
-  }
   WeightBuffer *wb = &w->buffers[b];
-  if (!wb->data && wb->lender) {
+  if (wb->data)
+    return wb;
+  if (wb->lender && wb->origin != AMK_WEIGHTS_REORDERED) {
     wb->data = (const char *)amk_weights_data(wb->lender, wb->lender_buffer, NULL) +
                wb->lender_offset;
-  } else if (!wb->data && wb->origin == AMK_WEIGHTS_RANDOM) {
+  } else if (wb->origin == AMK_WEIGHTS_RANDOM) {
     const AmkPlanBuffer *pb = &w->plan->buffers[b];
     wb->owned = amk_xcalloc(1, wb->nbytes ? wb->nbytes : 1);
     amk_random_fill(&wb->rule, pb->dtype, pb->numel, wb->owned);
     wb->data = wb->owned;
-  } else if (!wb->data && wb->origin == AMK_WEIGHTS_JOINED) {
+  } else if (wb->origin == AMK_WEIGHTS_JOINED) {
     wb->owned = amk_xcalloc(1, wb->nbytes ? wb->nbytes : 1);
     for (uint32_t i = 0; i < wb->n_pieces; i++)
       memcpy((char *)wb->owned + wb->pieces[i].offset, wb->pieces[i].data, wb->pieces[i].nbytes);
     wb->data = wb->owned;
+  } else if (wb->origin == AMK_WEIGHTS_REORDERED) {
+    wb->owned = amk_xmalloc(wb->nbytes + 1);
+    const char *from = wb->reorder_from;
+    if (!from) /* the lender's buffer, lent for the copy */
+      from = amk_weights_lend(wb->lender, wb->lender_buffer, NULL);
+    if (from)
+      reorder_copy(from, wb->reorder_height, wb->reorder_width, wb->reorder_stride,
+                   wb->reorder_elem, wb->reorder_transpose, (char *)wb->owned);
+    else
+      memset(wb->owned, 0, wb->nbytes);
+    if (!wb->reorder_from)
+      amk_weights_unlend(wb->lender, wb->lender_buffer);
+    wb->data = wb->owned;
   }
+  return wb;
+}
+
+const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes) {
+  WeightBuffer *wb = materialize(w, b);
   if (nbytes)
-    *nbytes = wb->nbytes;
+    *nbytes = wb ? wb->nbytes : 0;
+  if (!wb)
+    return NULL;
+  wb->pinned = true;
   return wb->data;
+}
+
+const void *amk_weights_lend(const AmkWeights *w, uint32_t b, size_t *nbytes) {
+  WeightBuffer *wb = materialize(w, b);
+  if (nbytes)
+    *nbytes = wb ? wb->nbytes : 0;
+  if (!wb)
+    return NULL;
+  wb->lent++;
+  return wb->data;
+}
+
+void amk_weights_unlend(const AmkWeights *w, uint32_t b) {
+  if (!w || b >= w->plan->n_buffers)
+    return;
+  WeightBuffer *wb = &w->buffers[b];
+  if (wb->lent > 0)
+    wb->lent--;
+  bool on_demand = wb->origin == AMK_WEIGHTS_RANDOM || wb->origin == AMK_WEIGHTS_JOINED ||
+                   wb->origin == AMK_WEIGHTS_REORDERED;
+  if (on_demand && !wb->pinned && wb->lent == 0 && wb->owned) {
+    free(wb->owned);
+    wb->owned = NULL;
+    wb->data = NULL;
+  }
 }
 
 bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **pieces,
@@ -955,6 +1067,20 @@ bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **
   *pieces = w->buffers[b].pieces;
   *n = w->buffers[b].n_pieces;
   return true;
+}
+
+size_t amk_weights_host_bytes(const AmkWeights *w) {
+  if (!w)
+    return 0;
+  size_t total = 0;
+  for (uint32_t b = 0; b < w->plan->n_buffers; b++) {
+    const WeightBuffer *wb = &w->buffers[b];
+    if (wb->owned)
+      total += wb->nbytes;
+  }
+  for (uint32_t i = 0; i < w->n_scratch; i++)
+    total += w->scratch_bytes[i];
+  return total;
 }
 
 AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b) {
@@ -1059,20 +1185,32 @@ AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDi
     int64_t found = find_source(plan, b, from->plan, &offset);
     int64_t transposed = found < 0 ? find_transposed_source(plan, b, from->plan) : -1;
     if (transposed >= 0) {
-      /* Other bytes than the lender's: a host copy of its transpose (the
-       * same model, whatever made the lender's bytes). */
+      /* Other bytes than the lender's: its transpose (the same model,
+       * whatever made the lender's bytes). Where the lender's buffer is
+       * itself the transpose of a whole mapped tensor (KEY^T of the
+       * checkpoint's KEY), this buffer is that tensor, mapped; else a copy
+       * made on demand from the lender's bytes. */
       const AmkPlanBuffer *fb = &from->plan->buffers[transposed];
-      const char *src = amk_weights_data(from, (uint32_t)transposed, NULL);
+      const WeightBuffer *lent = &from->buffers[transposed];
       size_t elem = (size_t)amk_dtype_nbytes(pb->dtype, 1);
-      char *copy = amk_xmalloc((size_t)pb->nbytes + 1);
-      if (src)
-        transpose_matrix(src, fb->shape[0], fb->shape[1], fb->shape[1], elem, copy);
-      else
-        memset(copy, 0, (size_t)pb->nbytes);
-      w->scratch = amk_xrealloc(w->scratch, (w->n_scratch + 1) * sizeof *w->scratch);
-      w->scratch[w->n_scratch++] = copy;
-      w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_CONVERTED,
-                                     .nbytes = (size_t)pb->nbytes, .data = copy};
+      if (lent->origin == AMK_WEIGHTS_REORDERED && lent->reorder_from &&
+          lent->reorder_transpose && lent->reorder_stride == lent->reorder_width &&
+          (uintptr_t)lent->reorder_from % (elem ? elem : 1) == 0) {
+        w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_MAPPED,
+                                       .nbytes = (size_t)pb->nbytes,
+                                       .data = lent->reorder_from};
+        add_piece(&w->buffers[b], lent->reorder_from, 0, (size_t)pb->nbytes);
+      } else {
+        w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_REORDERED,
+                                       .nbytes = (size_t)pb->nbytes,
+                                       .lender = from,
+                                       .lender_buffer = (uint32_t)transposed,
+                                       .reorder_height = fb->shape[0],
+                                       .reorder_width = fb->shape[1],
+                                       .reorder_stride = fb->shape[1],
+                                       .reorder_elem = elem,
+                                       .reorder_transpose = true};
+      }
       continue;
     }
     if (found < 0) {
@@ -1087,7 +1225,8 @@ AmkWeights *amk_weights_share(const AmkPlan *plan, const AmkWeights *from, AmkDi
      * on demand (random, joined) are asked for only when needed. */
     const WeightBuffer *lent = &from->buffers[found];
     bool on_demand = !lent->data && (lent->origin == AMK_WEIGHTS_RANDOM ||
-                                     lent->origin == AMK_WEIGHTS_JOINED);
+                                     lent->origin == AMK_WEIGHTS_JOINED ||
+                                     lent->origin == AMK_WEIGHTS_REORDERED);
     w->buffers[b] = (WeightBuffer){.origin = lent->origin, .nbytes = (size_t)pb->nbytes};
     if (on_demand) {
       w->buffers[b].lender = from;

@@ -40,6 +40,8 @@ typedef enum {
   AMK_WEIGHTS_JOINED,    /* pieces of the mapped checkpoint (joined when asked for) */
   AMK_WEIGHTS_QUANTIZED, /* a host copy quantized from a float tensor or random rows,
                             and the scales made with it */
+  AMK_WEIGHTS_REORDERED, /* the columns (KEY[:, B:E]) or the transpose (KEY^T) of a mapped
+                            tensor or of another program's buffer (copied when asked for) */
 } AmkWeightsOrigin;
 
 /* A stretch of a buffer that lies in the mapped checkpoint as it is. */
@@ -95,11 +97,21 @@ int64_t amk_weights_source_in(const AmkPlan *plan, uint32_t b, const AmkPlan *fr
 
 /* The bytes of buffer b (list position), nbytes of them; NULL (and 0) for
  * a buffer that is not WEIGHT/CONST. Read-only: mapped bytes are the file.
- * Random and joined buffers get their host copy on the first call (so an
- * engine that fills or uploads them itself never makes one); not safe to
- * call from several threads at once. */
+ * Random, joined and reordered buffers get their host copy on the first
+ * call (so an engine that fills or uploads them itself never makes one),
+ * which then stays as long as the weights; not safe to call from several
+ * threads at once. */
 const void *amk_weights_data(const AmkWeights *w, uint32_t b, size_t *nbytes);
+/* The same bytes lent for a while (an engine's upload): a host copy made
+ * for the lend alone goes when every lend is returned with
+ * amk_weights_unlend, so uploading a model's reordered weights one by one
+ * needs one such copy at a time. A copy amk_weights_data handed out stays. */
+const void *amk_weights_lend(const AmkWeights *w, uint32_t b, size_t *nbytes);
+void amk_weights_unlend(const AmkWeights *w, uint32_t b);
 AmkWeightsOrigin amk_weights_origin(const AmkWeights *w, uint32_t b);
+/* The bytes of host copies the weights hold now (converted, quantized,
+ * made on demand): what they add to the process beyond the mapped files. */
+size_t amk_weights_host_bytes(const AmkWeights *w);
 /* For AMK_WEIGHTS_MAPPED and AMK_WEIGHTS_JOINED buffers: the stretches of
  * the mapped checkpoint that make up the buffer (an engine can upload them
  * without a host copy). False for other buffers. */

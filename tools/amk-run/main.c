@@ -286,6 +286,7 @@ static void say_weights(const AmkPlan *plan, const AmkWeights *w, double ms) {
     switch (amk_weights_origin(w, b)) {
     case AMK_WEIGHTS_MAPPED:
     case AMK_WEIGHTS_JOINED:
+    case AMK_WEIGHTS_REORDERED: /* columns or a transpose of mapped tensors, copied as used */
       mapped += n;
       break;
     case AMK_WEIGHTS_CONVERTED:
