@@ -24,7 +24,11 @@ struct AmkCudaVm {
   CUcontext ctx;
   bool ctx_retained;
   CUmodule mod;
-  CUfunction kernel, bw_kernel, fill_kernel;
+  CUfunction kernel, bw_kernel, fill_kernel, transpose_kernel;
+  /* Where a transposed weight lands as the file has it before
+   * amk_transpose writes it to its buffer (freed after the upload). */
+  CUdeviceptr staging;
+  size_t staging_bytes;
   int sm_count;
   CUstream stream;
   CUevent ev0, ev1;
@@ -111,6 +115,49 @@ static bool fill_random(AmkCudaVm *vm, uint32_t b, const AmkRandomRule *rule, Am
                "launch amk_fill_random", diag);
 }
 
+/* Uploads a weight the checkpoint holds transposed (a KEY^T source of a
+ * whole matrix of 2- or 4-byte elements): the file's bytes go up as they
+ * are, into the staging buffer, and amk_transpose writes them to buffer b,
+ * so the host makes no copy and does no transposing (16 such matrices of
+ * the 1B shape took about 1 s of host transposes). False (nothing done)
+ * when the matrix does not qualify; *failed after a reported CUDA error. */
+static bool upload_transposed(AmkCudaVm *vm, uint32_t b, const AmkWeightReorder *ro,
+                              bool *failed, AmkDiagEngine *diag) {
+  *failed = false;
+  size_t bytes = (size_t)(ro->height * ro->width) * ro->elem;
+  long long rows = ro->height, cols = ro->width;
+  unsigned gx = (unsigned)((cols + 31) / 32), gy = (unsigned)((rows + 31) / 32);
+  if (!vm->transpose_kernel || !ro->transpose || ro->stride != ro->width ||
+      (ro->elem != 2 && ro->elem != 4) || bytes != vm->buf_bytes[b] || (rows + 31) / 32 > 65535)
+    return false;
+  /* The previous matrix's transpose reads the staging buffer until done. */
+  if (vm->staging && !cu_ok(vm, vm->drv.cuCtxSynchronize(), "transpose weights", diag))
+    goto failed;
+  if (vm->staging_bytes < bytes) {
+    if (vm->staging)
+      vm->drv.cuMemFree(vm->staging);
+    vm->staging = 0;
+    vm->staging_bytes = 0;
+    if (!cu_ok(vm, vm->drv.cuMemAlloc(&vm->staging, bytes), "cuMemAlloc (transpose staging)",
+               diag))
+      goto failed;
+    vm->staging_bytes = bytes;
+  }
+  if (!cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->staging, ro->from, bytes), "upload weights", diag))
+    goto failed;
+  unsigned long long dst = vm->buf_addr[b], src = vm->staging;
+  int elem = (int)ro->elem;
+  void *args[] = {&dst, &src, &rows, &cols, &elem};
+  if (!cu_ok(vm, vm->drv.cuLaunchKernel(vm->transpose_kernel, gx, gy, 1, 32, 8, 1, 0, NULL, args,
+                                        NULL),
+             "launch amk_transpose", diag))
+    goto failed;
+  return true;
+failed:
+  *failed = true;
+  return true;
+}
+
 bool amk_cuda_available(char *why, size_t why_len) {
   AmkCudaDriver d;
   char buf[512];
@@ -159,6 +206,8 @@ void amk_cuda_vm_free(AmkCudaVm *vm) {
       vm->drv.cuStreamDestroy(vm->stream);
     if (vm->arena)
       vm->drv.cuMemFree(vm->arena);
+    if (vm->staging)
+      vm->drv.cuMemFree(vm->staging);
     if (vm->tables)
       vm->drv.cuMemFree(vm->tables);
     if (vm->trace)
@@ -285,6 +334,8 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   CU(vm->drv.cuModuleGetFunction(&vm->bw_kernel, vm->mod, "amk_read_bw"), "get amk_read_bw");
   CU(vm->drv.cuModuleGetFunction(&vm->fill_kernel, vm->mod, "amk_fill_random"),
      "get amk_fill_random");
+  CU(vm->drv.cuModuleGetFunction(&vm->transpose_kernel, vm->mod, "amk_transpose"),
+     "get amk_transpose");
   vm->threads = cg.threads_per_block;
   vm->smem = cg.smem_bytes;
   if ((int64_t)vm->smem > smem_optin) {
@@ -422,6 +473,13 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
              "upload weights");
       continue;
     }
+    AmkWeightReorder ro;
+    bool failed = false;
+    if (amk_weights_reorder(weights, b, &ro) && upload_transposed(vm, b, &ro, &failed, diag)) {
+      if (failed)
+        goto fail;
+      continue;
+    }
     /* Bytes made on demand (a transposed or column-sliced tensor, a
      * joined one) are lent for the upload alone: one such host copy at a
      * time, not the model's worth. */
@@ -438,6 +496,11 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   }
   if (vm->fill_kernel)
     CU(vm->drv.cuCtxSynchronize(), "fill random weights");
+  if (vm->staging) {
+    vm->drv.cuMemFree(vm->staging);
+    vm->staging = 0;
+    vm->staging_bytes = 0;
+  }
   freq_host = amk_xcalloc(freq_floats + 1, sizeof *freq_host);
   for (uint32_t t = 0; t < n; t++)
     if (plan->tasks[t].rope_inv_freq && plan->tasks[t].rope_half > 0)

@@ -4134,6 +4134,36 @@ extern "C" __global__ void __launch_bounds__(256)
   }
 }
 
+// A weight read transposed (a KEY^T source): dst [cols, rows] from src
+// [rows, cols], elements of ELEM bytes (2 or 4), through 32 x 32 tiles in
+// shared memory so that both sides move whole rows. Blocks of 32 x 8
+// threads, a grid of ceil(cols / 32) x ceil(rows / 32).
+template <typename T>
+__device__ __forceinline__ void amk_transpose_tile(T *dst, const T *src, long long rows,
+                                                   long long cols) {
+  __shared__ T tile[32][33];
+  long long c0 = (long long)blockIdx.x * 32, r0 = (long long)blockIdx.y * 32;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    long long r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols)
+      tile[i][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    long long c = c0 + i, r = r0 + threadIdx.x;
+    if (c < cols && r < rows)
+      dst[c * rows + r] = tile[threadIdx.x][i];
+  }
+}
+extern "C" __global__ void __launch_bounds__(256)
+    amk_transpose(unsigned long long dst, unsigned long long src, long long rows,
+                  long long cols, int elem) {
+  if (elem == 2)
+    amk_transpose_tile((unsigned short *)dst, (const unsigned short *)src, rows, cols);
+  else
+    amk_transpose_tile((unsigned int *)dst, (const unsigned int *)src, rows, cols);
+}
+
 // Read bandwidth probe: every byte of src read once with 16-byte loads.
 extern "C" __global__ void __launch_bounds__(AMK_NT)
     amk_read_bw(const uint4 *src, unsigned long long n16, unsigned int *sink) {

@@ -1069,6 +1069,17 @@ bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **
   return true;
 }
 
+bool amk_weights_reorder(const AmkWeights *w, uint32_t b, AmkWeightReorder *out) {
+  if (!w || b >= w->plan->n_buffers || w->buffers[b].origin != AMK_WEIGHTS_REORDERED ||
+      !w->buffers[b].reorder_from)
+    return false;
+  const WeightBuffer *wb = &w->buffers[b];
+  *out = (AmkWeightReorder){.from = wb->reorder_from, .height = wb->reorder_height,
+                            .width = wb->reorder_width, .stride = wb->reorder_stride,
+                            .elem = wb->reorder_elem, .transpose = wb->reorder_transpose};
+  return true;
+}
+
 size_t amk_weights_host_bytes(const AmkWeights *w) {
   if (!w)
     return 0;

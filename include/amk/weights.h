@@ -5,7 +5,10 @@
  * buffer's dtype (suitably aligned) points straight into the mapped file:
  * no host copy; any other buffer (a dtype conversion, a '+'-joined source)
  * gets one converted copy, except a '+'-joined source whose parts all have
- * the buffer's dtype: its parts stay in the file as pieces. Random weights
+ * the buffer's dtype: its parts stay in the file as pieces, and the columns
+ * or transpose of one tensor of the buffer's dtype (KEY[:, B:E], KEY^T):
+ * copied only when asked for (amk_weights_reorder tells an engine where the
+ * file has it; the CUDA engine transposes on the device). Random weights
  * are described per buffer by a rule (amk_weights_random_rule) that
  * amk_random_fill reproduces anywhere; the CUDA engine fills them on the
  * device. Host copies of random and joined buffers are made only when
@@ -117,6 +120,17 @@ size_t amk_weights_host_bytes(const AmkWeights *w);
  * without a host copy). False for other buffers. */
 bool amk_weights_pieces(const AmkWeights *w, uint32_t b, const AmkWeightPiece **pieces,
                         uint32_t *n);
+/* For AMK_WEIGHTS_REORDERED buffers taken from a mapped tensor: where the
+ * matrix lies (height rows of stride elements of elem bytes; the buffer
+ * takes columns [0, width) of it, transposed when `transpose`), so that an
+ * engine can move it as it is and reorder it itself. False for others. */
+typedef struct {
+  const void *from;
+  int64_t height, width, stride;
+  size_t elem;
+  bool transpose;
+} AmkWeightReorder;
+bool amk_weights_reorder(const AmkWeights *w, uint32_t b, AmkWeightReorder *out);
 /* For AMK_WEIGHTS_RANDOM buffers: the rule that produced them. */
 bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out);
 /* Fills numel elements of dtype (f32, bf16, f16) at dst by the rule. */
