@@ -19,23 +19,7 @@
 #include "amk/plan.h"
 #include "amk/weights.h"
 #include "unit.h"
-
-static AmkModule *load(const char *path) {
-  AmkDiagEngine *d = amk_diag_new(stderr);
-  size_t len = 0;
-  char *text = amk_read_file(path, &len, d);
-  AmkModule *m = text ? amk_parse_text(path, text, len, d) : NULL;
-  free(text);
-  amk_diag_free(d);
-  return m;
-}
-
-static int32_t buffer_named(const AmkPlan *p, const char *name) {
-  for (uint32_t b = 0; b < p->n_buffers; b++)
-    if (strcmp(p->m->buffers[b].name, name) == 0)
-      return (int32_t)b;
-  return -1;
-}
+#include "unit_program.h"
 
 /* t [C, R] is the transpose of m [R, C] (f32, bit for bit). */
 static bool is_transpose(const float *m, const float *t, int rows, int cols) {
@@ -55,13 +39,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   AmkDiagEngine *diag = amk_diag_new(stderr);
-  AmkModule *dm = load(argv[2]), *pm = load(argv[3]);
+  AmkModule *dm = unit_load_program(argv[2]), *pm = unit_load_program(argv[3]);
   AmkPlan *dp = dm ? amk_plan_build(dm, NULL, diag) : NULL;
   AmkPlan *pp = pm ? amk_plan_build(pm, NULL, diag) : NULL;
   CHECK(&c, dp && pp);
   if (!dp || !pp)
     return unit_finish("test_weights_reordered", &c);
-  int32_t wt = buffer_named(dp, "L0.down_proj.wt"), wd = buffer_named(pp, "L0.down_proj.w");
+  int32_t wt = unit_plan_buffer(dp, "L0.down_proj.wt"), wd = unit_plan_buffer(pp, "L0.down_proj.w");
   CHECK(&c, wt >= 0 && wd >= 0);
   size_t nbytes = ROWS * COLS * sizeof(float);
 

@@ -18,23 +18,7 @@
 #include "amk/vm.h"
 #include "amk/weights.h"
 #include "unit.h"
-
-static AmkModule *load(const char *path) {
-  AmkDiagEngine *d = amk_diag_new(stderr);
-  size_t len = 0;
-  char *text = amk_read_file(path, &len, d);
-  AmkModule *m = text ? amk_parse_text(path, text, len, d) : NULL;
-  free(text);
-  amk_diag_free(d);
-  return m;
-}
-
-static int32_t buffer_named(const AmkPlan *p, const char *name) {
-  for (uint32_t b = 0; b < p->n_buffers; b++)
-    if (strcmp(p->m->buffers[b].name, name) == 0)
-      return (int32_t)b;
-  return -1;
-}
+#include "unit_program.h"
 
 int main(int argc, char **argv) {
   UnitCounts c = {0};
@@ -43,7 +27,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   AmkDiagEngine *diag = amk_diag_new(stderr);
-  AmkModule *dm = load(argv[1]), *pm = load(argv[2]);
+  AmkModule *dm = unit_load_program(argv[1]), *pm = unit_load_program(argv[2]);
   CHECK(&c, dm && pm);
   AmkPlan *dp = dm ? amk_plan_build(dm, NULL, diag) : NULL;
   AmkPlan *pp = pm ? amk_plan_build(pm, NULL, diag) : NULL;
@@ -52,26 +36,26 @@ int main(int argc, char **argv) {
     int64_t off = -1;
     /* q, k, v of layer 0 are rows of the joined qkv buffer: q [64, 64],
      * k and v [32, 64] f32, so k starts 64*64*4 bytes in, v 32*64*4 later. */
-    int32_t qkv = buffer_named(dp, "L0.qkv_proj.w");
+    int32_t qkv = unit_plan_buffer(dp, "L0.qkv_proj.w");
     CHECK(&c, qkv >= 0);
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.q_proj.w"), dp, &off) ==
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L0.q_proj.w"), dp, &off) ==
                   qkv && off == 0);
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.k_proj.w"), dp, &off) ==
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L0.k_proj.w"), dp, &off) ==
                   qkv && off == 64 * 64 * 4);
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.v_proj.w"), dp, &off) ==
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L0.v_proj.w"), dp, &off) ==
                   qkv && off == 64 * 64 * 4 + 32 * 64 * 4);
     /* up_proj is the second half of gate|up [320, 64]. */
-    int32_t gu = buffer_named(dp, "L1.gate_up_proj.w");
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L1.up_proj.w"), dp, &off) ==
+    int32_t gu = unit_plan_buffer(dp, "L1.gate_up_proj.w");
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L1.up_proj.w"), dp, &off) ==
                   gu && off == 160 * 64 * 4);
     /* A weight of the same source and shape: offset 0 in that buffer. */
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "lm_head.w"), dp, &off) ==
-                  buffer_named(dp, "lm_head.w") && off == 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "lm_head.w"), dp, &off) ==
+                  unit_plan_buffer(dp, "lm_head.w") && off == 0);
     /* Not loaded from a checkpoint: the synthetic row id, activations, KV
      * caches; an index past the end. */
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "last_row"), dp, &off) < 0);
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.q"), dp, &off) < 0);
-    CHECK(&c, amk_weights_source_in(pp, (uint32_t)buffer_named(pp, "L0.kcache"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "last_row"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L0.q"), dp, &off) < 0);
+    CHECK(&c, amk_weights_source_in(pp, (uint32_t)unit_plan_buffer(pp, "L0.kcache"), dp, &off) < 0);
     CHECK(&c, amk_weights_source_in(pp, pp->n_buffers, dp, &off) < 0);
 
     /* Borrowed random bytes are the lender's rows (made when first asked
@@ -81,7 +65,7 @@ int main(int argc, char **argv) {
     AmkWeights *borrower = lender ? amk_weights_share(pp, lender, diag) : NULL;
     CHECK(&c, borrower != NULL);
     if (borrower) {
-      uint32_t k_proj = (uint32_t)buffer_named(pp, "L0.k_proj.w");
+      uint32_t k_proj = (uint32_t)unit_plan_buffer(pp, "L0.k_proj.w");
       AmkRandomRule rule;
       CHECK(&c, !amk_weights_random_rule(borrower, k_proj, &rule));
       CHECK(&c, amk_weights_random_rule(lender, (uint32_t)qkv, &rule));
