@@ -115,24 +115,26 @@ static bool fill_random(AmkCudaVm *vm, uint32_t b, const AmkRandomRule *rule, Am
                "launch amk_fill_random", diag);
 }
 
+typedef enum { UPLOAD_DONE, UPLOAD_NOT_MINE, UPLOAD_FAILED } UploadResult;
+
 /* Uploads a weight the checkpoint holds transposed (a KEY^T source of a
  * whole matrix of 2- or 4-byte elements): the file's bytes go up as they
  * are, into the staging buffer, and amk_transpose writes them to buffer b,
  * so the host makes no copy and does no transposing (16 such matrices of
- * the 1B shape took about 1 s of host transposes). False (nothing done)
- * when the matrix does not qualify; *failed after a reported CUDA error. */
-static bool upload_transposed(AmkCudaVm *vm, uint32_t b, const AmkWeightReorder *ro,
-                              bool *failed, AmkDiagEngine *diag) {
-  *failed = false;
+ * the 1B shape took about 1 s of host transposes). UPLOAD_NOT_MINE (nothing
+ * done) when the matrix does not qualify; UPLOAD_FAILED after a reported
+ * CUDA error. */
+static UploadResult upload_transposed(AmkCudaVm *vm, uint32_t b, const AmkWeightReorder *ro,
+                                      AmkDiagEngine *diag) {
   size_t bytes = (size_t)(ro->height * ro->width) * ro->elem;
   long long rows = ro->height, cols = ro->width;
   unsigned gx = (unsigned)((cols + 31) / 32), gy = (unsigned)((rows + 31) / 32);
   if (!vm->transpose_kernel || !ro->transpose || ro->stride != ro->width ||
       (ro->elem != 2 && ro->elem != 4) || bytes != vm->buf_bytes[b] || (rows + 31) / 32 > 65535)
-    return false;
+    return UPLOAD_NOT_MINE;
   /* The previous matrix's transpose reads the staging buffer until done. */
   if (vm->staging && !cu_ok(vm, vm->drv.cuCtxSynchronize(), "transpose weights", diag))
-    goto failed;
+    return UPLOAD_FAILED;
   if (vm->staging_bytes < bytes) {
     if (vm->staging)
       vm->drv.cuMemFree(vm->staging);
@@ -140,22 +142,19 @@ static bool upload_transposed(AmkCudaVm *vm, uint32_t b, const AmkWeightReorder 
     vm->staging_bytes = 0;
     if (!cu_ok(vm, vm->drv.cuMemAlloc(&vm->staging, bytes), "cuMemAlloc (transpose staging)",
                diag))
-      goto failed;
+      return UPLOAD_FAILED;
     vm->staging_bytes = bytes;
   }
   if (!cu_ok(vm, vm->drv.cuMemcpyHtoD(vm->staging, ro->from, bytes), "upload weights", diag))
-    goto failed;
+    return UPLOAD_FAILED;
   unsigned long long dst = vm->buf_addr[b], src = vm->staging;
   int elem = (int)ro->elem;
   void *args[] = {&dst, &src, &rows, &cols, &elem};
   if (!cu_ok(vm, vm->drv.cuLaunchKernel(vm->transpose_kernel, gx, gy, 1, 32, 8, 1, 0, NULL, args,
                                         NULL),
              "launch amk_transpose", diag))
-    goto failed;
-  return true;
-failed:
-  *failed = true;
-  return true;
+    return UPLOAD_FAILED;
+  return UPLOAD_DONE;
 }
 
 bool amk_cuda_available(char *why, size_t why_len) {
@@ -474,12 +473,13 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
       continue;
     }
     AmkWeightReorder ro;
-    bool failed = false;
-    if (amk_weights_reorder(weights, b, &ro) && upload_transposed(vm, b, &ro, &failed, diag)) {
-      if (failed)
-        goto fail;
+    UploadResult moved = amk_weights_reorder(weights, b, &ro)
+                             ? upload_transposed(vm, b, &ro, diag)
+                             : UPLOAD_NOT_MINE;
+    if (moved == UPLOAD_FAILED)
+      goto fail;
+    if (moved == UPLOAD_DONE)
       continue;
-    }
     /* Bytes made on demand (a transposed or column-sliced tensor, a
      * joined one) are lent for the upload alone: one such host copy at a
      * time, not the model's worth. */

@@ -725,7 +725,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
     AmkStTensor slice, cols;
     char *reordered = NULL; /* this part's columns or transpose, copied out */
     const char *reorder_from = NULL;
-    int64_t reorder_height = 0, reorder_width = 0;
+    int64_t reorder_height = 0, reorder_width = 0, reorder_stride = 0;
     if (sp.row_begin >= 0) {
       if (t->rank < 1 || sp.row_end > t->shape[0]) {
         amk_error(diag, no_loc(), "%s: tensor '%s' has %" PRId64 " rows; buffer '%s' takes "
@@ -763,6 +763,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       int64_t first = sp.col_begin >= 0 ? sp.col_begin : 0;
       reorder_width = sp.col_begin >= 0 ? sp.col_end - sp.col_begin : t->shape[1];
       reorder_height = t->shape[0];
+      reorder_stride = t->shape[1];
       reorder_from = (const char *)t->data + (size_t)first * elem;
       cols = *t;
       cols.shape[0] = sp.transpose ? reorder_width : reorder_height;
@@ -770,7 +771,6 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
       cols.numel = reorder_height * reorder_width;
       cols.data = NULL; /* copied below, unless the buffer takes it on demand */
       cols.nbytes = (size_t)cols.numel * elem;
-      slice = *t; /* the matrix it comes from (its row stride) */
       t = &cols;
     }
     FillKind kind;
@@ -841,7 +841,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
                                      .reorder_from = reorder_from,
                                      .reorder_height = reorder_height,
                                      .reorder_width = reorder_width,
-                                     .reorder_stride = slice.shape[1],
+                                     .reorder_stride = reorder_stride,
                                      .reorder_elem = t->nbytes / (size_t)t->numel,
                                      .reorder_transpose = sp.transpose};
       as_is = true;
@@ -852,7 +852,7 @@ static bool bind_weight(AmkWeights *w, uint32_t b, const AmkSafetensors *st,
     if (reorder_from) {
       size_t elem = t->nbytes / (size_t)t->numel;
       reordered = amk_xmalloc(t->nbytes + 1);
-      reorder_copy(reorder_from, reorder_height, reorder_width, slice.shape[1], elem,
+      reorder_copy(reorder_from, reorder_height, reorder_width, reorder_stride, elem,
                    sp.transpose, reordered);
       cols.data = reordered;
     }
