@@ -53,7 +53,18 @@ typedef struct {
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
   bool qgemv_mma; /* quantized GEMV tiles may use the tensor-core path */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
+  /* A rank program's cross-rank all-reduces: the group size (0: none), and
+   * per list position the collective's mailbox offsets (TpSlot.ordinal -1:
+   * not one; layout in megakernel.cuh, amk_allreduce_tp). */
+  int64_t tp_size;
+  struct TpSlot *tp_slot;
+  size_t tp_mailbox_bytes;
 } Gen;
+
+typedef struct TpSlot {
+  int32_t ordinal;
+  int64_t seq, flags, data;
+} TpSlot;
 
 static bool fail(Gen *g, const AmkTask *t, const char *fmt, ...) AMK_PRINTF(3, 4);
 static bool fail(Gen *g, const AmkTask *t, const char *fmt, ...) {
@@ -824,6 +835,80 @@ static bool row_window(Gen *g, const AmkTask *t, const AmkInstParams *p, bool *w
   return true;
 }
 
+/* A cross-rank all-reduce (group = N >= 2): the part's dtype and size, its
+ * place in the output, and the collective's mailbox offsets. */
+static bool gen_allreduce_tp(Gen *g, const AmkTask *t, const AmkInstParams *p,
+                             AmkStrBuf *inst) {
+  const TpSlot *slot = g->tp_slot ? &g->tp_slot[t - g->m->tasks] : NULL;
+  if (!slot || slot->ordinal < 0 || amk_task_tp_group(t) != g->tp_size)
+    return fail(g, t, "a cross-rank all-reduce of group %" PRId64 " in a program of %" PRId64
+                " ranks", amk_task_tp_group(t), g->tp_size);
+  if (t->n_inputs != 1 || t->n_outputs != 1)
+    return fail(g, t, "a cross-rank all-reduce takes one part and writes one output");
+  BufInfo a, o;
+  if (!buf_info(g, t, t->inputs[0], &a) || !need_numeric(g, t, &a, "part") ||
+      !buf_info(g, t, t->outputs[0], &o) || !need_numeric(g, t, &o, "output"))
+    return false;
+  int64_t n_off = amk_inst_param_has(p, AMK_PARAM_n_off) ? p->n_off.i : 0;
+  if (n_off < 0 || a.numel < 1 || n_off + a.numel > o.numel)
+    return fail(g, t, "the part (%" PRId64 " elements at %" PRId64 ") does not fit the output "
+                "(%" PRId64 ")", a.numel, n_off, o.numel);
+  EMIT(inst, allreduce_tp, a.dtype, o.dtype, o.numel, a.numel, n_off, slot->seq, slot->flags,
+       slot->data, g->tp_size);
+  return true;
+}
+
+/* The mailbox of a rank program's collectives (megakernel.cuh,
+ * amk_allreduce_tp): a launch count per collective, then each one's flags
+ * [2][N], then each one's fp32 slots [2][N][numel], in the order the
+ * program's waits force on them, so that every rank's k-th collective has
+ * the same offsets. */
+static bool plan_tp_mailbox(Gen *g) {
+  const AmkModule *m = g->m;
+  bool any = false;
+  for (uint32_t i = 0; i < m->n_tasks && !any; i++)
+    any = amk_task_tp_group(&m->tasks[i]) != 0;
+  if (!any)
+    return true;
+  int64_t rank = 0;
+  if (!amk_module_tp(m, &g->tp_size, &rank) || g->tp_size < 2 ||
+      g->tp_size > AMK_TP_MAX_RANKS) {
+    snprintf(g->err, sizeof g->err,
+             "a cross-rank all-reduce in a program that is not a rank program of 2 to %d "
+             "(meta tp_size and tp_rank)", AMK_TP_MAX_RANKS);
+    return false;
+  }
+  uint32_t *order = NULL, n = 0, unordered[2];
+  if (!amk_tp_collective_order(m, &order, &n, unordered)) {
+    snprintf(g->err, sizeof g->err,
+             "all-reduces %" PRId32 " and %" PRId32 " are not ordered by waits (the validator "
+             "says more)", m->tasks[unordered[0]].id, m->tasks[unordered[1]].id);
+    free(order);
+    return false;
+  }
+  g->tp_slot = amk_xmalloc((m->n_tasks ? m->n_tasks : 1) * sizeof *g->tp_slot);
+  for (uint32_t i = 0; i < m->n_tasks; i++)
+    g->tp_slot[i] = (TpSlot){.ordinal = -1};
+  size_t nranks = (size_t)g->tp_size;
+  size_t flags = ((size_t)n * 4 + 255) & ~(size_t)255;
+  size_t data = (flags + (size_t)n * 2 * nranks * 4 + 255) & ~(size_t)255;
+  for (uint32_t k = 0; k < n; k++) {
+    const AmkTask *t = &m->tasks[order[k]];
+    int64_t numel = 0;
+    const AmkBuffer *out = t->n_outputs ? amk_module_buffer(m, t->outputs[0]) : NULL;
+    if (!out || !amk_buffer_numel(out, &numel) || numel < 1)
+      numel = 1; /* gen_allreduce_tp reports the output */
+    g->tp_slot[order[k]] = (TpSlot){.ordinal = (int32_t)k,
+                                     .seq = (int64_t)k * 4,
+                                     .flags = (int64_t)(flags + (size_t)k * 2 * nranks * 4),
+                                     .data = (int64_t)data};
+    data += ((size_t)numel * 2 * nranks * 4 + 255) & ~(size_t)255;
+  }
+  g->tp_mailbox_bytes = data;
+  free(order);
+  return true;
+}
+
 static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
   AmkInstParams p;
   char perr[256];
@@ -1007,8 +1092,7 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
   }
   case AMK_OP_ALLREDUCE_SHARD: {
     if (amk_task_tp_group(t) != 0)
-      return fail(g, t, "a cross-rank all-reduce (param group): tensor parallelism on GPUs is "
-                  "not yet implemented");
+      return gen_allreduce_tp(g, t, &p, inst);
     if (t->n_inputs < 1 || t->n_inputs > AMK_MAX_INPUTS || t->n_outputs != 1)
       return fail(g, t, "takes 1 to 8 shards");
     if (!buf_info(g, t, t->outputs[0], &o) || !need_numeric(g, t, &o, "output"))
@@ -1258,7 +1342,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   char **keys = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *keys);
   int n_keys = 0;
   out->variant_of = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *out->variant_of);
-  bool ok = true;
+  bool ok = plan_tp_mailbox(&g);
   for (uint32_t i = 0; i < m->n_tasks && ok; i++) {
     AmkStrBuf inst;
     amk_sb_init(&inst);
@@ -1291,8 +1375,12 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     free(keys);
     free(out->variant_of);
     out->variant_of = NULL;
+    free(g.tp_slot);
     return false;
   }
+  free(g.tp_slot);
+  out->tp_size = (int)g.tp_size;
+  out->tp_mailbox_bytes = g.tp_mailbox_bytes;
   int64_t lookahead = opt && opt->override_lookahead ? opt->lookahead
                      : m->config                         ? m->config->pipelining_depth
                                                          : 2;

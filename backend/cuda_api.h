@@ -74,6 +74,8 @@ typedef struct {
   X(cuModuleLoadData, CUresult, (CUmodule *, const void *))                   \
   X(cuModuleUnload, CUresult, (CUmodule))                                     \
   X(cuModuleGetFunction, CUresult, (CUfunction *, CUmodule, const char *))    \
+  X(cuModuleGetGlobal, CUresult, (CUdeviceptr *, size_t *, CUmodule, const char *)) \
+  X(cuDeviceCanAccessPeer, CUresult, (int *, CUdevice, CUdevice))             \
   X(cuFuncSetAttribute, CUresult, (CUfunction, int, int))                     \
   X(cuFuncGetAttribute, CUresult, (int *, int, CUfunction))                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUresult,                    \

@@ -73,6 +73,11 @@ struct AmkCudaVm {
   size_t feed_cap, produced_cap;
   CUevent gen_start[GEN_IN_FLIGHT], gen_end[GEN_IN_FLIGHT];
   char describe[400];
+  /* A rank program's mailbox for its cross-rank all-reduces (codegen's
+   * size; 0: none), and whether amk_cuda_vm_tp_bind has given it one. */
+  size_t tp_mailbox_bytes;
+  int tp_size;
+  bool tp_bound;
 };
 
 static AmkLoc no_loc(void) { return (AmkLoc){0, 0}; }
@@ -295,7 +300,14 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
     amk_error(diag, no_loc(), "%s", why);
     goto fail;
   }
-  CU(vm->drv.cuDeviceGet(&vm->dev, 0), "cuDeviceGet");
+  int n_devices = 0;
+  CU(vm->drv.cuDeviceGetCount(&n_devices), "cuDeviceGetCount");
+  if (opt.device < 0 || opt.device >= n_devices) {
+    amk_error(diag, no_loc(), "GPU %d was asked for; %d %s visible", opt.device, n_devices,
+              n_devices == 1 ? "is" : "are");
+    goto fail;
+  }
+  CU(vm->drv.cuDeviceGet(&vm->dev, opt.device), "cuDeviceGet");
   char name[128] = "?";
   vm->drv.cuDeviceGetName(name, sizeof name, vm->dev);
   int cc_major = 0, cc_minor = 0, n_sms = 0, coop = 0, smem_optin = 0;
@@ -337,6 +349,14 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
      "get amk_transpose");
   vm->threads = cg.threads_per_block;
   vm->smem = cg.smem_bytes;
+  vm->tp_size = cg.tp_size;
+  vm->tp_mailbox_bytes = cg.tp_mailbox_bytes;
+  if (vm->tp_mailbox_bytes && !opt.tp_member) {
+    amk_error(diag, no_loc(), "this is one rank's program of a %d-rank tensor-parallel group: "
+                              "it runs only beside the others (amk-run --tp %d on a model "
+                              "folder)", vm->tp_size, vm->tp_size);
+    goto fail;
+  }
   if ((int64_t)vm->smem > smem_optin) {
     amk_error(diag, no_loc(), "the program needs %zu bytes of shared memory; '%s' allows %d",
               vm->smem, name, smem_optin);
@@ -804,9 +824,13 @@ static bool zero_accumulators(AmkCudaVm *vm, AmkDiagEngine *diag) {
 }
 
 /* One launch at position pos once the IO inputs are queued for writing:
- * counters and status cleared, the kernel, every logits row back as fp32. */
-static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
-                                     AmkDiagEngine *diag) {
+ * counters and status cleared, the kernel, and the logits' copy back
+ * queued behind it (finish_step waits for them). */
+static AmkCudaStepStatus enqueue_step(AmkCudaVm *vm, int64_t pos, AmkDiagEngine *diag) {
+  if (vm->tp_mailbox_bytes && !vm->tp_bound) {
+    amk_error(diag, no_loc(), "a rank program's all-reduces have no mailboxes yet");
+    return AMK_CUDA_STEP_ERROR;
+  }
   if (!cu_ok(vm, vm->drv.cuMemsetD32Async(vm->counters, 0, (size_t)(vm->n_counters ? vm->n_counters : 1),
                                           vm->stream),
              "zero counters", diag) ||
@@ -829,6 +853,14 @@ static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_m
   vm->drv.cuEventRecord(vm->ev1, vm->stream);
   vm->drv.cuMemcpyDtoHAsync(vm->logits_raw, vm->buf_addr[vm->logits_buffer],
                             vm->buf_bytes[vm->logits_buffer], vm->stream);
+  return AMK_CUDA_STEP_OK;
+}
+
+/* Waits for the launch enqueue_step queued, then every logits row back as
+ * fp32. */
+static AmkCudaStepStatus finish_step(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
+                                     AmkDiagEngine *diag) {
+  vm->drv.cuCtxSetCurrent(vm->ctx);
   AmkCudaStepStatus st = wait_launch(vm, NULL, pos, true, diag);
   if (st != AMK_CUDA_STEP_OK)
     return st;
@@ -862,10 +894,14 @@ static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_m
   return AMK_CUDA_STEP_OK;
 }
 
-AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
-                                   AmkDiagEngine *diag) {
-  if (!step_args_ok(vm, &token, 1, pos, diag))
-    return AMK_CUDA_STEP_ERROR;
+static AmkCudaStepStatus launch_step(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
+                                     AmkDiagEngine *diag) {
+  AmkCudaStepStatus st = enqueue_step(vm, pos, diag);
+  return st == AMK_CUDA_STEP_OK ? finish_step(vm, pos, kernel_ms, diag) : st;
+}
+
+/* Writes the token and position of a one-row step, queued on the stream. */
+static bool queue_token(AmkCudaVm *vm, int32_t token, int64_t pos, AmkDiagEngine *diag) {
   vm->drv.cuCtxSetCurrent(vm->ctx);
   vm->host_flags[0] = 0;
   vm->host_flags[1] = (uint32_t)token;
@@ -873,11 +909,76 @@ AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, fl
   if (!cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->token_buffer], &vm->host_flags[1], 4,
                                            vm->stream),
              "write token", diag))
+    return false;
+  return vm->pos_buffer < 0 ||
+         cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], &vm->host_flags[2], 4,
+                                             vm->stream),
+               "write pos", diag);
+}
+
+AmkCudaStepStatus amk_cuda_vm_step_launch(AmkCudaVm *vm, int32_t token, int64_t pos,
+                                          AmkDiagEngine *diag) {
+  if (!step_args_ok(vm, &token, 1, pos, diag) || !queue_token(vm, token, pos, diag))
     return AMK_CUDA_STEP_ERROR;
-  if (vm->pos_buffer >= 0 &&
-      !cu_ok(vm, vm->drv.cuMemcpyHtoDAsync(vm->buf_addr[vm->pos_buffer], &vm->host_flags[2], 4,
-                                           vm->stream),
-             "write pos", diag))
+  return enqueue_step(vm, pos, diag);
+}
+
+AmkCudaStepStatus amk_cuda_vm_step_finish(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
+                                          AmkDiagEngine *diag) {
+  return finish_step(vm, pos, kernel_ms, diag);
+}
+
+void amk_cuda_vm_raise_abort(AmkCudaVm *vm) {
+  if (vm->host_flags)
+    __atomic_store_n(&vm->host_flags[0], 1u, __ATOMIC_SEQ_CST);
+}
+
+size_t amk_cuda_vm_tp_mailbox_bytes(const AmkCudaVm *vm) { return vm->tp_mailbox_bytes; }
+
+bool amk_cuda_vm_make_current(AmkCudaVm *vm, AmkDiagEngine *diag) {
+  return cu_ok(vm, vm->drv.cuCtxSetCurrent(vm->ctx), "cuCtxSetCurrent", diag);
+}
+
+bool amk_cuda_vm_tp_bind(AmkCudaVm *vm, int rank, int size, const uint64_t *mailboxes,
+                         AmkDiagEngine *diag) {
+  if (!vm->tp_mailbox_bytes || size != vm->tp_size || rank < 0 || rank >= size ||
+      size > AMK_CUDA_TP_MAX_RANKS) {
+    amk_error(diag, no_loc(), "rank %d of %d does not fit a program of a %d-rank group", rank,
+              size, vm->tp_size);
+    return false;
+  }
+  /* The device's AmkTp (megakernel.cuh): the mailboxes, then rank, size. */
+  struct {
+    uint64_t mailbox[AMK_CUDA_TP_MAX_RANKS];
+    int32_t rank, size;
+  } tp;
+  memset(&tp, 0, sizeof tp);
+  for (int r = 0; r < size; r++)
+    tp.mailbox[r] = mailboxes[r];
+  tp.rank = rank;
+  tp.size = size;
+  CUdeviceptr global = 0;
+  size_t bytes = 0;
+  vm->drv.cuCtxSetCurrent(vm->ctx);
+  if (!cu_ok(vm, vm->drv.cuModuleGetGlobal(&global, &bytes, vm->mod, "amk_tp"), "find amk_tp",
+             diag))
+    return false;
+  if (bytes != sizeof tp) {
+    amk_error(diag, no_loc(), "the megakernel's amk_tp is %zu bytes, not %zu", bytes, sizeof tp);
+    return false;
+  }
+  /* Launch counts, flags and slots start at zero on every rank. */
+  if (!cu_ok(vm, vm->drv.cuMemsetD8(mailboxes[rank], 0, vm->tp_mailbox_bytes), "zero mailbox",
+             diag) ||
+      !cu_ok(vm, vm->drv.cuMemcpyHtoD(global, &tp, sizeof tp), "write amk_tp", diag))
+    return false;
+  vm->tp_bound = true;
+  return true;
+}
+
+AmkCudaStepStatus amk_cuda_vm_step(AmkCudaVm *vm, int32_t token, int64_t pos, float *kernel_ms,
+                                   AmkDiagEngine *diag) {
+  if (!step_args_ok(vm, &token, 1, pos, diag) || !queue_token(vm, token, pos, diag))
     return AMK_CUDA_STEP_ERROR;
   return launch_step(vm, pos, kernel_ms, diag);
 }

@@ -36,6 +36,7 @@
   X(copy_bytes, "L")                                                           \
   X(softmax, "iiLLL")                                                          \
   X(allreduce, "iiLi")                                                         \
+  X(allreduce_tp, "iiLLLLLLi")                                                 \
   X(kv_append, "iiLLL")                                                        \
   X(kv_append_rows, "iiLLL")                                                   \
   X(argmax, "iiLL")

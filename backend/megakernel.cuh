@@ -3767,6 +3767,155 @@ __device__ void amk_allreduce(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
 }
 
+// ---- cross-rank all-reduce (tensor parallelism, docs/TensorParallel.md) ----------
+//
+// A rank program's ALLREDUCE_SHARD {group = N >= 2}: the output on every
+// rank is the sum over ranks 0..N-1, in that order, in fp32 from zero, of
+// each rank's part placed at n_off (the reference VM's
+// amk_inst_allreduce_ranks). The ranks' megakernels run at once, one per
+// GPU; each rank has a mailbox of symmetric memory (ncclMemAlloc, one per
+// GPU of the group, load/store accessible from every other: amk_tp holds
+// all N addresses, written by the host after the module loads). Offsets
+// into a mailbox are the codegen's, the same on every rank (the collective's
+// place in the order its waits force, which amk_validate_tp proves common):
+//   SEQ   this collective's launch count on this rank (one uint32, local);
+//   FLAGS uint32 [2][N]: parity p, sender s: the count of s's latest send;
+//   DATA  f32 [2][N][NUMEL]: parity p, sender s: s's part at n_off, zeros
+//         elsewhere (a gather's other parts are never written there).
+// Launch e (counted per collective from 1) writes the part into slot
+// [e & 1][rank] of every mailbox, then, after a system-scope fence, flag
+// [e & 1][rank] = e in every mailbox; it waits for its own N flags to reach
+// e and sums its N slots. A sender reuses a slot two launches later, which
+// it reaches only after every rank has sent in the launch between, so
+// after every rank has summed the slot's last contents. A rank that never
+// sends leaves the others polling: the device abort flag and the host's
+// watchdog stop them as they stop any wait.
+#define AMK_TP_MAX_RANKS 64
+struct AmkTp {
+  unsigned long long mailbox[AMK_TP_MAX_RANKS];
+  int rank, size;
+};
+__device__ AmkTp amk_tp;
+
+__device__ __forceinline__ unsigned int amk_ld_acquire_sys(const unsigned int *p) {
+  unsigned int v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void amk_st_release_sys(unsigned int *p, unsigned int v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// Thread 0: polls *flag until it reaches `want` (wrapping counts), under the
+// device abort flag, the host's and the spin limit as amk_wait; false:
+// stop.
+__device__ __noinline__ bool amk_tp_wait_flag(AmkP P, int idx, const unsigned int *flag,
+                                              unsigned int want, int sender) {
+  volatile unsigned int *st = (volatile unsigned int *)P.status;
+  volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
+  unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
+  for (unsigned int iter = 1;; iter++) {
+    if ((int)(amk_ld_acquire_sys(flag) - want) >= 0)
+      return true;
+    __nanosleep(AMK_WAIT_GAP_NS);
+    if ((iter & 15u) != 0u)
+      continue;
+    if (st[4] != 0u)
+      return false;
+    if (amk_globaltimer() >= next_check) {
+      next_check += AMK_HOST_POLL_NS;
+      if (*host_abort != 0u) {
+        amk_fail(P, AMK_STATUS_ABORTED, idx, -1 - sender, (int)want);
+        return false;
+      }
+      if (P.spin_limit_ns > 0 && (long long)(amk_globaltimer() - t0) > P.spin_limit_ns) {
+        amk_fail(P, AMK_STATUS_SPIN, idx, -1 - sender, (int)want);
+        return false;
+      }
+    }
+  }
+}
+
+template <int DT, int ODT, long long NUMEL, long long PART, long long N_OFF, long long SEQ,
+          long long FLAGS, long long DATA, int N>
+__device__ void amk_allreduce_tp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(N >= 2 && N <= AMK_TP_MAX_RANKS, "a group of 2 to 64 ranks");
+  static_assert(N_OFF >= 0 && PART >= 1 && N_OFF + PART <= NUMEL, "the part lies in the output");
+  __shared__ unsigned int s_launch;
+  __shared__ int s_ok;
+  const void *part = amk_in(A, 0);
+  void *out = amk_out(A, 0);
+  const int me = amk_tp.rank;
+  if (threadIdx.x == 0) {
+    volatile unsigned int *seq = (volatile unsigned int *)(amk_tp.mailbox[me] + SEQ);
+    unsigned int e = *seq + 1u;
+    *seq = e;
+    s_launch = e;
+  }
+  __syncthreads();
+  const unsigned int e = s_launch;
+  const long long parity = e & 1u;
+  // The part into slot [parity][me] of every rank's mailbox, this rank's
+  // own included: 16-byte stores where the part is whole fp32 vectors.
+  constexpr bool VEC = DT == AMK_ABI_DTYPE_F32 && NUMEL % 4 == 0 && PART % 4 == 0 && N_OFF % 4 == 0;
+  const long long mine = (parity * N + me) * NUMEL + N_OFF;
+  if constexpr (VEC) {
+    const float4 *src = (const float4 *)part;
+    for (long long i = threadIdx.x; i < PART / 4; i += AMK_NT) {
+      float4 v = src[i];
+#pragma unroll 4
+      for (int s = 0; s < N; s++)
+        ((float4 *)((float *)(amk_tp.mailbox[s] + DATA) + mine))[i] = v;
+    }
+  } else {
+    for (long long i = threadIdx.x; i < PART; i += AMK_NT) {
+      float v = amk_ld<DT>(part, i);
+      for (int s = 0; s < N; s++)
+        ((float *)(amk_tp.mailbox[s] + DATA))[mine + i] = v;
+    }
+  }
+  // The block's stores, then thread 0's system-scope fence and flags (the
+  // barrier orders every thread's stores before the fence).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int s = 0; s < N; s++)
+      amk_st_release_sys((unsigned int *)(amk_tp.mailbox[s] + FLAGS) + parity * N + me, e);
+    bool ok = true;
+    const unsigned int *flags = (const unsigned int *)(amk_tp.mailbox[me] + FLAGS) + parity * N;
+    for (int s = 0; s < N && ok; s++)
+      ok = amk_tp_wait_flag(P, idx, flags + s, e, s);
+    s_ok = ok;
+  }
+  __syncthreads();
+  if (!s_ok)
+    return;
+  const float *slots = (const float *)(amk_tp.mailbox[me] + DATA) + parity * N * NUMEL;
+  if constexpr (NUMEL % 4 == 0) {
+    for (long long i = threadIdx.x; i < NUMEL / 4; i += AMK_NT) {
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int s = 0; s < N; s++) {
+        float4 v = __ldcg((const float4 *)(slots + s * NUMEL) + i);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      amk_st<ODT>(out, 4 * i, sum.x);
+      amk_st<ODT>(out, 4 * i + 1, sum.y);
+      amk_st<ODT>(out, 4 * i + 2, sum.z);
+      amk_st<ODT>(out, 4 * i + 3, sum.w);
+    }
+  } else {
+    for (long long i = threadIdx.x; i < NUMEL; i += AMK_NT) {
+      float sum = 0.0f;
+      for (int s = 0; s < N; s++)
+        sum += __ldcg(slots + s * NUMEL + i);
+      amk_st<ODT>(out, i, sum);
+    }
+  }
+}
+
 // KV_APPEND: NFRESH elements (whole rows of ROWLEN) into row pos of the cache.
 template <int FDT, int CDT, long long NFRESH, long long ROWLEN, long long ROWS>
 __device__ void amk_kv_append(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {

@@ -15,93 +15,12 @@ typedef struct {
   uint32_t n;
 } Sequence;
 
-/* Tasks each task's finish makes ready for sure: B follows A when B waits
- * on A's counter for as many signals as that counter has signallers (a
- * lower threshold may be met by the others). CSR over list positions. */
-typedef struct {
-  uint32_t *off, *next;
-} Successors;
-
-static void successors_build(const AmkModule *m, Successors *s) {
-  uint32_t n = m->n_tasks, nc = 0;
-  for (uint32_t t = 0; t < n; t++)
-    if (m->tasks[t].out_counter >= 0 && (uint32_t)m->tasks[t].out_counter + 1 > nc)
-      nc = (uint32_t)m->tasks[t].out_counter + 1;
-  for (uint32_t t = 0; t < n; t++)
-    for (uint32_t w = 0; w < m->tasks[t].n_waits; w++)
-      if (m->tasks[t].waits[w].counter >= 0 && (uint32_t)m->tasks[t].waits[w].counter + 1 > nc)
-        nc = (uint32_t)m->tasks[t].waits[w].counter + 1;
-  uint32_t *signals = amk_xcalloc(nc + 1, sizeof *signals);
-  for (uint32_t t = 0; t < n; t++)
-    if (m->tasks[t].out_counter >= 0)
-      signals[m->tasks[t].out_counter]++;
-  /* Signallers of each counter, CSR. */
-  uint32_t *soff = amk_xcalloc(nc + 2, sizeof *soff), *slist = amk_xmalloc((n + 1) * sizeof *slist);
-  for (uint32_t c = 0; c < nc; c++)
-    soff[c + 1] = soff[c] + signals[c];
-  uint32_t *fill = amk_xcalloc(nc + 1, sizeof *fill);
-  for (uint32_t t = 0; t < n; t++)
-    if (m->tasks[t].out_counter >= 0) {
-      uint32_t c = (uint32_t)m->tasks[t].out_counter;
-      slist[soff[c] + fill[c]++] = t;
-    }
-  /* Edges signaller -> waiter, counted then placed. */
-  s->off = amk_xcalloc(n + 1, sizeof *s->off);
-  for (int pass = 0; pass < 2; pass++) {
-    uint32_t *at = pass ? amk_xcalloc(n + 1, sizeof *at) : NULL;
-    for (uint32_t t = 0; t < n; t++)
-      for (uint32_t w = 0; w < m->tasks[t].n_waits; w++) {
-        int64_t thr = 0;
-        int32_t c = m->tasks[t].waits[w].counter;
-        if (c < 0 || !amk_value_as_int(&m->tasks[t].waits[w].threshold, &thr) ||
-            thr < (int64_t)signals[c])
-          continue;
-        for (uint32_t k = soff[c]; k < soff[c + 1]; k++) {
-          uint32_t a = slist[k];
-          if (pass == 0)
-            s->off[a + 1]++;
-          else
-            s->next[s->off[a] + at[a]++] = t;
-        }
-      }
-    if (pass == 0) {
-      for (uint32_t t = 0; t < n; t++)
-        s->off[t + 1] += s->off[t];
-      s->next = amk_xmalloc((s->off[n] + 1) * sizeof *s->next);
-    }
-    free(at);
-  }
-  free(fill);
-  free(slist);
-  free(soff);
-  free(signals);
-}
-
-/* Marks in `seen` every task reachable from `from` (itself excluded). */
-static void reach(const Successors *s, uint32_t n, uint32_t from, uint8_t *seen, uint32_t *stack) {
-  memset(seen, 0, n);
-  uint32_t top = 0;
-  stack[top++] = from;
-  while (top) {
-    uint32_t t = stack[--top];
-    for (uint32_t k = s->off[t]; k < s->off[t + 1]; k++)
-      if (!seen[s->next[k]]) {
-        seen[s->next[k]] = 1;
-        stack[top++] = s->next[k];
-      }
-  }
-}
-
 /* The rank's collectives ordered by its waits; false after reporting two
  * that nothing orders (the ranks could then reach them in different
  * orders) or an output another task also writes. */
 static bool rank_sequence(const AmkModule *m, uint32_t rank, Sequence *seq, AmkDiagEngine *diag) {
-  uint32_t n = m->n_tasks;
-  seq->tasks = amk_xmalloc((n + 1) * sizeof *seq->tasks);
-  seq->n = 0;
-  for (uint32_t t = 0; t < n; t++)
-    if (amk_task_tp_group(&m->tasks[t]) != 0)
-      seq->tasks[seq->n++] = t;
+  uint32_t n = m->n_tasks, unordered[2] = {0, 0};
+  bool ordered = amk_tp_collective_order(m, &seq->tasks, &seq->n, unordered);
   bool ok = true;
   /* Its output is written by it alone. */
   for (uint32_t i = 0; i < seq->n && ok; i++) {
@@ -116,43 +35,13 @@ static bool rank_sequence(const AmkModule *m, uint32_t rank, Sequence *seq, AmkD
           break;
         }
   }
-  if (!ok || seq->n < 2)
-    return ok;
-  Successors s;
-  successors_build(m, &s);
-  uint8_t *seen = amk_xmalloc(n + 1);
-  uint32_t *stack = amk_xmalloc((s.off[n] + n + 1) * sizeof *stack);
-  /* How many collectives follow each: in a chain, all distinct. */
-  uint32_t *after = amk_xcalloc(seq->n, sizeof *after);
-  for (uint32_t i = 0; i < seq->n; i++) {
-    reach(&s, n, seq->tasks[i], seen, stack);
-    for (uint32_t j = 0; j < seq->n; j++)
-      after[i] += seen[seq->tasks[j]];
+  if (ok && !ordered) {
+    const AmkTask *a = &m->tasks[unordered[0]], *b = &m->tasks[unordered[1]];
+    amk_error(diag, no_loc(), "rank %u: all-reduces '%s' (task %" PRId32 ") and '%s' (task %"
+              PRId32 ") are not ordered by waits: ranks could reach them in different orders "
+              "and deadlock", rank, a->label, a->id, b->label, b->id);
+    ok = false;
   }
-  /* Sort by collectives following, most first (insertion sort: few). */
-  for (uint32_t i = 1; i < seq->n; i++)
-    for (uint32_t j = i; j > 0 && after[j] > after[j - 1]; j--) {
-      uint32_t a = after[j], t = seq->tasks[j];
-      after[j] = after[j - 1];
-      seq->tasks[j] = seq->tasks[j - 1];
-      after[j - 1] = a;
-      seq->tasks[j - 1] = t;
-    }
-  for (uint32_t i = 0; i + 1 < seq->n && ok; i++) {
-    reach(&s, n, seq->tasks[i], seen, stack);
-    if (!seen[seq->tasks[i + 1]]) {
-      const AmkTask *a = &m->tasks[seq->tasks[i]], *b = &m->tasks[seq->tasks[i + 1]];
-      amk_error(diag, no_loc(), "rank %u: all-reduces '%s' (task %" PRId32 ") and '%s' (task %"
-                PRId32 ") are not ordered by waits: ranks could reach them in different orders "
-                "and deadlock", rank, a->label, a->id, b->label, b->id);
-      ok = false;
-    }
-  }
-  free(after);
-  free(stack);
-  free(seen);
-  free(s.off);
-  free(s.next);
   return ok;
 }
 

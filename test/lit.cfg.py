@@ -77,6 +77,9 @@ if _cuda is not None:
         if _cuda.cuInit(0) == 0 and _cuda.cuDeviceGetCount(ctypes.byref(_count)) == 0 \
                 and _count.value > 0:
             config.available_features.add("cuda")
+            # `cuda-2`: two GPUs, for the tensor-parallel group (one rank a GPU).
+            if _count.value >= 2:
+                config.available_features.add("cuda-2")
     except Exception:
         pass
 for var in ("AMK_NVRTC", "CUDA_HOME", "LD_LIBRARY_PATH", "AMK_CUDA_TIMEOUT_MS"):

@@ -99,6 +99,8 @@ typedef struct {
   int threads_per_block;
   size_t smem_bytes;      /* dynamic shared memory the kernel needs */
   int32_t *variant_of;    /* malloc'd, per task (list position) */
+  int tp_size;            /* a rank program's group size (0: no cross-rank all-reduce) */
+  size_t tp_mailbox_bytes; /* then the bytes of each rank's mailbox (amk_allreduce_tp) */
   char *error;            /* malloc'd message when codegen fails */
 } AmkCodegen;
 
@@ -195,6 +197,8 @@ typedef struct {
    * and its KV caches of the same name, size and dtype are used in place,
    * not allocated or uploaded again. It must outlive this VM. */
   const struct AmkCudaVm *share;
+  int device; /* the GPU's ordinal (0: the first) */
+  bool tp_member; /* a rank program is accepted (amk_cuda_group_engine's) */
 } AmkCudaVmOptions;
 
 AmkCudaVmOptions amk_cuda_vm_options_default(void);
@@ -271,6 +275,40 @@ int64_t amk_cuda_vm_weight_bytes(const AmkCudaVm *vm);
  * `bytes` (0: 1 GiB), median of `reps` runs. Returns <= 0 on failure. */
 double amk_cuda_vm_measure_read_bw(AmkCudaVm *vm, size_t bytes, int reps,
                                    AmkDiagEngine *diag);
+
+/* ---- a tensor-parallel group (backend/cuda_group.c) ---------------------------- */
+
+/* Each rank's VM, created on its own GPU (AmkCudaVmOptions.device), is
+ * driven by the group: the launches of one step go out on every GPU before
+ * any is waited for, since each rank's all-reduces wait for the others'. */
+enum { AMK_CUDA_TP_MAX_RANKS = 64 };
+/* Queues one decode step (token at pos) without waiting for it. */
+AmkCudaStepStatus amk_cuda_vm_step_launch(AmkCudaVm *vm, int32_t token, int64_t pos,
+                                          AmkDiagEngine *diag);
+/* Waits for the step amk_cuda_vm_step_launch queued (the watchdog as
+ * amk_cuda_vm_step's), then reads its logits back. */
+AmkCudaStepStatus amk_cuda_vm_step_finish(AmkCudaVm *vm, int64_t pos, float *kernel_ms,
+                                          AmkDiagEngine *diag);
+/* Raises the launch's host abort flag (a peer rank failed): its waits stop
+ * within the watchdog's poll. */
+void amk_cuda_vm_raise_abort(AmkCudaVm *vm);
+/* The bytes of the mailbox a rank program's all-reduces need (0: not a
+ * rank program). */
+size_t amk_cuda_vm_tp_mailbox_bytes(const AmkCudaVm *vm);
+/* Makes the VM's context current to the calling thread (for NCCL's calls
+ * on its GPU). */
+bool amk_cuda_vm_make_current(AmkCudaVm *vm, AmkDiagEngine *diag);
+/* Binds the VM to rank `rank` of `size`: mailboxes[r] is rank r's mailbox
+ * (device addresses this GPU can load from and store to, each
+ * amk_cuda_vm_tp_mailbox_bytes long); zeroes its own. False after
+ * reporting. */
+bool amk_cuda_vm_tp_bind(AmkCudaVm *vm, int rank, int size, const uint64_t *mailboxes,
+                         AmkDiagEngine *diag);
+/* The group as an engine: AmkEngineOptions.tp_plans, tp_weights and
+ * tp_size give the ranks (rank r on GPU r); NCCL bootstraps the group and
+ * allocates the mailboxes (ncclMemAlloc, registered as a symmetric
+ * window). Rank 0's logits are the group's. */
+const AmkEngineOps *amk_cuda_group_engine(void);
 
 /* The CUDA VM as an engine (amk_engine_create); AmkEngineOptions carry the
  * AmkCudaVmOptions fields (0 fields take the defaults above). */

@@ -32,6 +32,14 @@ int64_t amk_task_tp_group(const AmkTask *t);
  * keys are there but malformed. */
 bool amk_module_tp(const AmkModule *m, int64_t *size, int64_t *rank);
 
+/* A rank program's cross-rank collectives (list positions, malloc'd into
+ * *tasks, *n of them) in the order its waits force on them: the k-th is
+ * what every rank's k-th meets (amk_validate_tp proves they match). False
+ * when two of them are not ordered by waits (unordered: the first such
+ * pair; *tasks still holds all of them). */
+bool amk_tp_collective_order(const AmkModule *m, uint32_t **tasks, uint32_t *n,
+                             uint32_t unordered[2]);
+
 /* One part of a weight buffer's `source`: a state-dict key with optional
  * row and column ranges, optionally transposed (docs/Import.md):
  *   KEY                 the whole tensor

@@ -502,12 +502,35 @@ int main(int argc, char **argv) {
   eopt.trace = o.trace != NULL;
   eopt.threads = (int)o.threads;
   AmkEngine *engine = NULL, *reference = NULL;
-  if (ok && n_ranks > 1) {
-    /* Options refused every GPU use of --tp; the group runs on the VM. */
+  if (n_ranks > 1) {
     eopt.tp_plans = (const AmkPlan *const *)plans;
     eopt.tp_weights = (const AmkWeights *const *)rank_weights;
     eopt.tp_size = n_ranks;
-    ok = (engine = amk_engine_create(amk_vm_group_engine(), plan, loaded, &eopt, diag)) != NULL;
+  }
+  if (ok && n_ranks > 1 && strcmp(device, "cuda") == 0) {
+    /* One rank per GPU; without the GPUs (or NCCL) the reference VM's group
+     * decodes instead, unless the GPU was asked for. */
+    engine = amk_engine_create(amk_cuda_group_engine(), plan, loaded, &eopt, diag);
+    if (!engine && need_gpu) {
+      ok = false;
+    } else if (!engine) {
+      device = "cpu";
+      if (!o.json)
+        fprintf(stderr, "amk-run: the GPUs cannot run this group (above); decoding on the CPU "
+                        "reference VM\n");
+    } else if (!o.json && !o.bench) {
+      fprintf(stderr, "amk-run: decoding on %s\n", amk_engine_describe(engine));
+    }
+    if (engine && say)
+      say_phase("started the GPUs' tensor-parallel group (codegen, NVRTC, upload, NCCL)",
+                run_now_ms() - t_phase);
+    t_phase = run_now_ms();
+  }
+  if (ok && n_ranks > 1 && !engine) {
+    if (!vm_checked)
+      ok = fits_host_memory(plans, n_ranks, diag);
+    vm_checked = true;
+    ok = ok && (engine = amk_engine_create(amk_vm_group_engine(), plan, loaded, &eopt, diag)) != NULL;
     if (ok && say)
       say_phase("started the reference VM's tensor-parallel group", run_now_ms() - t_phase);
     if (ok && o.verbose && !o.json)
@@ -542,7 +565,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "amk-run: decoding on the %s\n", amk_engine_describe(engine));
   }
   if (ok && (o.check || (o.bench && !cpu_bench)))
-    ok = (reference = amk_engine_create(amk_vm_engine(), plan, loaded, &eopt, diag)) != NULL;
+    ok = (reference = amk_engine_create(n_ranks > 1 ? amk_vm_group_engine() : amk_vm_engine(),
+                                        plan, loaded, &eopt, diag)) != NULL;
   /* Batched prefill: from a model folder (the prefill programs are
    * compiled from it), on an engine that runs them; with --check the
    * reference VM prefills the same chunks. */

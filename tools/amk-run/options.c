@@ -43,9 +43,11 @@ static void usage(FILE *out) {
         "  --weights DIR            the checkpoint folder for a compiled program\n"
         "  --random-weights SEED    seeded random weights at the program's shapes\n"
         "  --tp N                   tensor parallelism: compile N rank programs (the\n"
-        "                           shard pass after import) and run them together;\n"
-        "                           n_kv_heads must be a multiple of N. CPU only for now\n"
-        "                           (--device cpu); 1: one program (default)\n\n"
+        "                           shard pass after import) and run them together,\n"
+        "                           rank r on GPU r of this host (NCCL 2.27+, the\n"
+        "                           GPUs peer-to-peer), else on the CPU reference VM;\n"
+        "                           n_kv_heads must be a multiple of N; 1: one program\n"
+        "                           (default)\n\n"
         "PROMPT AND OUTPUT:\n"
         "  -p, --prompt TEXT        the prompt as text, encoded with the BOS as the\n"
         "                           tokenizer's post-processor adds it (see TEXT below)\n"
@@ -399,16 +401,6 @@ static int check_combination(RunOptions *o) {
     return 1;
   }
   if (o->tp > 1) {
-    /* The GPU half of tensor parallelism (NCCL, one megakernel per GPU) is
-     * not there yet: say so rather than fall back silently. */
-    bool gpu = strcmp(o->device, "cpu") != 0 || o->check || o->trace;
-    if (gpu) {
-      fprintf(stderr, "amk-run: error: --tp %" PRId64 " runs on the CPU reference VM only "
-                      "for now (tensor parallelism on GPUs is not yet implemented); give "
-                      "--device cpu%s\n", o->tp,
-              o->check || o->trace ? ", without --check and --trace" : "");
-      return 1;
-    }
     if (o->quant || o->quant_group || o->quant_keep) {
       fprintf(stderr, "amk-run: error: --tp %" PRId64 " with --quant is not supported yet "
                       "(the rank programs take float weights)\n", o->tp);
