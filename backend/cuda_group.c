@@ -199,7 +199,16 @@ static AmkStepStatus group_step(void *self, int32_t token, int64_t pos, float *k
   CudaGroup *g = self;
   AmkCudaStepStatus worst = AMK_CUDA_STEP_OK;
   uint32_t launched = 0;
+  /* A test hook: AMK_TP_TEST_DEAD_RANK=R never launches rank R, as if its
+   * process had died; the others must stop with an error, not hang. */
+  const char *dead_env = getenv("AMK_TP_TEST_DEAD_RANK");
+  long dead = dead_env && *dead_env ? strtol(dead_env, NULL, 10) : -1;
   for (; launched < g->size; launched++) {
+    if ((long)launched == dead) {
+      amk_error(diag, no_loc(), "rank %u: not launched (AMK_TP_TEST_DEAD_RANK)", launched);
+      worst = AMK_CUDA_STEP_ERROR;
+      continue;
+    }
     AmkCudaStepStatus st = amk_cuda_vm_step_launch(g->vm[launched], token, pos, diag);
     if (st != AMK_CUDA_STEP_OK) {
       amk_error(diag, no_loc(), "rank %u: the launch at position %" PRId64 " failed (above)",
@@ -208,12 +217,14 @@ static AmkStepStatus group_step(void *self, int32_t token, int64_t pos, float *k
       break;
     }
   }
-  if (worst != AMK_CUDA_STEP_OK)
+  if (worst != AMK_CUDA_STEP_OK && dead < 0)
     for (uint32_t r = 0; r < launched; r++)
       amk_cuda_vm_raise_abort(g->vm[r]);
   float slowest = 0;
   for (uint32_t r = 0; r < launched; r++) {
     float ms = 0;
+    if ((long)r == dead)
+      continue;
     AmkCudaStepStatus st = amk_cuda_vm_step_finish(g->vm[r], pos, &ms, diag);
     if (ms > slowest)
       slowest = ms;

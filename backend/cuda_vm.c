@@ -332,6 +332,12 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   double t_codegen = now_ms();
   if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag))
     goto fail;
+  if (cg.tp_mailbox_bytes && !opt.tp_member) {
+    amk_error(diag, no_loc(), "this is one rank's program of a %d-rank tensor-parallel group: "
+                              "it runs only beside the others (amk-run --tp %d on a model "
+                              "folder)", cg.tp_size, cg.tp_size);
+    goto fail;
+  }
   char arch[32];
   snprintf(arch, sizeof arch, "sm_%d%d", cc_major, cc_minor);
   double t0 = now_ms();
@@ -351,12 +357,7 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   vm->smem = cg.smem_bytes;
   vm->tp_size = cg.tp_size;
   vm->tp_mailbox_bytes = cg.tp_mailbox_bytes;
-  if (vm->tp_mailbox_bytes && !opt.tp_member) {
-    amk_error(diag, no_loc(), "this is one rank's program of a %d-rank tensor-parallel group: "
-                              "it runs only beside the others (amk-run --tp %d on a model "
-                              "folder)", vm->tp_size, vm->tp_size);
-    goto fail;
-  }
+
   if ((int64_t)vm->smem > smem_optin) {
     amk_error(diag, no_loc(), "the program needs %zu bytes of shared memory; '%s' allows %d",
               vm->smem, name, smem_optin);
@@ -770,11 +771,17 @@ static AmkCudaStepStatus wait_launch(AmkCudaVm *vm, CUevent done, int64_t pos, b
     return AMK_CUDA_STEP_ERROR;
   if (timed_out || status[0] == AMK_STATUS_ABORTED || status[0] == AMK_STATUS_SPIN) {
     const AmkTask *t = status[1] < vm->m->n_tasks ? &vm->m->tasks[status[1]] : NULL;
+    /* A cross-rank all-reduce names the rank it waited for as -1 - rank. */
+    char what[96];
+    if ((int32_t)status[2] < 0)
+      snprintf(what, sizeof what, "waiting for rank %d's part", -1 - (int32_t)status[2]);
+    else
+      snprintf(what, sizeof what, "waiting on counter %u for %u", status[2], status[3]);
     amk_error(diag, no_loc(),
               "TIMEOUT: the launch at position %" PRId64 " exceeded %.0f ms and was aborted%s%s%s "
-              "(waiting on counter %u for %u)",
+              "(%s)",
               pos, vm->timeout_ms, t ? "; a block was waiting in task '" : "",
-              t && t->label ? t->label : "", t ? "'" : "", status[2], status[3]);
+              t && t->label ? t->label : "", t ? "'" : "", what);
     return AMK_CUDA_STEP_TIMEOUT;
   }
   if (status[0] != 0) {
