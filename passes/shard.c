@@ -5,11 +5,12 @@
  * columns of the intermediate width: each rank computes its heads and its
  * columns. o_proj and down_proj are row-parallel: each rank multiplies its
  * slice of K into a full-width fp32 partial sum, and a cross-rank
- * ALLREDUCE_SHARD (param group = N) writes the reduced value to the buffer
- * the residual add already reads. lm_head is split by vocabulary rows into
+ * ALLREDUCE_SHARD (param group = N) writes the residual stream after it:
+ * the residual add goes, rank 0's part carrying the residual instead (one
+ * task and one hop fewer a residual). lm_head is split by vocabulary rows into
  * an fp32 partial that the same collective places at its rank's offset
  * (n_off) of the full logits: a sum of disjoint parts, i.e. an exact
- * gather. Norms, residual adds and the embedding are replicated.
+ * gather. Norms and the embedding are replicated.
  *
  * The pass works on the labels and shapes import writes (docs/Import.md);
  * anything else (a tiled, fused or quantized program) is refused. */
@@ -202,6 +203,69 @@ static bool reduce_after(Shard *s, uint32_t ti, bool gather, int64_t lo, int64_t
   return true;
 }
 
+/* The residual add that alone reads a plain all-reduce's output (o or d:
+ * `attn_residual`, `mlp_residual`), as list position, or UINT32_MAX. */
+static uint32_t residual_reader(const AmkTask *tasks, uint32_t n, const AmkTask *r) {
+  if (amk_task_param(r, "n_off"))
+    return UINT32_MAX; /* a gather: the logits have no residual */
+  int32_t out = r->outputs[0];
+  uint32_t found = UINT32_MAX;
+  for (uint32_t i = 0; i < n; i++)
+    for (uint32_t k = 0; k < tasks[i].n_inputs; k++)
+      if (tasks[i].inputs[k] == out) {
+        if (found != UINT32_MAX || tasks[i].op != AMK_OP_ADD || tasks[i].n_inputs != 2 ||
+            tasks[i].n_outputs != 1)
+          return UINT32_MAX;
+        found = i;
+      }
+  return found;
+}
+
+/* The residual add h' = h + allreduce(partials) goes into the collective:
+ * it writes h' under the add's counter, and rank 0's part becomes
+ * partial + h (an add into a new fp32 buffer; fuse folds it into the GEMV
+ * tiles), the others' stay their partials. The sum is then h plus every
+ * rank's partial in fp32, rounded to h's dtype once: one task and one hop
+ * fewer a residual on every rank (docs/TensorParallel.md). */
+static void fold_residual(Shard *s, const AmkTask *add, AmkTask *r) {
+  AmkModule *m = s->m;
+  int32_t partial = r->inputs[0], old_out = r->outputs[0];
+  int32_t partial_counter = r->waits[0].counter, old_counter = r->out_counter;
+  r->outputs = amk_arena_memdup(&m->arena, &add->outputs[0], sizeof add->outputs[0]);
+  r->out_counter = add->out_counter;
+  r->label = amk_arena_printf(&m->arena, "%s+residual", r->label);
+  if (s->rank != 0)
+    return;
+  int32_t h = add->inputs[0] == old_out ? add->inputs[1] : add->inputs[0];
+  const AmkBuffer *pb = amk_module_buffer(m, partial);
+  int64_t dims[2] = {1, dim_of(pb, pb->rank - 1)};
+  const char *name = amk_arena_printf(&m->arena, "%s+residual", pb->name);
+  int32_t sum = amk_module_add_hbm_buffer(m, name, AMK_KIND_ACTIVATION, AMK_DTYPE_F32, 2, dims,
+                                          NULL);
+  AmkCounter *c = amk_module_add_counter(m);
+  c->name = name;
+  c->note = amk_arena_printf(&m->arena, "%s: rank 0's part with the residual", add->label);
+  /* The add now reads the partial (waiting on its counter where it waited
+   * on the old output's) and writes the new part. */
+  AmkTask *a = amk_module_add_task(m); /* in the list before the collective */
+  *a = *add;
+  a->id = (int32_t)(m->n_tasks - 1);
+  int32_t in[2] = {partial, h};
+  a->inputs = amk_arena_memdup(&m->arena, in, sizeof in);
+  a->outputs = amk_arena_memdup(&m->arena, &sum, sizeof sum);
+  a->out_counter = c->id;
+  a->waits = amk_arena_memdup(&m->arena, add->waits,
+                              (add->n_waits ? add->n_waits : 1) * sizeof *add->waits);
+  for (uint32_t w = 0; w < a->n_waits; w++)
+    if (a->waits[w].counter == old_counter)
+      a->waits[w] = (AmkWait){partial_counter, amk_value_int(1)};
+  a->label = amk_arena_printf(&m->arena, "%s.part", add->label);
+  r->inputs = amk_arena_memdup(&m->arena, &sum, sizeof sum);
+  r->waits = amk_arena_alloc(&m->arena, sizeof *r->waits);
+  r->n_waits = 1;
+  r->waits[0] = (AmkWait){c->id, amk_value_int(1)};
+}
+
 /* Layer tasks are labelled `L<i>.<what>`: the <what>, or the whole label. */
 static const char *label_role(const char *label) {
   if (label[0] != 'L' || label[1] < '0' || label[1] > '9')
@@ -388,21 +452,32 @@ bool amk_pass_shard(AmkModule *m, AmkPassContext *ctx) {
       free(pending);
       return false;
     }
-    /* The list again, each collective right after the task it reduces. */
+    /* The list again, each collective right after the task it reduces,
+     * and each residual add that reads an all-reduce taken into it. */
     AmkTask *old = amk_xmalloc((n_tasks ? n_tasks : 1) * sizeof *old);
     memcpy(old, m->tasks, n_tasks * sizeof *old);
+    bool *gone = amk_xcalloc(n_tasks ? n_tasks : 1, sizeof *gone);
     m->n_tasks = 0;
     uint32_t next = 0;
     for (uint32_t ti = 0; ti < n_tasks; ti++) {
+      if (gone[ti])
+        continue;
       AmkTask *t = amk_module_add_task(m);
       *t = old[ti];
       t->id = (int32_t)(m->n_tasks - 1);
       if (next < n_pending && pending[next].after == ti) {
+        AmkTask r = pending[next++].task;
+        uint32_t add = residual_reader(old, n_tasks, &r);
+        if (add != UINT32_MAX) {
+          gone[add] = true;
+          fold_residual(&s, &old[add], &r);
+        }
         t = amk_module_add_task(m);
-        *t = pending[next++].task;
+        *t = r;
         t->id = (int32_t)(m->n_tasks - 1);
       }
     }
+    free(gone);
     free(old);
     free(pending);
     amk_stat_int(ctx->stats, "shard", "collectives", n_pending);
