@@ -509,8 +509,14 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
         rows = pb->numel / (cols > 0 ? cols : 1) - row_at; /* the rest */
       int64_t row0 = 0, col0 = 0, fb = -1;
       AmkRandomRule rule;
+      /* A transposed part (KEY[:, B:E]^T: a rank's slice of split_down's
+       * transposed down weight) is the transpose of the untransposed
+       * slice, rows x cols of the buffer being cols x rows of the tensor. */
+      AmkSourcePart plain = sp;
+      plain.transpose = false;
       if (ok)
-        fb = find_whole(full, buf->name, &sp, rows, cols, &row0, &col0);
+        fb = sp.transpose ? find_whole(full, "", &plain, cols, rows, &row0, &col0)
+                          : find_whole(full, buf->name, &sp, rows, cols, &row0, &col0);
       ok = ok && fb >= 0 && amk_weights_random_rule(whole, (uint32_t)fb, &rule) &&
            full->buffers[fb].dtype == pb->dtype;
       if (!ok)
@@ -518,7 +524,21 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
       const AmkPlanBuffer *fpb = &full->buffers[fb];
       int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
       rule.state += (uint64_t)(row0 * fcols + col0) * SPLITMIX64_GAMMA;
-      if (one_part && fcols == cols && rows * cols == pb->numel) {
+      if (sp.transpose) {
+        /* Tensor row k of the slice (rows of the buffer's width) lands in
+         * column k of the buffer's rows [row_at, row_at + rows). */
+        if (!dst)
+          dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
+        char *line = amk_xmalloc((size_t)(rows > 0 ? rows : 1) * (size_t)elem);
+        for (int64_t k = 0; k < cols; k++) {
+          AmkRandomRule row = rule;
+          row.state += (uint64_t)(k * fcols) * SPLITMIX64_GAMMA;
+          random_fill_range(&row, pb->dtype, 0, rows, line);
+          for (int64_t c = 0; c < rows && row_at + c < pb->numel / cols; c++)
+            memcpy(dst + ((row_at + c) * cols + k) * elem, line + c * elem, (size_t)elem);
+        }
+        free(line);
+      } else if (one_part && fcols == cols && rows * cols == pb->numel) {
         w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM,
                                        .nbytes = (size_t)pb->nbytes, .rule = rule};
       } else {
