@@ -510,13 +510,18 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
       int64_t row0 = 0, col0 = 0, fb = -1;
       AmkRandomRule rule;
       /* A transposed part (KEY[:, B:E]^T: a rank's slice of split_down's
-       * transposed down weight) is the transpose of the untransposed
+       * transposed down weight) is a window of the whole's transposed
+       * buffer where it has one, else the transpose of the untransposed
        * slice, rows x cols of the buffer being cols x rows of the tensor. */
       AmkSourcePart plain = sp;
       plain.transpose = false;
+      bool transpose = false;
       if (ok)
-        fb = sp.transpose ? find_whole(full, "", &plain, cols, rows, &row0, &col0)
-                          : find_whole(full, buf->name, &sp, rows, cols, &row0, &col0);
+        fb = find_whole(full, buf->name, &sp, rows, cols, &row0, &col0);
+      if (ok && fb < 0 && sp.transpose) {
+        fb = find_whole(full, "", &plain, cols, rows, &row0, &col0);
+        transpose = fb >= 0;
+      }
       ok = ok && fb >= 0 && amk_weights_random_rule(whole, (uint32_t)fb, &rule) &&
            full->buffers[fb].dtype == pb->dtype;
       if (!ok)
@@ -524,7 +529,7 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
       const AmkPlanBuffer *fpb = &full->buffers[fb];
       int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
       rule.state += (uint64_t)(row0 * fcols + col0) * SPLITMIX64_GAMMA;
-      if (sp.transpose) {
+      if (transpose) {
         /* Tensor row k of the slice (rows of the buffer's width) lands in
          * column k of the buffer's rows [row_at, row_at + rows). */
         if (!dst)
