@@ -93,6 +93,25 @@ const char *amk_cuda_error_text(const AmkCudaDriver *d, CUresult r, char *buf, s
   return buf;
 }
 
+void *amk_dlopen_first(const char *const *candidates, size_t n, bool only_first, char *path,
+                       size_t path_len, char *last_error, size_t last_len) {
+  snprintf(last_error, last_len, "not found");
+  for (size_t i = 0; i < n; i++) {
+    if (!candidates[i] || !*candidates[i])
+      continue;
+    void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (h) {
+      snprintf(path, path_len, "%s", candidates[i]);
+      return h;
+    }
+    const char *e = dlerror();
+    snprintf(last_error, last_len, "%s", e ? e : "not found");
+    if (only_first && i == 0)
+      break;
+  }
+  return NULL;
+}
+
 /* ---- NVRTC ------------------------------------------------------------------- */
 
 bool amk_nvrtc_open(AmkNvrtc *n, char *why, size_t why_len) {
@@ -112,20 +131,11 @@ bool amk_nvrtc_open(AmkNvrtc *n, char *why, size_t why_len) {
                               home_path[1],
                               "/usr/local/cuda/lib64/libnvrtc.so.13",
                               "/usr/local/cuda/lib64/libnvrtc.so.12"};
-  char last[256] = "not found";
-  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-    if (!candidates[i] || !*candidates[i])
-      continue;
-    /* Kept loaded: its one-time allocations stay reachable (and LeakSanitizer
-     * quiet), and a second compile does not reload it. */
-    n->handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (n->handle) {
-      snprintf(n->path, sizeof n->path, "%s", candidates[i]);
-      break;
-    }
-    const char *e = dlerror();
-    snprintf(last, sizeof last, "%s", e ? e : "not found");
-  }
+  char last[256];
+  /* Kept loaded: its one-time allocations stay reachable (and LeakSanitizer
+   * quiet), and a second compile does not reload it. */
+  n->handle = amk_dlopen_first(candidates, sizeof candidates / sizeof candidates[0], false,
+                               n->path, sizeof n->path, last, sizeof last);
   if (!n->handle) {
     snprintf(why, why_len, "NVRTC (libnvrtc.so) cannot be opened (%s); set AMK_NVRTC to its path",
              last);

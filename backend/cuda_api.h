@@ -122,6 +122,14 @@ typedef struct {
 
 /* Opens libcuda.so.1, resolves every entry point and calls cuInit(0).
  * False with a reason in why. */
+/* dlopen of the first of n candidate names (NULL or empty ones skipped)
+ * that loads, kept loaded for the process (the CUDA libraries start
+ * threads); its name into path. With `only_first`, a first candidate that
+ * is set (a user's environment variable) is the only one tried. NULL with
+ * the last loader error in last_error otherwise. */
+void *amk_dlopen_first(const char *const *candidates, size_t n, bool only_first, char *path,
+                       size_t path_len, char *last_error, size_t last_len);
+
 bool amk_cuda_driver_open(AmkCudaDriver *d, char *why, size_t why_len);
 void amk_cuda_driver_close(AmkCudaDriver *d);
 /* "CUDA_ERROR_X: text" for a result code. */

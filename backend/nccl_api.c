@@ -1,6 +1,8 @@
 /* dlopen layer for libnccl (backend/nccl_api.h). */
 #include "nccl_api.h"
 
+#include "cuda_api.h"
+
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,21 +12,11 @@ bool amk_nccl_open(AmkNccl *n, char *why, size_t why_len) {
   memset(n, 0, sizeof *n);
   const char *env = getenv("AMK_NCCL_LIBRARY");
   const char *candidates[] = {env, "libnccl.so.2", "libnccl.so"};
-  char last[256] = "not found";
-  for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-    if (!candidates[i] || !*candidates[i])
-      continue;
-    /* Kept loaded: NCCL starts threads of its own. */
-    n->handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (n->handle) {
-      snprintf(n->path, sizeof n->path, "%s", candidates[i]);
-      break;
-    }
-    const char *e = dlerror();
-    snprintf(last, sizeof last, "%s", e ? e : "not found");
-    if (env && candidates[i] == env)
-      break; /* a library named by the user is the one wanted */
-  }
+  char last[256];
+  /* Kept loaded (NCCL starts threads of its own); a library the user named
+   * is the one wanted, with no fallback to another. */
+  n->handle = amk_dlopen_first(candidates, sizeof candidates / sizeof candidates[0], true,
+                               n->path, sizeof n->path, last, sizeof last);
   if (!n->handle) {
     snprintf(why, why_len,
              "NCCL (libnccl.so.2) cannot be opened (%s); install NCCL %d.%d or later, or set "

@@ -60,26 +60,58 @@ static int32_t weight_buffer(const AmkPlan *p) {
   return -1;
 }
 
+/* The random weights of the whole program and the rank's slices of them,
+ * and each one's w. */
+typedef struct {
+  AmkWeights *whole, *rank;
+  const float *full, *part;
+  const AmkPlanBuffer *full_buf, *part_buf;
+} RandomPair;
+
+static bool random_pair(const Program *whole, const Program *rank, uint64_t seed,
+                        RandomPair *p) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  p->whole = amk_weights_random(whole->plan, seed, d);
+  p->rank = amk_weights_random_slices(rank->plan, whole->plan, seed, d);
+  amk_diag_free(d);
+  if (!p->whole || !p->rank)
+    return false;
+  int32_t wb = weight_buffer(whole->plan), rb = weight_buffer(rank->plan);
+  p->full_buf = &whole->plan->buffers[wb];
+  p->part_buf = &rank->plan->buffers[rb];
+  p->full = amk_weights_data(p->whole, (uint32_t)wb, NULL);
+  p->part = amk_weights_data(p->rank, (uint32_t)rb, NULL);
+  return true;
+}
+
+static void random_pair_free(RandomPair *p) {
+  amk_weights_free(p->rank);
+  amk_weights_free(p->whole);
+}
+
 /* The rank's w equals rows [row0, row0 + rank rows) and columns
  * [col0, col0 + rank cols) of the whole program's w. */
 static bool rank_is_window(const Program *whole, const Program *rank, int64_t row0, int64_t col0,
                            uint64_t seed) {
-  AmkDiagEngine *d = amk_diag_new(stderr);
-  AmkWeights *ww = amk_weights_random(whole->plan, seed, d);
-  AmkWeights *rw = amk_weights_random_slices(rank->plan, whole->plan, seed, d);
-  amk_diag_free(d);
-  bool same = ww && rw;
-  if (same) {
-    int32_t wb = weight_buffer(whole->plan), rb = weight_buffer(rank->plan);
-    const AmkPlanBuffer *wpb = &whole->plan->buffers[wb], *rpb = &rank->plan->buffers[rb];
-    const float *full = amk_weights_data(ww, (uint32_t)wb, NULL);
-    const float *part = amk_weights_data(rw, (uint32_t)rb, NULL);
-    for (int64_t r = 0; same && r < rpb->shape[0]; r++)
-      for (int64_t c = 0; same && c < rpb->shape[1]; c++)
-        same = part[r * rpb->shape[1] + c] == full[(row0 + r) * wpb->shape[1] + col0 + c];
-  }
-  amk_weights_free(rw);
-  amk_weights_free(ww);
+  RandomPair p;
+  bool same = random_pair(whole, rank, seed, &p);
+  for (int64_t r = 0; same && r < p.part_buf->shape[0]; r++)
+    for (int64_t c = 0; same && c < p.part_buf->shape[1]; c++)
+      same = p.part[r * p.part_buf->shape[1] + c] ==
+             p.full[(row0 + r) * p.full_buf->shape[1] + col0 + c];
+  random_pair_free(&p);
+  return same;
+}
+
+/* The rank's w (square) is the transpose of the whole program's w. */
+static bool rank_is_transpose(const Program *whole, const Program *rank, uint64_t seed) {
+  RandomPair p;
+  bool same = random_pair(whole, rank, seed, &p);
+  int64_t n = same ? p.full_buf->shape[0] : 0;
+  for (int64_t r = 0; same && r < n; r++)
+    for (int64_t k = 0; same && k < n; k++)
+      same = p.part[r * n + k] == p.full[k * n + r];
+  random_pair_free(&p);
   return same;
 }
 
@@ -114,27 +146,6 @@ static void test_transposed_slices(UnitCounts *c) {
   drop(&rows);
   drop(&cols);
   drop(&whole);
-}
-
-/* The rank's w (square) is the transpose of the whole program's w. */
-static bool rank_is_transpose(const Program *whole, const Program *rank, uint64_t seed) {
-  AmkDiagEngine *d = amk_diag_new(stderr);
-  AmkWeights *ww = amk_weights_random(whole->plan, seed, d);
-  AmkWeights *rw = amk_weights_random_slices(rank->plan, whole->plan, seed, d);
-  amk_diag_free(d);
-  bool same = ww && rw;
-  if (same) {
-    int32_t wb = weight_buffer(whole->plan), rb = weight_buffer(rank->plan);
-    int64_t n = whole->plan->buffers[wb].shape[0];
-    const float *full = amk_weights_data(ww, (uint32_t)wb, NULL);
-    const float *part = amk_weights_data(rw, (uint32_t)rb, NULL);
-    for (int64_t r = 0; same && r < n; r++)
-      for (int64_t k = 0; same && k < n; k++)
-        same = part[r * n + k] == full[k * n + r];
-  }
-  amk_weights_free(rw);
-  amk_weights_free(ww);
-  return same;
 }
 
 static void test_transpose_must_match(UnitCounts *c) {
