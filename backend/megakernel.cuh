@@ -1675,9 +1675,8 @@ __device__ void amk_gemm_mma(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 // differ by rounding only). Integers become floats through the magic number
 // 2^23: 0x4B0000uu is 2^23 + uu exactly, so no conversion instruction is
 // needed (an H100 converts a quarter as fast as it adds).
-// 16-byte loads in flight per lane of a quantized GEMV (0: 8 for i8, 4 for
-// i4; measured on an H100, 8B shape: i4 6.76 ms with 4, 8.51 with 8 (spills);
-// i8 6.87 with 8, 7.24 with 4).
+// 16-byte loads in flight per lane of a quantized GEMV (0: up to 8 of one
+// row for i8, 4 for i4; set, several rows a warp up to that many loads).
 #ifndef AMK_QGEMV_LOADS
 #define AMK_QGEMV_LOADS 0
 #endif
@@ -1750,13 +1749,43 @@ template <int QDT, int K, int GROUP> __device__ constexpr bool amk_qvec_ok() {
 // staged with a 16-byte gap after each piece's COLS floats (amk_xpad): with
 // pieces 64 or 128 bytes apart the lanes of a quarter-warp all read one
 // group of banks (8-way conflicts for i4: an 8B int4 step took 13.4 ms).
-template <int QDT, int SDT, int K, int GROUP, int R>
+template <int QDT, int SDT, int K, int GROUP, int R, int U>
+__device__ __forceinline__ void amk_qrows_load(const void *Q, const void *S, const long long *wrow,
+                                               int valid, int v, uint4 (&q)[R][U],
+                                               float (&sc)[R][U]) {
+  constexpr int COLS = AmkQuant<QDT>::COLS, NG = (K + GROUP - 1) / GROUP;
+  constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    if (i < valid) {
+      const char *base = (const char *)Q + wrow[i] * RB;
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        q[i][u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
+        sc[i][u] = amk_ld<SDT>(S, wrow[i] * NG + (long long)(v + 32 * u) * COLS / GROUP);
+      }
+    }
+  }
+}
+template <int QDT, int R, int U>
+__device__ __forceinline__ void amk_qrows_sum(const uint4 (&q)[R][U], const float (&sc)[R][U],
+                                              int valid, int v, const float *xs, float *acc) {
+  constexpr int COLS = AmkQuant<QDT>::COLS;
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    if (i < valid) {
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        acc[i] += amk_qdot16<QDT>(q[i][u], xs + (v + 32 * u) * (COLS + 4)) * sc[i][u];
+    }
+  }
+}
+template <int QDT, int SDT, int K, int GROUP, int R, int U>
 __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, const long long *wrow,
                                               int valid, const float *xs, float *out) {
   int lane = threadIdx.x & 31;
   constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS, NG = (K + GROUP - 1) / GROUP;
   constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
-  constexpr int PER = (NV + 31) / 32, U = amk_gemv_unroll(PER);
   float acc[R];
 #pragma unroll
   for (int i = 0; i < R; i++)
@@ -1765,25 +1794,8 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
   for (; v + 32 * (U - 1) < NV; v += 32 * U) {
     uint4 q[R][U];
     float sc[R][U];
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-      if (i < valid) {
-        const char *base = (const char *)Q + wrow[i] * RB;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-          q[i][u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
-          sc[i][u] = amk_ld<SDT>(S, wrow[i] * NG + (long long)(v + 32 * u) * COLS / GROUP);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-      if (i < valid) {
-#pragma unroll
-        for (int u = 0; u < U; u++)
-          acc[i] += amk_qdot16<QDT>(q[i][u], xs + (v + 32 * u) * (COLS + 4)) * sc[i][u];
-      }
-    }
+    amk_qrows_load<QDT, SDT, K, GROUP, R, U>(Q, S, wrow, valid, v, q, sc);
+    amk_qrows_sum<QDT, R, U>(q, sc, valid, v, xs, acc);
   }
   for (; v < NV; v += 32) {
 #pragma unroll
@@ -2130,12 +2142,14 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     amk_qmma_rows<PAT, QDT, MDT, ODT, ADT, SDT, K, NOUT, STACK, GROUP, BIAS>(Q, S, aux, out, xb,
                                                                              n_off, n_tile);
   } else if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
-    // Rows short enough to leave loads to spare go several to a warp, up to
-    // LOADS 16-byte loads in flight per lane (16 spilled: the integer
-    // unpacking keeps more values live than the bf16 dot).
+    // One row a warp, up to LOADS 16-byte loads of it in flight per lane.
+    // Several rows a warp (AMK_QGEMV_LOADS above a row's share of loads)
+    // was slower: the larger function made ptxas spill in the kernel's loop
+    // and in other variants, and every task paid (docs/Quantization.md).
     constexpr int LOADS = AMK_QGEMV_LOADS > 0 ? AMK_QGEMV_LOADS : QDT == AMK_ABI_DTYPE_I8 ? 8 : 4;
-    constexpr int NV = K / AmkQuant<QDT>::COLS, U = amk_gemv_unroll((NV + 31) / 32);
-    constexpr int R = LOADS / U > 4 ? 4 : LOADS / U < 1 ? 1 : LOADS / U;
+    constexpr int NV = K / AmkQuant<QDT>::COLS, PER = (NV + 31) / 32;
+    constexpr int U = amk_gemv_unroll(PER < LOADS ? PER : LOADS);
+    constexpr int R = AMK_QGEMV_LOADS <= 0 ? 1 : LOADS / U > 4 ? 4 : LOADS / U < 1 ? 1 : LOADS / U;
     for (int r0 = warp; r0 < rows; r0 += AMK_NWARPS * R) {
       long long wrow[R];
       int valid = 0;
@@ -2154,7 +2168,7 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
                                                             n_off + (rr - s * n_tile));
       }
       float sum[R];
-      amk_qrows_dot<QDT, SDT, K, GROUP, R>(Q, S, wrow, valid, xs, sum);
+      amk_qrows_dot<QDT, SDT, K, GROUP, R, U>(Q, S, wrow, valid, xs, sum);
       if (lane == 0) {
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -2505,7 +2519,8 @@ __device__ void amk_gemm_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
       long long wrow = n_off + r;
       float sum;
       if constexpr (XCOLS)
-        amk_qrows_dot<QDT, SDT, K, GROUP, 1>(Q, S, &wrow, 1, xs + m * XROW, &sum);
+        amk_qrows_dot<QDT, SDT, K, GROUP, 1, amk_gemv_unroll((K / AmkQuant<QDT>::COLS + 31) / 32)>(
+            Q, S, &wrow, 1, xs + m * XROW, &sum);
       else
         sum = amk_qrow_dot_any<QDT, SDT, K, GROUP>(Q, S, wrow, xs + m * XROW);
       if (lane == 0)

@@ -8,7 +8,8 @@ spills:
 
 prints `amk_vN (NAME<...>): S bytes spill stores, L bytes spill loads, F
 bytes stack frame` per such variant, the kernel's registers, then `spills:
-none` or `spills: N variants`. Exit 1 when NVRTC cannot be loaded or fails."""
+none` or `spills: N variants`, then `all functions: no spills` or which
+functions of the module spill. Exit 1 when NVRTC cannot be loaded or fails."""
 import ctypes
 import re
 import sys
@@ -97,6 +98,15 @@ def main():
         print("ptxas_report: no variant calls %s" % name, file=sys.stderr)
         return 1
     print("spills: none" if spilling == 0 else "spills: %d variants" % spilling)
+    # Every function of the module, the kernel's loop and the variants that
+    # do not call NAME included: a variant's registers can make the others
+    # spill (docs/Quantization.md).
+    def short(fn):  # _Z6amk_v1RK13amk_program_t... -> amk_v1
+        m = re.match(r"_Z\d+(amk_v\d+)", fn)
+        return m.group(1) if m else fn
+    spilled = sorted(short(fn) for fn, (_, st, ld) in props.items() if st or ld)
+    print("all functions: no spills" if not spilled else
+          "all functions: %d spill (%s)" % (len(spilled), ", ".join(spilled)))
     return 0
 
 
