@@ -708,6 +708,14 @@ template <int WDT> __device__ __forceinline__ float amk_dotx(uint4 q, const floa
 __device__ constexpr int amk_gemv_unroll(int per) {
   return per >= 8 ? 8 : per >= 4 ? 4 : per >= 2 ? 2 : 1;
 }
+// A row of whole warps' pieces (NV a multiple of 32) leaves every lane the
+// same PER % U pieces after its batches of U: those go in one more batch,
+// not one round trip a piece (a SmolLM2 down row, 6 pieces a lane, took
+// three). Other rows keep the piece-at-a-time loop (guarded last batches
+// made ptxas spill in Qwen2.5's o_proj tiles).
+__device__ constexpr int amk_gemv_tail(int nv, int u) {
+  return u > 1 && nv % 32 == 0 ? (nv / 32) % u : 0;
+}
 
 // One warp's dot of weight row `row` (K elements) with xs (fp32 in smem).
 template <int WDT, int K, int XC = 0>
@@ -733,8 +741,19 @@ __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const
       for (int u = 0; u < U; u++)
         acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * XS);
     }
-    for (; v < NV; v += 32)
-      acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * XS);
+    constexpr int UT = amk_gemv_tail(NV, U);
+    if constexpr (UT > 0) {
+      uint4 q[UT];
+#pragma unroll
+      for (int u = 0; u < UT; u++)
+        q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
+#pragma unroll
+      for (int u = 0; u < UT; u++)
+        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * XS);
+    } else {
+      for (; v < NV; v += 32)
+        acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * XS);
+    }
   } else {
     for (int k = lane; k < K; k += 32)
       acc += amk_ld<WDT>(W, row * (long long)K + k) * xs[k];
@@ -942,10 +961,25 @@ __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long l
     for (int u = 0; u < U; u++)
       acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * XS);
   }
-  for (; v < NV; v += 32) {
-    uint4 qa = amk_ldw16(ba + (long long)v * 16), qb = amk_ldw16(bb + (long long)v * 16);
-    acc_a += amk_dotx<WDT>(qa, xs + v * XS);
-    acc_b += amk_dotx<WDT>(qb, xs + v * XS);
+  constexpr int UT = amk_gemv_tail(NV, U);
+  if constexpr (UT > 0) {
+    uint4 qa[UT], qb[UT];
+#pragma unroll
+    for (int u = 0; u < UT; u++) {
+      qa[u] = amk_ldw16(ba + (long long)(v + 32 * u) * 16);
+      qb[u] = amk_ldw16(bb + (long long)(v + 32 * u) * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < UT; u++) {
+      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * XS);
+      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * XS);
+    }
+  } else {
+    for (; v < NV; v += 32) {
+      uint4 qa = amk_ldw16(ba + (long long)v * 16), qb = amk_ldw16(bb + (long long)v * 16);
+      acc_a += amk_dotx<WDT>(qa, xs + v * XS);
+      acc_b += amk_dotx<WDT>(qb, xs + v * XS);
+    }
   }
   sa = amk_warp_sum(acc_a);
   sb = amk_warp_sum(acc_b);
@@ -991,10 +1025,25 @@ __device__ __forceinline__ void amk_rows_dot(const void *W, const long long *row
       for (int u = 0; u < U; u++)
         acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
   }
-  for (; v < NV; v += 32)
+  constexpr int UT = amk_gemv_tail(NV, U);
+  if constexpr (UT > 0) {
+    uint4 q[G][UT];
 #pragma unroll
     for (int g = 0; g < G; g++)
-      acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
+#pragma unroll
+      for (int u = 0; u < UT; u++)
+        q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
+#pragma unroll
+    for (int g = 0; g < G; g++)
+#pragma unroll
+      for (int u = 0; u < UT; u++)
+        acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
+  } else {
+    for (; v < NV; v += 32)
+#pragma unroll
+      for (int g = 0; g < G; g++)
+        acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
+  }
 #pragma unroll
   for (int g = 0; g < G; g++)
     out[g] = amk_warp_sum(acc[g]);
@@ -1797,13 +1846,23 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
     amk_qrows_load<QDT, SDT, K, GROUP, R, U>(Q, S, wrow, valid, v, q, sc);
     amk_qrows_sum<QDT, R, U>(q, sc, valid, v, xs, acc);
   }
-  for (; v < NV; v += 32) {
+  // The last pieces in one batch (amk_gemv_tail: an 8B down row of int8
+  // leaves 4 of 28 pieces a lane after 3 batches of 8).
+  constexpr int UT = amk_gemv_tail(NV, U);
+  if constexpr (UT > 0) {
+    uint4 q[R][UT];
+    float sc[R][UT];
+    amk_qrows_load<QDT, SDT, K, GROUP, R, UT>(Q, S, wrow, valid, v, q, sc);
+    amk_qrows_sum<QDT, R, UT>(q, sc, valid, v, xs, acc);
+  } else {
+    for (; v < NV; v += 32) {
 #pragma unroll
-    for (int i = 0; i < R; i++) {
-      if (i < valid) {
-        uint4 q = amk_ldw16((const char *)Q + wrow[i] * RB + (long long)v * 16);
-        float sc = amk_ld<SDT>(S, wrow[i] * NG + (long long)v * COLS / GROUP);
-        acc[i] += amk_qdot16<QDT>(q, xs + v * (COLS + 4)) * sc;
+      for (int i = 0; i < R; i++) {
+        if (i < valid) {
+          uint4 q = amk_ldw16((const char *)Q + wrow[i] * RB + (long long)v * 16);
+          float sc = amk_ld<SDT>(S, wrow[i] * NG + (long long)v * COLS / GROUP);
+          acc[i] += amk_qdot16<QDT>(q, xs + v * (COLS + 4)) * sc;
+        }
       }
     }
   }
