@@ -62,8 +62,9 @@ typedef struct {
                            * (0: 128) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
   bool no_kv_prefetch;   /* attention tiles do not bring their KV rows into L2 before their waits */
-  int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: 8
-                         * for i8, 4 for i4) or in one unit (tensor cores, 0: up to 8) */
+  int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: up
+                         * to 8 of one row for i8, 4 for i4; set: several rows a warp up to
+                         * that many) or in one unit (tensor cores, 0: up to 8) */
   bool qgemv_mma;       /* quantized GEMV on the tensor cores (bf16/f16 inputs; slower in the
                          * megakernel so far: docs/Quantization.md) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
