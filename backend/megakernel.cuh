@@ -717,48 +717,80 @@ __device__ constexpr int amk_gemv_tail(int nv, int u) {
   return u > 1 && nv % 32 == 0 ? (nv / 32) % u : 0;
 }
 
+// N pieces of each of G rows from piece v of every row, all loads issued
+// before the first sum.
+template <int WDT, int XS, int G, int N>
+__device__ __forceinline__ void amk_rows_batch(const char *const *base, int v, const float *xs,
+                                               float *acc) {
+  uint4 q[G][N];
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int u = 0; u < N; u++)
+      q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
+#pragma unroll
+  for (int g = 0; g < G; g++)
+#pragma unroll
+    for (int u = 0; u < N; u++)
+      acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
+}
+
+// One warp's dots of G weight rows with xs, all G rows' loads in flight at
+// once (U 16-byte loads per lane a row): a tile that streams much from one
+// SM needs more bytes in flight than one row (amk_row_dot: 4 KiB a warp for
+// U = 8) keeps. Dtypes and K as amk_row_dot2_ok asks, without its limit on
+// the row length.
+template <int WDT, int K> __device__ constexpr bool amk_rows_dot_ok() {
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  return K % (16 / ESZ) == 0 &&
+         (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
+}
+template <int WDT, int K, int XC, int G>
+__device__ __forceinline__ void amk_rows_dot(const void *W, const long long *rows,
+                                             const float *xs, float *out) {
+  int lane = threadIdx.x & 31;
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  constexpr int VEC = 16 / ESZ;
+  constexpr int NV = K / VEC;
+  constexpr int U = amk_gemv_unroll((NV + 31) / 32);
+  constexpr int XS = VEC + (XC ? 4 : 0);
+  const char *base[G];
+  float acc[G];
+#pragma unroll
+  for (int g = 0; g < G; g++) {
+    base[g] = (const char *)W + rows[g] * (long long)K * ESZ;
+    acc[g] = 0.0f;
+  }
+  int v = lane;
+  for (; v + 32 * (U - 1) < NV; v += 32 * U)
+    amk_rows_batch<WDT, XS, G, U>(base, v, xs, acc);
+  constexpr int UT = amk_gemv_tail(NV, U);
+  if constexpr (UT > 0) {
+    amk_rows_batch<WDT, XS, G, UT>(base, v, xs, acc);
+  } else {
+    for (; v < NV; v += 32)
+#pragma unroll
+      for (int g = 0; g < G; g++)
+        acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
+  }
+#pragma unroll
+  for (int g = 0; g < G; g++)
+    out[g] = amk_warp_sum(acc[g]);
+}
+
 // One warp's dot of weight row `row` (K elements) with xs (fp32 in smem).
 template <int WDT, int K, int XC = 0>
 __device__ __forceinline__ float amk_row_dot(const void *W, long long row, const float *xs) {
-  int lane = threadIdx.x & 31;
-  float acc = 0.0f;
-  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  constexpr int VEC = 16 / ESZ;
-  if constexpr (K % VEC == 0 && (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 ||
-                                 WDT == AMK_ABI_DTYPE_F16)) {
-    constexpr int NV = K / VEC;
-    constexpr int PER = (NV + 31) / 32;
-    constexpr int U = amk_gemv_unroll(PER);
-    const char *base = (const char *)W + row * (long long)K * ESZ;
-    int v = lane;
-    constexpr int XS = VEC + (XC ? 4 : 0); // floats from one piece's inputs to the next
-    for (; v + 32 * (U - 1) < NV; v += 32 * U) {
-      uint4 q[U];
-#pragma unroll
-      for (int u = 0; u < U; u++)
-        q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
-#pragma unroll
-      for (int u = 0; u < U; u++)
-        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * XS);
-    }
-    constexpr int UT = amk_gemv_tail(NV, U);
-    if constexpr (UT > 0) {
-      uint4 q[UT];
-#pragma unroll
-      for (int u = 0; u < UT; u++)
-        q[u] = amk_ldw16(base + (long long)(v + 32 * u) * 16);
-#pragma unroll
-      for (int u = 0; u < UT; u++)
-        acc += amk_dotx<WDT>(q[u], xs + (v + 32 * u) * XS);
-    } else {
-      for (; v < NV; v += 32)
-        acc += amk_dotx<WDT>(amk_ldw16(base + (long long)v * 16), xs + v * XS);
-    }
+  if constexpr (amk_rows_dot_ok<WDT, K>()) {
+    float sum;
+    amk_rows_dot<WDT, K, XC, 1>(W, &row, xs, &sum);
+    return sum;
   } else {
-    for (int k = lane; k < K; k += 32)
+    float acc = 0.0f;
+    for (int k = threadIdx.x & 31; k < K; k += 32)
       acc += amk_ld<WDT>(W, row * (long long)K + k) * xs[k];
+    return amk_warp_sum(acc);
   }
-  return amk_warp_sum(acc);
 }
 
 // What one output element of a GEMV tile adds to its dot product: its bias
@@ -936,118 +968,13 @@ template <int WDT, int K> __device__ constexpr bool amk_row_dot2_ok() {
 template <int WDT, int K, int XC = 0>
 __device__ __forceinline__ void amk_row_dot2(const void *W, long long ra, long long rb,
                                              const float *xs, float &sa, float &sb) {
-  int lane = threadIdx.x & 31;
-  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  constexpr int VEC = 16 / ESZ;
-  constexpr int NV = K / VEC;
-  constexpr int PER = (NV + 31) / 32;
-  constexpr int U = amk_gemv_unroll(PER);
-  const char *ba = (const char *)W + ra * (long long)K * ESZ;
-  const char *bb = (const char *)W + rb * (long long)K * ESZ;
-  constexpr int XS = VEC + (XC ? 4 : 0);
-  float acc_a = 0.0f, acc_b = 0.0f;
-  int v = lane;
-  for (; v + 32 * (U - 1) < NV; v += 32 * U) {
-    uint4 qa[U], qb[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      qa[u] = amk_ldw16(ba + (long long)(v + 32 * u) * 16);
-      qb[u] = amk_ldw16(bb + (long long)(v + 32 * u) * 16);
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * XS);
-#pragma unroll
-    for (int u = 0; u < U; u++)
-      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * XS);
-  }
-  constexpr int UT = amk_gemv_tail(NV, U);
-  if constexpr (UT > 0) {
-    uint4 qa[UT], qb[UT];
-#pragma unroll
-    for (int u = 0; u < UT; u++) {
-      qa[u] = amk_ldw16(ba + (long long)(v + 32 * u) * 16);
-      qb[u] = amk_ldw16(bb + (long long)(v + 32 * u) * 16);
-    }
-#pragma unroll
-    for (int u = 0; u < UT; u++) {
-      acc_a += amk_dotx<WDT>(qa[u], xs + (v + 32 * u) * XS);
-      acc_b += amk_dotx<WDT>(qb[u], xs + (v + 32 * u) * XS);
-    }
-  } else {
-    for (; v < NV; v += 32) {
-      uint4 qa = amk_ldw16(ba + (long long)v * 16), qb = amk_ldw16(bb + (long long)v * 16);
-      acc_a += amk_dotx<WDT>(qa, xs + v * XS);
-      acc_b += amk_dotx<WDT>(qb, xs + v * XS);
-    }
-  }
-  sa = amk_warp_sum(acc_a);
-  sb = amk_warp_sum(acc_b);
+  long long rows[2] = {ra, rb};
+  float sum[2];
+  amk_rows_dot<WDT, K, XC, 2>(W, rows, xs, sum);
+  sa = sum[0];
+  sb = sum[1];
 }
 
-// One warp's dots of G weight rows with xs, all G rows' loads in flight at
-// once (U 16-byte loads per lane a row): a tile that streams much from one
-// SM needs more bytes in flight than one row (amk_row_dot: 4 KiB a warp for
-// U = 8) keeps. Dtypes and K as amk_row_dot2_ok asks, without its limit on
-// the row length.
-template <int WDT, int K> __device__ constexpr bool amk_rows_dot_ok() {
-  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  return K % (16 / ESZ) == 0 &&
-         (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
-}
-template <int WDT, int K, int XC, int G>
-__device__ __forceinline__ void amk_rows_dot(const void *W, const long long *rows,
-                                             const float *xs, float *out) {
-  int lane = threadIdx.x & 31;
-  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
-  constexpr int VEC = 16 / ESZ;
-  constexpr int NV = K / VEC;
-  constexpr int U = amk_gemv_unroll((NV + 31) / 32);
-  constexpr int XS = VEC + (XC ? 4 : 0);
-  const char *base[G];
-  float acc[G];
-#pragma unroll
-  for (int g = 0; g < G; g++) {
-    base[g] = (const char *)W + rows[g] * (long long)K * ESZ;
-    acc[g] = 0.0f;
-  }
-  int v = lane;
-  for (; v + 32 * (U - 1) < NV; v += 32 * U) {
-    uint4 q[G][U];
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-      for (int u = 0; u < U; u++)
-        q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-      for (int u = 0; u < U; u++)
-        acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
-  }
-  constexpr int UT = amk_gemv_tail(NV, U);
-  if constexpr (UT > 0) {
-    uint4 q[G][UT];
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-      for (int u = 0; u < UT; u++)
-        q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
-#pragma unroll
-    for (int g = 0; g < G; g++)
-#pragma unroll
-      for (int u = 0; u < UT; u++)
-        acc[g] += amk_dotx<WDT>(q[g][u], xs + (v + 32 * u) * XS);
-  } else {
-    for (; v < NV; v += 32)
-#pragma unroll
-      for (int g = 0; g < G; g++)
-        acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
-  }
-#pragma unroll
-  for (int g = 0; g < G; g++)
-    out[g] = amk_warp_sum(acc[g]);
-}
 
 // The input vector(s) of a GEMV tile staged in fp32 in xs, with the fused
 // prologue (NORM: RMSNorm with aux as its weight; SILU: silu(gate) * up of
