@@ -52,6 +52,9 @@ typedef struct {
   int64_t max_stream_row_bytes;
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
   bool qgemv_mma; /* quantized GEMV tiles may use the tensor-core path */
+  int qgemv_stages; /* AMK_QGEMV_STAGES: the staged quantized GEMV's ring depth (0: off) */
+  int qgemv_staged_kb; /* the fewest weight KiB of a staged tile (0: by qdtype) */
+  int qgemv_stage_rows; /* AMK_QGEMV_STAGE_ROWS: rows a warp streams through one stage */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
   /* A rank program's cross-rank all-reduces: the group size (0: none), and
    * per list position the collective's mailbox offsets (TpSlot.ordinal -1:
@@ -200,6 +203,11 @@ enum {
   MAX_LOOKAHEAD = 64,
   SMEM_LIMIT_BYTES = 227 * 1024,
   STATIC_SMEM_RESERVE = 2048, /* the staged records (megakernel.cuh) and a few flags */
+  QGEMV_STAGES_DEFAULT = 4, /* AMK_QGEMV_STAGES */
+  QGEMV_STAGES_MAX = 64,
+  QGEMV_STAGED_KB_I8 = 384, /* the fewest weight KiB of a staged tile (gen_gemv_quant) */
+  QGEMV_STAGED_KB_I4 = 128,
+  QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
 };
 
 typedef struct {
@@ -269,6 +277,18 @@ static bool quant_weights_match(Gen *g, const AmkTask *t, const AmkInstParams *p
   return true;
 }
 
+/* The columns in a 16-byte piece of a quantized row (AmkQuant::COLS). */
+static int64_t quant_piece_cols(int64_t qdtype) {
+  return qdtype == AMK_QDTYPE_INT8 ? 16 : 32;
+}
+/* Whether a quantized row goes by 16-byte pieces, each in one group
+ * (amk_qvec_ok). */
+static bool quant_pieces_ok(int64_t qdtype, int64_t k, int64_t group) {
+  int64_t cols = quant_piece_cols(qdtype);
+  int64_t row_bytes = qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
+  return k % cols == 0 && group % cols == 0 && row_bytes % 16 == 0;
+}
+
 /* A weight-only quantized GEMM tile (prefill, docs/Quantization.md):
  * inputs x [M, K], qW (i8 or i4 [N, K]) and its scales [N, ceil(K /
  * group)], the plain pattern (the only one prefill programs give GEMM
@@ -336,12 +356,17 @@ static bool gen_gemm_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
                       "AMK_CUDA_GEMM_MMA not 0)",
                 m_rows, AMK_CUDA_CORE_GEMM_MAX_ROWS);
   /* Staged rows with amk_xpad's gaps where the 16-byte path applies. */
-  int64_t cols = qdtype == AMK_QDTYPE_INT8 ? 16 : 32;
-  int64_t row_bytes = qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
-  bool vec = k % cols == 0 && group % cols == 0 && row_bytes % 16 == 0;
+  int64_t cols = quant_piece_cols(qdtype);
+  bool vec = quant_pieces_ok(qdtype, k, group);
   need_smem(g, (size_t)m_rows * (size_t)(k + (vec ? k / cols * 4 : 0)));
   EMIT(inst, gemm_quant, x.dtype, w.dtype, o.dtype, sc.dtype, k, n_out, m_rows, group);
   return true;
+}
+
+/* Pieces a lane per stage of the staged quantized GEMV, for PER pieces a
+ * lane and row (AmkQStageShape::P). */
+static int64_t qstage_pieces(int64_t per) {
+  return per % 4 == 0 ? 4 : per % 2 == 0 ? 2 : 1;
 }
 
 /* A weight-only quantized GEMV tile (docs/Quantization.md): inputs x, qW
@@ -409,10 +434,46 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
    * tensor-core path (amk_qmma_rows, AMK_CUDA_QGEMV_MMA=1) stages it again
    * as 16-bit values, 32 floats after it, at most 48 bytes per 16 columns. */
   need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32));
+  /* The staged path (AmkQStageShape) for tiles of at least STAGED_KB of
+   * weights: the tile's residual values after `red`, then per warp a ring
+   * of stages of P pieces and P scale words of each lane. The depth halves
+   * until the block's shared memory fits it. Smaller tiles, whose weights
+   * the block sends to L2 ahead of its wait (amk_prefetch), were slower
+   * staged on an H100 (1B int8 down_proj, 128 KiB: 9.4 us against 15.4; 8B
+   * int8 o_proj: 8.4 against 10.7), larger ones faster (8B int8 down_proj,
+   * 448 KiB: 44.1 against 32.8; lm_head: 242 against 202; 1B int4 gate_up,
+   * 128 KiB: 15.7 against 12.7). */
+  int64_t piece_cols = quant_piece_cols(p->qdtype.i), n_groups_q = (k + group - 1) / group;
+  int64_t per_lane = k / piece_cols / 32;
+  int64_t scale_step = (32 * piece_cols) % group == 0 ? 32 * piece_cols / group : 0;
+  bool scale_ok = sc.dtype == AMK_DTYPE_F32 ||
+                  ((sc.dtype == AMK_DTYPE_F16 || sc.dtype == AMK_DTYPE_BF16) &&
+                   n_groups_q % 2 == 0 && scale_step % 2 == 0);
+  int64_t staged_kb = g->qgemv_staged_kb > 0                  ? g->qgemv_staged_kb
+                      : p->qdtype.i == AMK_QDTYPE_INT8        ? QGEMV_STAGED_KB_I8
+                                                              : QGEMV_STAGED_KB_I4;
+  int64_t tile_bytes = stack * n_tile * (p->qdtype.i == AMK_QDTYPE_INT8 ? k : (k + 1) / 2);
+  bool staged = !g->qgemv_mma && g->qgemv_stages > 0 &&
+                quant_pieces_ok(p->qdtype.i, k, group) && (k / piece_cols) % 32 == 0 &&
+                scale_step > 0 && scale_ok && tile_bytes >= staged_kb * 1024;
+  if (staged) {
+    size_t stage_bytes = (size_t)g->qgemv_stage_rows * (size_t)qstage_pieces(per_lane) * 32 *
+                         (16 + 4);
+    size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
+                  (size_t)(stack * n_tile) + 4;
+    size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_BYTES) / 4;
+    while (g->qgemv_stages > 1 &&
+           base + (size_t)(g->nt / 32) * (size_t)g->qgemv_stages * stage_bytes / 4 > room)
+      g->qgemv_stages /= 2;
+    size_t need = base + (size_t)(g->nt / 32) * (size_t)g->qgemv_stages * stage_bytes / 4;
+    staged = need <= room;
+    if (staged)
+      need_smem(g, need);
+  }
   if (g->qgemv_mma)
     need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + 32 + (size_t)(k / 16) * 12);
   EMIT(inst, gemv_quant, pattern, x.dtype, w.dtype, o.dtype, aux_in ? (int)a.dtype : 0,
-       sc.dtype, k, n_out, stack, group, bias ? 1 : 0);
+       sc.dtype, k, n_out, stack, group, bias ? 1 : 0, staged ? 1 : 0);
   return true;
 }
 
@@ -1251,6 +1312,36 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (!env_int("AMK_CUDA_QGEMV_LOADS", 64, &o->qgemv_loads, &set, diag))
     return false;
+  int stages;
+  if (!env_int("AMK_CUDA_QGEMV_STAGES", QGEMV_STAGES_MAX, &stages, &set, diag))
+    return false;
+  if (set) {
+    if (stages & (stages - 1)) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_QGEMV_STAGES must be 0 or a power of two up to %d, not %d",
+                QGEMV_STAGES_MAX, stages);
+      return false;
+    }
+    o->qgemv_stages = stages == 0 ? -1 : stages;
+  }
+  int early;
+  if (!env_int("AMK_CUDA_QGEMV_EARLY", QGEMV_STAGES_MAX, &early, &set, diag))
+    return false;
+  if (set)
+    o->qgemv_early = early + 1;
+  if (!env_int("AMK_CUDA_QGEMV_STAGED_KB", 1 << 20, &o->qgemv_staged_kb, &set, diag))
+    return false;
+  int stage_rows;
+  if (!env_int("AMK_CUDA_QGEMV_STAGE_ROWS", 2, &stage_rows, &set, diag))
+    return false;
+  if (set) {
+    if (stage_rows < 1) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_QGEMV_STAGE_ROWS must be 1 or 2, not %d", stage_rows);
+      return false;
+    }
+    o->qgemv_stage_rows = stage_rows;
+  }
   if (!env_int("AMK_CUDA_MLP_LOADS", 32, &o->mlp_loads, &set, diag))
     return false;
   if (!env_int("AMK_CUDA_MLP_GU_ROWS", 8, &o->mlp_gu_rows, &set, diag))
@@ -1330,6 +1421,13 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   memset(out, 0, sizeof *out);
   Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma),
            .qgemv_mma = opt && opt->qgemv_mma,
+           .qgemv_staged_kb = opt ? opt->qgemv_staged_kb : 0,
+           .qgemv_stage_rows = opt && opt->qgemv_stage_rows > 0 ? opt->qgemv_stage_rows
+                                                              : QGEMV_STAGE_ROWS_DEFAULT,
+           .qgemv_stages = !opt || opt->qgemv_stages == 0 ? QGEMV_STAGES_DEFAULT
+                           : opt->qgemv_stages < 0 ? 0
+                           : opt->qgemv_stages > QGEMV_STAGES_MAX ? QGEMV_STAGES_MAX
+                                                                  : opt->qgemv_stages,
            .gemm_tile_n = opt && opt->gemm_tile_n == 256 ? 256 : 128};
   int want = opt && opt->threads_per_block ? opt->threads_per_block
              : m->config && m->config->threads_per_block > 0
@@ -1411,6 +1509,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_QGEMV_LOADS %d\n", opt->qgemv_loads);
   if (opt && opt->qgemv_mma)
     amk_sb_puts(&s, "#define AMK_QGEMV_MMA 1\n");
+
   if (opt && opt->mlp_loads > 0)
     amk_sb_printf(&s, "#define AMK_MLP_DOWN_UNROLL %d\n", opt->mlp_loads);
   if (opt && opt->gemv_pair_min_rows > 0)
@@ -1441,6 +1540,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                   "#define AMK_STREAM_HEADER_BYTES %d\n",
                   ring.mode, ring.offset, ring.lookahead, ring.l2_ahead_bytes, ring.slots,
                   ring.slot_bytes, (int)STREAM_HEADER_BYTES);
+  amk_sb_printf(&s, "#define AMK_QGEMV_STAGES %d\n", g.qgemv_stages);
+  if (opt && opt->qgemv_early > 0)
+    amk_sb_printf(&s, "#define AMK_QGEMV_EARLY %d\n", opt->qgemv_early - 1);
+  amk_sb_printf(&s, "#define AMK_QGEMV_STAGE_ROWS %d\n", g.qgemv_stage_rows);
   amk_sb_puts(&s, "#define INFINITY __int_as_float(0x7f800000)\n");
   amk_sb_puts(&s, "// ---- include/amk/tables.h ----\n");
   amk_sb_puts(&s, amk_embed_tables_h);

@@ -18,7 +18,7 @@
   X(gemm_mma, "iiiiiiiii")                                                     \
   X(gemv_combine, "iiiiiiii")                                                  \
   X(gemv_mlp, "iiiiii")                                                        \
-  X(gemv_quant, "iiiiiiiiiii")                                                 \
+  X(gemv_quant, "iiiiiiiiiiii")                                                 \
   X(gemm_mma_quant, "iiiiiiiii")                                               \
   X(gemm_quant, "iiiiiiii")                                                    \
   X(attention, "iiiiiiiiii")                                                   \

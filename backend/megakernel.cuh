@@ -835,6 +835,28 @@ __device__ __forceinline__ void amk_gemv_store_pre(void *out, const float *pre, 
   amk_st<ODT>(out, o, acc);
 }
 
+// All threads: the residual (or bias) value of each of a tile's STACK x
+// n_tile rows into pre (one row of input, M == 1), for amk_gemv_store_pre.
+// Callers synchronise before reading them.
+template <int PAT, int ADT, int NOUT, int STACK, int BIAS>
+__device__ __forceinline__ void amk_gemv_stage_pre(const void *aux, float *pre, int n_off,
+                                                   int n_tile) {
+  constexpr bool RES = PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
+  if constexpr (RES || BIAS) {
+    for (int i = threadIdx.x; i < STACK * n_tile; i += AMK_NT) {
+      int s = i / n_tile, j = i - s * n_tile;
+      long long wrow = (long long)s * NOUT + n_off + j;
+      long long o = (STACK > 1) ? wrow : (long long)n_off + j;
+      float v = 0.0f;
+      if constexpr (BIAS)
+        v += amk_ld<ADT>(aux, wrow);
+      if constexpr (RES)
+        v = amk_ld<ADT>(aux, o); // BIAS and RES never come together
+      pre[i] = v;
+    }
+  }
+}
+
 // Whether a GEMV variant takes its weights from the ring: one input row
 // (decode), rows of whole 16-byte vectors that fit a slot.
 template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_streams() {
@@ -880,17 +902,7 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
   constexpr bool RES = PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
   float *pre = red + AMK_NWARPS;
   if constexpr (RES || BIAS) {
-    for (int i = threadIdx.x; i < STACK * n_tile; i += AMK_NT) {
-      int s = i / n_tile, j = i - s * n_tile;
-      long long wrow = (long long)s * NOUT + n_off + j;
-      long long o = (STACK > 1) ? wrow : (long long)n_off + j;
-      float v = 0.0f;
-      if constexpr (BIAS)
-        v += amk_ld<ADT>(aux, wrow);
-      if constexpr (RES)
-        v = amk_ld<ADT>(aux, o); // BIAS and RES never come together
-      pre[i] = v;
-    }
+    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
     __syncthreads();
   }
   for (int c = 0; c < nchunks; c++) {
@@ -1663,43 +1675,89 @@ template <int QDT> struct AmkQuant {
   }
 };
 
-// The 16 (i8) or 32 (i4) integers of q times the matching floats of x
-// (shared memory, 16-byte aligned).
-template <int QDT> __device__ __forceinline__ float amk_qdot16(uint4 q, const float *x) {
+// The 16 (i8) or 32 (i4) integers of q times the matching inputs, with x
+// as amk_qx_finish stages it: each piece's COLS inputs times 2^48, then at
+// x[COLS] its offset term. A byte or nibble as the low bits of a float is
+// that integer times 2^-149 (a subnormal, exact; the H100 multiplies them
+// at full rate), so one permute makes each weight; the storage offset (+128
+// for i8, +8 for i4) comes off once per piece, through the staged sum of its
+// inputs. The result is the dot times 2^-101 (AMK_QDOT_UNSCALE undoes it).
+// Before (2^23 + u, then a subtraction) every weight took one add more: the
+// H100's GEMV tiles were bound by these instructions.
+constexpr float AMK_QX_SCALE = 281474976710656.0f;             // 2^48
+constexpr float AMK_QDOT_UNSCALE = 2535301200456458802993406410752.0f; // 2^101
+// The same on inputs already in registers: x the piece's COLS inputs, off
+// its offset term.
+template <int QDT>
+__device__ __forceinline__ float amk_qdot16r(uint4 q, const float (&x)[AmkQuant<QDT>::COLS],
+                                             float off) {
   unsigned int w[4] = {q.x, q.y, q.z, q.w};
-  float s = 0.0f;
+  float a0 = -off, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
   if constexpr (QDT == AMK_ABI_DTYPE_I8) {
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       unsigned int u = w[k] ^ 0x80808080u; // each byte + 128, unsigned
-      float4 xv = *(const float4 *)(x + 4 * k);
-      float f0 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7440)) - 8388736.0f;
-      float f1 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7441)) - 8388736.0f;
-      float f2 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7442)) - 8388736.0f;
-      float f3 = __int_as_float(__byte_perm(u, 0x4B000000u, 0x7443)) - 8388736.0f;
-      s += f0 * xv.x + f1 * xv.y + f2 * xv.z + f3 * xv.w;
+      a0 = fmaf(__int_as_float(__byte_perm(u, 0u, 0x4440)), x[4 * k], a0);
+      a1 = fmaf(__int_as_float(__byte_perm(u, 0u, 0x4441)), x[4 * k + 1], a1);
+      a2 = fmaf(__int_as_float(__byte_perm(u, 0u, 0x4442)), x[4 * k + 2], a2);
+      a3 = fmaf(__int_as_float(__byte_perm(u, 0u, 0x4443)), x[4 * k + 3], a3);
     }
   } else {
-    // The even columns' nibbles as bytes, then the odd ones': one byte
-    // permute and one add per column (an H100 streamed i4 rows at 13 GB/s
-    // per SM, bound by these instructions, with a shift and a mask each).
+    // The even columns' nibbles as bytes, then the odd ones'.
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      float4 xa = *(const float4 *)(x + 8 * k), xb = *(const float4 *)(x + 8 * k + 4);
       unsigned int lo = w[k] & 0x0F0F0F0Fu, hi = (w[k] >> 4) & 0x0F0F0F0Fu;
-      float f0 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7440)) - 8388616.0f;
-      float f1 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7440)) - 8388616.0f;
-      float f2 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7441)) - 8388616.0f;
-      float f3 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7441)) - 8388616.0f;
-      float f4 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7442)) - 8388616.0f;
-      float f5 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7442)) - 8388616.0f;
-      float f6 = __int_as_float(__byte_perm(lo, 0x4B000000u, 0x7443)) - 8388616.0f;
-      float f7 = __int_as_float(__byte_perm(hi, 0x4B000000u, 0x7443)) - 8388616.0f;
-      s += f0 * xa.x + f1 * xa.y + f2 * xa.z + f3 * xa.w + f4 * xb.x + f5 * xb.y + f6 * xb.z +
-           f7 * xb.w;
+      const float *xk = x + 8 * k;
+      a0 = fmaf(__int_as_float(__byte_perm(lo, 0u, 0x4440)), xk[0], a0);
+      a1 = fmaf(__int_as_float(__byte_perm(hi, 0u, 0x4440)), xk[1], a1);
+      a2 = fmaf(__int_as_float(__byte_perm(lo, 0u, 0x4441)), xk[2], a2);
+      a3 = fmaf(__int_as_float(__byte_perm(hi, 0u, 0x4441)), xk[3], a3);
+      a0 = fmaf(__int_as_float(__byte_perm(lo, 0u, 0x4442)), xk[4], a0);
+      a1 = fmaf(__int_as_float(__byte_perm(hi, 0u, 0x4442)), xk[5], a1);
+      a2 = fmaf(__int_as_float(__byte_perm(lo, 0u, 0x4443)), xk[6], a2);
+      a3 = fmaf(__int_as_float(__byte_perm(hi, 0u, 0x4443)), xk[7], a3);
     }
   }
-  return s;
+  return (a0 + a1) + (a2 + a3);
+}
+// A piece's staged inputs (COLS floats, 16-byte aligned) into registers.
+template <int QDT>
+__device__ __forceinline__ void amk_qx_load(const float *xp, float (&x)[AmkQuant<QDT>::COLS]) {
+#pragma unroll
+  for (int c = 0; c < AmkQuant<QDT>::COLS; c += 4) {
+    float4 v = *(const float4 *)(xp + c);
+    x[c] = v.x;
+    x[c + 1] = v.y;
+    x[c + 2] = v.z;
+    x[c + 3] = v.w;
+  }
+}
+template <int QDT> __device__ __forceinline__ float amk_qdot16(uint4 q, const float *xp) {
+  float x[AmkQuant<QDT>::COLS];
+  amk_qx_load<QDT>(xp, x);
+  return amk_qdot16r<QDT>(q, x, xp[AmkQuant<QDT>::COLS]);
+}
+// All threads, after `rows` input rows are staged (amk_xpad<COLS> layout,
+// `stride` floats apart) and a barrier: each piece's inputs times 2^48 and,
+// in the gap after them, the offset term amk_qdot16 starts from. Callers
+// synchronise after.
+template <int QDT, int K>
+__device__ __forceinline__ void amk_qx_finish(float *xs, int rows = 1, int stride = 0) {
+  constexpr int COLS = AmkQuant<QDT>::COLS, NP = K / COLS;
+  // The offset times 2^48 (the inputs' scale) times 2^-149 (the weights').
+  constexpr float OFFSET = (QDT == AMK_ABI_DTYPE_I8 ? 128.0f : 8.0f) / AMK_QDOT_UNSCALE;
+  for (int i = threadIdx.x; i < rows * NP; i += AMK_NT) {
+    int m = i / NP, p = i - m * NP;
+    float *x = xs + m * stride + p * (COLS + 4), sum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < COLS; c += 4) {
+      float4 v = *(float4 *)(x + c);
+      sum += (v.x + v.y) + (v.z + v.w);
+      *(float4 *)(x + c) = make_float4(v.x * AMK_QX_SCALE, v.y * AMK_QX_SCALE,
+                                       v.z * AMK_QX_SCALE, v.w * AMK_QX_SCALE);
+    }
+    x[COLS] = sum * OFFSET;
+  }
 }
 
 // Column k of quantized row `row` as a float (the general path).
@@ -1795,8 +1853,233 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
   }
 #pragma unroll
   for (int i = 0; i < R; i++)
-    out[i] = amk_warp_sum(acc[i]);
+    out[i] = amk_warp_sum(acc[i]) * AMK_QDOT_UNSCALE;
 }
+
+// ---- the quantized GEMV through per-warp stages in shared memory ----------------
+//
+// With the weights in registers, ptxas issued only three or four of a
+// row's 16-byte loads before summing the first (Nsight Compute on the 8B
+// int8 step, H100: the GEMVs spent half their samples waiting on those
+// loads), so a quantized tile streamed 11-16 GB/s per SM where a bf16 one
+// streams 24. Here each lane copies its pieces (cp.async: no register holds
+// a load in flight) into its own slots of a ring of AMK_QGEMV_STAGES stages
+// per warp, each stage P pieces of every lane and the 4-byte words that hold
+// their scales; a lane reads back only what it copied, so
+// cp.async.wait_group is the only synchronisation. A warp walks its rows
+// (warp, warp + AMK_NWARPS, ...) stage by stage, and the first stages are
+// issued before the input is staged (weights never wait). Pointers advance
+// by constant strides: a piece's scale is SSTEP scales after the previous
+// one's, and with 16-bit scales of even rows and steps the half a lane wants
+// is the same in every word it reads.
+#ifndef AMK_QGEMV_STAGES
+#define AMK_QGEMV_STAGES 4
+#endif
+// Stages issued before the input is staged (the rest after it): copies
+// issued first delay the prologue's own reads of the input.
+#ifndef AMK_QGEMV_EARLY
+#define AMK_QGEMV_EARLY 1
+#endif
+
+// Rows a warp streams together through one stage (1 or 2): each piece's
+// inputs are read from shared memory once for all of them. Two were no
+// faster on an H100 (8B int8 5.38 ms against 5.36, int4 4.41 against 4.23,
+// 1B int4 0.91 against 0.82: more spills) though Nsight Compute had the
+// one-row loop waiting on shared memory for half its samples.
+#ifndef AMK_QGEMV_STAGE_ROWS
+#define AMK_QGEMV_STAGE_ROWS 1
+#endif
+template <int QDT, int SDT, int K, int GROUP> struct AmkQStageShape {
+  static constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS, PER = NV / 32;
+  static constexpr int P = PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1; // pieces a lane a stage
+                                                                     // (codegen.c's qstage_pieces)
+  static constexpr int RW = AMK_QGEMV_STAGE_ROWS;
+  static constexpr int NG = (K + GROUP - 1) / GROUP;
+  static constexpr int SSTEP = GROUP > 0 && (32 * COLS) % GROUP == 0 ? 32 * COLS / GROUP : 0;
+  static constexpr int SBYTES = SDT == AMK_ABI_DTYPE_F32 ? 4 : 2;
+  static constexpr int STAGE_BYTES = RW * P * 32 * (16 + 4); // codegen.c's stage_bytes
+  static constexpr bool OK = AMK_QGEMV_STAGES > 0 && amk_qvec_ok<QDT, K, GROUP>() &&
+                             NV % 32 == 0 && SSTEP > 0 && (RW == 1 || RW == 2) &&
+                             (SDT == AMK_ABI_DTYPE_F32 ||
+                              ((SDT == AMK_ABI_DTYPE_F16 || SDT == AMK_ABI_DTYPE_BF16) &&
+                               NG % 2 == 0 && SSTEP % 2 == 0));
+};
+// Whether the staged path applies: whole pieces, every lane the same number
+// of them a row, a scale step of whole scales (even ones for 16-bit scales).
+template <int QDT, int SDT, int K, int GROUP> __device__ constexpr bool amk_qstaged_ok() {
+  return AmkQStageShape<QDT, SDT, K, GROUP>::OK;
+}
+
+// A warp's row: stack index s, column c; the next is AMK_NWARPS rows on.
+struct AmkQRow {
+  int s, c;
+  __device__ __forceinline__ void next(int n_tile) {
+    c += AMK_NWARPS;
+    while (c >= n_tile) {
+      c -= n_tile;
+      s++;
+    }
+  }
+};
+
+// A stage holds, for each of its RW rows i and pieces p, the lanes' 16-byte
+// pieces at (i * P + p) * 512 and their scale words at RW * P * 512 +
+// (i * P + p) * 128.
+template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQStaged {
+  using Shape = AmkQStageShape<QDT, SDT, K, GROUP>;
+  static constexpr int COLS = Shape::COLS, PER = Shape::PER, P = Shape::P, NG = Shape::NG;
+  static constexpr int RW = Shape::RW, D = AMK_QGEMV_STAGES, SB = Shape::SBYTES;
+  static constexpr int STAGE = Shape::STAGE_BYTES, SCALES = RW * P * 512;
+  static constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  static_assert((D & (D - 1)) == 0, "AMK_QGEMV_STAGES must be a power of two");
+  const char *Q, *S;
+  const char *wp[RW], *sp[RW]; // each row's next piece for the lane, and its scale's word
+  unsigned ring;               // this warp's stages (shared memory address)
+  int n_off, n_tile, my_rows, groups, issued, stages, in_row, group;
+  AmkQRow load; // the loader's group's first row
+
+  __device__ __forceinline__ void row_pointers() {
+    int lane = threadIdx.x & 31;
+    long long first = (long long)lane * COLS / GROUP; // the lane's first scale in a row
+    AmkQRow r = load;
+#pragma unroll
+    for (int i = 0; i < RW; i++) {
+      long long wrow = (long long)r.s * NOUT + n_off + r.c;
+      wp[i] = Q + wrow * RB + lane * 16;
+      sp[i] = S + (wrow * NG + (SB == 2 ? first & ~1ll : first)) * SB;
+      r.next(n_tile);
+    }
+  }
+  // The warp's ring at `ring_base` (AMK_NWARPS x D stages); issues the first
+  // AMK_QGEMV_EARLY stages (fill() the rest of the first D).
+  __device__ __forceinline__ void begin(const void *Q_, const void *S_, char *ring_base,
+                                        int n_off_, int n_tile_) {
+    Q = (const char *)Q_;
+    S = (const char *)S_;
+    n_off = n_off_;
+    n_tile = n_tile_;
+    int warp = threadIdx.x >> 5, rows = STACK * n_tile;
+    ring = amk_smem_addr(ring_base) + (unsigned)(warp * D * STAGE);
+    my_rows = warp < rows ? (rows - warp + AMK_NWARPS - 1) / AMK_NWARPS : 0;
+    groups = (my_rows + RW - 1) / RW;
+    stages = groups * (PER / P);
+    issued = 0;
+    in_row = 0;
+    group = 0;
+    load.s = n_tile > 0 ? warp / n_tile : 0;
+    load.c = warp - load.s * n_tile;
+    if (my_rows > 0)
+      row_pointers();
+#pragma unroll 1
+    for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
+      issue();
+  }
+  __device__ __forceinline__ void fill() {
+#pragma unroll 1
+    while (issued < D)
+      issue();
+  }
+  // Copies the next stage (if any) into its slot; one commit group a call.
+  // A group's rows past the warp's last are not copied (nor stored).
+  __device__ __forceinline__ void issue() {
+    if (issued < stages) {
+      int lane = threadIdx.x & 31;
+      unsigned slot = ring + (unsigned)((issued & (D - 1)) * STAGE);
+      int valid = my_rows - group * RW;
+#pragma unroll
+      for (int i = 0; i < RW; i++) {
+        if (i < valid) {
+#pragma unroll
+          for (int p = 0; p < P; p++) {
+            amk_cp_async16(slot + (unsigned)((i * P + p) * 512 + lane * 16), wp[i] + p * 512,
+                           true);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                             slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4)),
+                         "l"(sp[i] + p * Shape::SSTEP * SB)
+                         : "memory");
+          }
+        }
+        wp[i] += P * 512;
+        sp[i] += P * Shape::SSTEP * SB;
+      }
+      in_row += P;
+      if (in_row == PER) {
+        in_row = 0;
+        group++;
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+          load.next(n_tile);
+        if (group < groups)
+          row_pointers();
+      }
+    }
+    issued++;
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  // Sums every piece in order; store(i, wrow, col, sum) once a row's sum is
+  // in every lane (i: the row's index in the tile, s * n_tile + c).
+  template <typename Store> __device__ __forceinline__ void run(const float *xs, Store store) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    AmkQRow at;
+    at.s = n_tile > 0 ? warp / n_tile : 0;
+    at.c = warp - at.s * n_tile;
+    // 16-bit scales: the lane's half of each word it reads.
+    int shift = SB == 2 ? (int)(((long long)lane * COLS / GROUP) & 1) * 16 : 0;
+    int t = 0;
+#pragma unroll 1
+    for (int g = 0; g < groups; g++) {
+      float acc[RW];
+#pragma unroll
+      for (int i = 0; i < RW; i++)
+        acc[i] = 0.0f;
+      const float *xp = xs + lane * (COLS + 4);
+#pragma unroll 1
+      for (int j = 0; j < PER / P; j++, t++) {
+        amk_cp_async_wait<D - 1>();
+        unsigned slot = ring + (unsigned)((t & (D - 1)) * STAGE);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+          float x[COLS];
+          amk_qx_load<QDT>(xp, x);
+          float off = xp[COLS];
+#pragma unroll
+          for (int i = 0; i < RW; i++) {
+            uint4 q;
+            unsigned word;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+                         : "r"(slot + (unsigned)((i * P + p) * 512 + lane * 16)));
+            asm volatile("ld.shared.u32 %0, [%1];"
+                         : "=r"(word)
+                         : "r"(slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4)));
+            float sc;
+            if constexpr (SB == 4)
+              sc = __uint_as_float(word);
+            else if constexpr (SDT == AMK_ABI_DTYPE_F16)
+              sc = amk_h2f((unsigned short)(word >> shift));
+            else
+              sc = amk_bf2f((unsigned short)(word >> shift));
+            acc[i] += amk_qdot16r<QDT>(q, x, off) * sc;
+          }
+          xp += 32 * (COLS + 4);
+        }
+        // Into the stage just read: its loads above are done (their values
+        // are used), and the copy lands no sooner than its round trip.
+        asm volatile("" ::: "memory");
+        issue();
+      }
+      int valid = my_rows - g * RW;
+#pragma unroll
+      for (int i = 0; i < RW; i++) {
+        float sum = amk_warp_sum(acc[i]) * AMK_QDOT_UNSCALE;
+        if (i < valid)
+          store(at.s * n_tile + at.c, (long long)at.s * NOUT + n_off + at.c,
+                (long long)n_off + at.c, sum);
+        at.next(n_tile);
+      }
+    }
+  }
+};
 
 // The general path: one column at a time, each dequantized with its scale.
 template <int QDT, int SDT, int K, int GROUP>
@@ -2099,8 +2382,10 @@ __device__ __forceinline__ void amk_qmma_rows(const void *Q, const void *S, cons
 // (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
 // rows [n_off, n_off + N_tile) of each of STACK stacked matrices. The
 // prologue and the store are the bf16 GEMV's.
+// STAGED: the tile streams its weights through per-warp stages (codegen
+// picks it for large tiles: backend/codegen.c, qgemv_staged).
 template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
-          int GROUP, int BIAS>
+          int GROUP, int BIAS, int STAGED>
 __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
   const void *aux = I.n_inputs > 3 ? amk_in(A, 3) : nullptr;
@@ -2110,18 +2395,40 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     return;
   constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
   float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
-  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
-    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
-  __syncthreads();
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int rows = STACK * n_tile;
-  constexpr AmkGemvExtra none = {0.0f, 0.0f};
   // The staged input's type: the norm and SiLU prologues round to ODT.
   constexpr int MDT = (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
                        PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
                           ? ODT
                           : XDT;
-  if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
+  static_assert(!STAGED || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
+                             amk_qstaged_ok<QDT, SDT, K, GROUP>()),
+                "a staged quantized GEMV needs the staged path's shapes");
+  // The staged path's residual (or bias) values after red, then its rings;
+  // the first stages' copies start before the input is staged.
+  float *pre = red + AMK_NWARPS;
+  AmkQStaged<QDT, SDT, K, NOUT, STACK, GROUP> st;
+  if constexpr (STAGED != 0) {
+    char *ring = (char *)(((unsigned long long)(pre + STACK * n_tile) + 15ull) & ~15ull);
+    st.begin(Q, S, ring, n_off, n_tile);
+    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
+  }
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
+  __syncthreads();
+  if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>()) {
+    amk_qx_finish<QDT, K>(xs);
+    __syncthreads();
+  }
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = STACK * n_tile;
+  constexpr AmkGemvExtra none = {0.0f, 0.0f};
+  if constexpr (STAGED != 0) {
+    st.fill();
+    st.run(xs, [&](int i, long long wrow, long long col, float sum) {
+      if (lane == 0)
+        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
+    });
+  } else if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
     unsigned short *xb = (unsigned short *)(red + 32);
     amk_qmma_stage<QDT, MDT, K>(xs, xb);
     __syncthreads();
@@ -2499,6 +2806,10 @@ __device__ void amk_gemm_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     xs[m * XROW + amk_xpad<XCOLS>(k)] = amk_ld<XDT>(x, (long long)(m_begin + m) * K + k);
   }
   __syncthreads();
+  if constexpr (XCOLS != 0) {
+    amk_qx_finish<QDT, K>(xs, m_count, XROW);
+    __syncthreads();
+  }
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int m = 0; m < m_count; m++) {
     for (int r = warp; r < n_tile; r += AMK_NWARPS) {

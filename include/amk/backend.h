@@ -65,6 +65,13 @@ typedef struct {
   int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: up
                          * to 8 of one row for i8, 4 for i4; set: several rows a warp up to
                          * that many) or in one unit (tensor cores, 0: up to 8) */
+  int qgemv_stages;     /* quantized GEMV: pieces a lane copies ahead into shared memory
+                         * (a power of two up to 64; 0: the default, 16; -1: none, the
+                         * weights go to registers) */
+  int qgemv_early;      /* 1 + its stages issued before the input is staged (0: the default, 1) */
+  int qgemv_staged_kb;  /* the fewest weight KiB of a tile that takes the staged path (0: 384
+                         * for i8, 128 for i4) */
+  int qgemv_stage_rows; /* rows a warp streams through one stage, 1 or 2 (0: 1) */
   bool qgemv_mma;       /* quantized GEMV on the tensor cores (bf16/f16 inputs; slower in the
                          * megakernel so far: docs/Quantization.md) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
@@ -87,7 +94,9 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
  * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0 or 1),
- * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_MMA (0 or 1),
+ * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_STAGES (0: none, or a power of two up to 64),
+ * AMK_CUDA_QGEMV_EARLY, AMK_CUDA_QGEMV_STAGED_KB, AMK_CUDA_QGEMV_STAGE_ROWS (1 or 2),
+ * AMK_CUDA_QGEMV_MMA (0 or 1),
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after

@@ -46,6 +46,10 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_KV_PREFETCH");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
   unsetenv("AMK_CUDA_QGEMV_MMA");
+  unsetenv("AMK_CUDA_QGEMV_STAGES");
+  unsetenv("AMK_CUDA_QGEMV_EARLY");
+  unsetenv("AMK_CUDA_QGEMV_STAGED_KB");
+  unsetenv("AMK_CUDA_QGEMV_STAGE_ROWS");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
   unsetenv("AMK_CUDA_MLP_LOADS");
@@ -117,6 +121,39 @@ static void test_wait_knobs(UnitCounts *c) {
                       "AMK_CUDA_QGEMV_MMA must be an integer in [0, 1], not '2'") &&
                strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_QGEMV_LOADS must be an integer in [0, 64], not '65'"));
+  amk_diag_free(d);
+  /* The staged quantized GEMV's knobs: stages a power of two (0: none, kept
+   * as -1 so that 0 means the default), early stages and the threshold as
+   * 1 + the value and KiB. */
+  d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  o = (AmkCodegenOptions){0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_stages == 0 && o.qgemv_early == 0 &&
+               o.qgemv_staged_kb == 0 && o.qgemv_stage_rows == 0);
+  setenv("AMK_CUDA_QGEMV_STAGES", "8", 1);
+  setenv("AMK_CUDA_QGEMV_EARLY", "0", 1);
+  setenv("AMK_CUDA_QGEMV_STAGED_KB", "256", 1);
+  setenv("AMK_CUDA_QGEMV_STAGE_ROWS", "2", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_stages == 8 && o.qgemv_early == 1 &&
+               o.qgemv_staged_kb == 256 && o.qgemv_stage_rows == 2);
+  setenv("AMK_CUDA_QGEMV_STAGE_ROWS", "0", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_QGEMV_STAGE_ROWS must be 1 or 2, not 0"));
+  unsetenv("AMK_CUDA_QGEMV_STAGE_ROWS");
+  setenv("AMK_CUDA_QGEMV_STAGES", "0", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_stages == -1);
+  setenv("AMK_CUDA_QGEMV_STAGES", "12", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  setenv("AMK_CUDA_QGEMV_STAGES", "128", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 3 &&
+               strstr(amk_diag_captured(d, 1)->message,
+                      "AMK_CUDA_QGEMV_STAGES must be 0 or a power of two up to 64, not 12") &&
+               strstr(amk_diag_captured(d, 2)->message,
+                      "AMK_CUDA_QGEMV_STAGES must be an integer in [0, 64], not '128'"));
   amk_diag_free(d);
   d = amk_diag_new(stderr);
   amk_diag_set_capture(d, 1);

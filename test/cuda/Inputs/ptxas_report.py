@@ -7,7 +7,9 @@ spills:
   ptxas_report.py SOURCE.cu NAME [--arch sm_90]
 
 prints `amk_vN (NAME<...>): S bytes spill stores, L bytes spill loads, F
-bytes stack frame` per such variant, the kernel's registers, then `spills:
+bytes stack frame` per such variant, the kernel's registers and its own
+spills (its loop: `amk_megakernel: S bytes spill stores, L bytes spill
+loads`), then `spills:
 none` or `spills: N variants`, then `all functions: no spills` or which
 functions of the module spill. Exit 1 when NVRTC cannot be loaded or fails."""
 import ctypes
@@ -94,6 +96,9 @@ def main():
             spilling += 1
     if "amk_megakernel" in regs:
         print("amk_megakernel: %d registers" % regs["amk_megakernel"])
+    if "amk_megakernel" in props:
+        print("amk_megakernel: %d bytes spill stores, %d bytes spill loads"
+              % props["amk_megakernel"][1:])
     if not calls:
         print("ptxas_report: no variant calls %s" % name, file=sys.stderr)
         return 1
