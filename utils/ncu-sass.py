@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps wait, from Nsight Compute's per-instruction page.
+
+  ncu -i REPORT.ncu-rep --page source --csv --print-source sass > sass.csv
+  utils/ncu-sass.py sass.csv [--top N]
+
+REPORT needs the warp-state sampling (`--set full`, or the SourceCounters
+and WarpStateStats sections). Prints the share of the samples of each stall
+reason, then the device functions (the SASS cut after each RET: the
+megakernel's variants are __noinline__ functions) by their share of the
+samples, with the warp instructions they executed and their main stall,
+then the N instructions with the most samples. Exit 1 on a file that holds
+no SASS rows, 2 on bad usage or a file that cannot be read.
+
+The sixth column of the functions table (ex/sample) is warp instructions
+executed per sample: low where the function waits, high where it issues.
+"""
+import argparse
+import csv
+import sys
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
+
+
+def number(text):
+    try:
+        return float(text.replace(",", "")) if text else 0.0
+    except ValueError:
+        return 0.0
+
+
+def read_rows(path):
+    """The SASS rows of the CSV as dicts, and the stall reason columns."""
+    rows, header = [], None
+    with open(path, newline="") as f:
+        for record in csv.reader(f):
+            if record and record[0] == "Address" and "Source" in record:
+                header = record
+                continue
+            if header and len(record) == len(header):
+                rows.append(dict(zip(header, record)))
+    if header is None or SAMPLES not in header:
+        return None, None
+    reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
+    return rows, reasons
+
+
+def functions(rows):
+    """[begin, end) index ranges: a function ends after a RET and the BRA
+    and NOP padding behind it."""
+    bounds = [0]
+    for i, row in enumerate(rows):
+        if row["Source"].strip().startswith("RET"):
+            j = i + 1
+            while j < len(rows) and rows[j]["Source"].strip().startswith(("BRA", "NOP")):
+                j += 1
+            if j < len(rows) and j != bounds[-1]:
+                bounds.append(j)
+    bounds.append(len(rows))
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("csv", help="ncu --page source --csv --print-source sass output")
+    ap.add_argument("--top", type=int, default=20, help="instructions to list (default 20)")
+    args = ap.parse_args()
+    try:
+        rows, reasons = read_rows(args.csv)
+    except OSError as e:
+        print("ncu-sass: %s: %s" % (args.csv, e.strerror), file=sys.stderr)
+        return 2
+    if not rows:
+        print("ncu-sass: %s: no SASS rows with warp samples (expected the output of "
+              "ncu --page source --csv --print-source sass on a report with sampling)"
+              % args.csv, file=sys.stderr)
+        return 1
+    total = sum(number(r[SAMPLES]) for r in rows)
+    print("samples: %d over %d instructions" % (total, len(rows)))
+    if total <= 0:
+        return 0
+    share = lambda v: 100.0 * v / total
+    print("\n| stall reason | % of samples |\n|---|---:|")
+    sums = {h: sum(number(r[h]) for r in rows) for h in reasons}
+    for h, v in sorted(sums.items(), key=lambda kv: -kv[1]):
+        if v > 0:
+            print("| %s | %.1f |" % (h[len("stall_"):], share(v)))
+    print("\n| instructions | % of samples | warp instructions executed | main stall "
+          "| its % | ex/sample |\n|---|---:|---:|---|---:|---:|")
+    funcs = []
+    for a, b in functions(rows):
+        samples = sum(number(rows[i][SAMPLES]) for i in range(a, b))
+        executed = sum(number(rows[i].get(EXECUTED, "")) for i in range(a, b))
+        by_reason = {h: sum(number(rows[i][h]) for i in range(a, b)) for h in reasons}
+        main_reason = max(by_reason, key=by_reason.get) if by_reason else ""
+        funcs.append((samples, a, b, executed, main_reason, by_reason.get(main_reason, 0.0)))
+    for samples, a, b, executed, reason, rs in sorted(funcs, reverse=True):
+        if samples <= 0:
+            continue
+        print("| [%d, %d) | %.1f | %.3g | %s | %.1f | %.1f |"
+              % (a, b, share(samples), executed, reason[len("stall_"):],
+                 100.0 * rs / samples, executed / samples))
+    print("\n| instruction | % of samples | executed | main stall | source |\n|---:|---:|---:|---|---|")
+    order = sorted(range(len(rows)), key=lambda i: -number(rows[i][SAMPLES]))
+    for i in order[:max(args.top, 0)]:
+        row = rows[i]
+        if number(row[SAMPLES]) <= 0:
+            break
+        reason = max(reasons, key=lambda h: number(row[h])) if reasons else "stall_"
+        print("| %d | %.2f | %d | %s | `%s` |"
+              % (i, share(number(row[SAMPLES])), number(row.get(EXECUTED, "")),
+                 reason[len("stall_"):], row["Source"].strip()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
