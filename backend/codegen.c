@@ -1367,10 +1367,22 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (set)
     o->gemv_xs_unpadded = pad == 0;
   int kv_prefetch;
-  if (!env_int("AMK_CUDA_KV_PREFETCH", 1, &kv_prefetch, &set, diag))
+  if (!env_int("AMK_CUDA_KV_PREFETCH", 2, &kv_prefetch, &set, diag))
     return false;
   if (set)
-    o->no_kv_prefetch = kv_prefetch == 0;
+    o->kv_prefetch = kv_prefetch + 1;
+  int v_loads;
+  if (!env_int("AMK_CUDA_ATTN_V_LOADS", 16, &v_loads, &set, diag))
+    return false;
+  if (set) {
+    if (v_loads < 1 || (v_loads & (v_loads - 1))) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_ATTN_V_LOADS must be a power of two from 1 to 16, not %d",
+                v_loads);
+      return false;
+    }
+    o->attn_v_loads = v_loads;
+  }
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1521,8 +1533,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                   (long long)(opt->mlp_prefetch_kb - 1) * 1024);
   if (opt && opt->gemv_xs_unpadded)
     amk_sb_puts(&s, "#define AMK_GEMV_XS_PAD 0\n");
-  if (opt && opt->no_kv_prefetch)
-    amk_sb_puts(&s, "#define AMK_KV_PREFETCH 0\n");
+  if (opt && opt->kv_prefetch > 0)
+    amk_sb_printf(&s, "#define AMK_KV_PREFETCH %d\n", opt->kv_prefetch - 1);
+  if (opt && opt->attn_v_loads > 0)
+    amk_sb_printf(&s, "#define AMK_ATTN_V_LOADS %d\n", opt->attn_v_loads);
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)
@@ -1584,6 +1598,15 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: amk_attention_prewait%s(I, A, pos); return;\n", k,
                     keys[k] + 13);
   amk_sb_puts(&s, "  default: return;\n  }\n}\n");
+  /* The cache span a variant reads below pos (the weight stream's KV
+   * prefetch): attention tiles, as amk_variant_prewait. */
+  amk_sb_puts(&s, "\n__device__ bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char "
+                  "**base, unsigned *bytes) {\n  switch (A.variant) {\n");
+  for (int k = 0; k < n_keys && k < 64; k++)
+    if (strncmp(keys[k], "amk_attention<", 14) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_attention_kv_span%s(I, A, pos, base, bytes);\n", k,
+                    keys[k] + 13);
+  amk_sb_puts(&s, "  default: return false;\n  }\n}\n");
   amk_sb_puts(&s, "\n__device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, "
                   "float *smem) {\n  switch (A.variant) {\n");
   for (int k = 0; k < n_keys; k++)

@@ -328,6 +328,16 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
 #ifndef AMK_L2_AHEAD_BYTES
 #define AMK_L2_AHEAD_BYTES 262144
 #endif
+// Where an attention tile's cache rows below pos (written by earlier steps,
+// constant in this one) go to L2: 0 nowhere; 1 at the tile's arrival, by
+// thread 0 before its waits (amk_attention_prewait); 2 with the weight
+// stream, AMK_LOOKAHEAD instructions ahead (L2 mode only, else as 1), so
+// that they are there when the tile's waits hold.
+#ifndef AMK_KV_PREFETCH
+#define AMK_KV_PREFETCH 2
+#endif
+// The cache span an attention variant reads below pos (the generated part).
+__device__ bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char **base, unsigned *bytes);
 #define AMK_RING_MAX_SLOTS 64
 // The ring size as a divisor (1 when there is no ring: the code that divides
 // by it is then never run).
@@ -350,7 +360,8 @@ struct AmkStreamDesc {
   long long range_stride; // bytes from one range to the next
   int row_bytes, rows, stack, chunks_per_range;
   int prefetched; // L2 mode: bytes prefetched ahead of its turn
-  int pad;
+  int kv_bytes;   // an attention tile's cache span below pos at `weights` (L2 mode,
+                  // AMK_KV_PREFETCH 2; row_bytes 0)
 };
 
 struct AmkStream {
@@ -393,7 +404,7 @@ __device__ __forceinline__ const AmkStreamDesc &amk_desc(const AmkStream *S, int
 // All threads: describe queue positions [from, to) into the table (slot
 // p % AMK_DESC_MAX; to - from <= AMK_DESC_MAX). Callers synchronise before
 // and after.
-__device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to) {
+__device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to, int pos) {
   const int *q = (const int *)P.queue;
   const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
@@ -411,13 +422,21 @@ __device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to) {
                   (long long)J.params.n_off.i * info.row_bytes;
       int rpc = AMK_RING_SLOT_BYTES / info.row_bytes;
       d.chunks_per_range = rpc > 0 ? (d.rows + rpc - 1) / rpc : 0;
+    } else if (AMK_KV_PREFETCH == 2 && AMK_STREAM_MODE == 1) {
+      const char *base;
+      unsigned bytes;
+      if (amk_variant_kv_span(J, aux[idx], pos, &base, &bytes)) {
+        d.weights = base;
+        d.kv_bytes = (int)bytes;
+      }
     }
     S->desc[k % AMK_DESC_MAX] = d;
   }
 }
 
 // All threads, at the start of a queue.
-__device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin, int end) {
+__device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin, int end,
+                                                 int pos) {
   if (AMK_STREAM_MODE == 0)
     return;
   AmkStream *S = amk_stream(smem);
@@ -436,7 +455,7 @@ __device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin,
       asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
   }
-  amk_stream_describe(P, S, begin, hi);
+  amk_stream_describe(P, S, begin, hi, pos);
   __syncthreads();
 }
 // All threads, at the end of a queue (after a barrier).
@@ -453,7 +472,7 @@ __device__ __forceinline__ void amk_stream_end(float *smem) {
 // described positions, describe [desc_hi, k + AMK_DESC_MAX). That reuses
 // the slots of positions below k, which have run (AMK_LOOKAHEAD is far
 // below AMK_DESC_MAX).
-__device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k) {
+__device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k, int pos) {
   if (AMK_STREAM_MODE == 0)
     return;
   AmkStream *S = amk_stream(smem);
@@ -462,7 +481,7 @@ __device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k) {
     return;
   int to = S->end - k < AMK_DESC_MAX ? S->end : k + AMK_DESC_MAX;
   __syncthreads();
-  amk_stream_describe(P, S, hi, to);
+  amk_stream_describe(P, S, hi, to, pos);
   __syncthreads();
   if (threadIdx.x == 0)
     S->desc_hi = to;
@@ -494,6 +513,12 @@ __device__ void amk_stream_pump(float *smem, int k) {
                          : "memory");
         d.prefetched = S->load_k > k ? (int)(bytes * d.stack) : 0;
         S->ahead_bytes += d.prefetched;
+      } else if (d.kv_bytes > 0) {
+        // Outside the budget: a tile's cache span is small beside the
+        // weights, and the tile reads all of it.
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(d.weights),
+                     "r"((unsigned)d.kv_bytes)
+                     : "memory");
       }
       S->load_k++;
     }
@@ -2885,6 +2910,13 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 
 #define AMK_ATTN_CHUNK 1024
 #define AMK_ATTN_GQ_MAX 4
+// Value rows a thread of the V pass loads at once (a power of two).
+#ifndef AMK_ATTN_V_LOADS
+#define AMK_ATTN_V_LOADS 8
+#endif
+static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
+                  (AMK_ATTN_V_LOADS & (AMK_ATTN_V_LOADS - 1)) == 0,
+              "1 to 16 value rows in flight, a power of two");
 
 // MODE 0: ATTENTION_TILE (q, k cache, v cache; every head).
 // MODE 1: pattern attention (q, k cache, v cache; heads [n_off, n_off+N_tile)).
@@ -3084,14 +3116,20 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
           const char *vbase = (const char *)vc +
                               ((long long)(win.kv_start + c0) * RSTRIDE + VOFF +
                                kcol + (long long)c * VE) * ESZ;
-          int jj = g;
-          for (; jj + 3 * G < nv; jj += 4 * G) {
-            uint4 raw[4];
+          // AMK_ATTN_V_LOADS rows a thread in flight at once, the last
+          // batch predicated: one round trip for up to that many x G keys.
+          constexpr int U = AMK_ATTN_V_LOADS;
+          for (int jj = g; jj < nv; jj += U * G) {
+            uint4 raw[U];
 #pragma unroll
-            for (int u = 0; u < 4; u++)
-              raw[u] = __ldcg((const uint4 *)(vbase + (long long)(jj + u * G) * RSTRIDE * ESZ));
+            for (int u = 0; u < U; u++)
+              raw[u] = jj + u * G < nv ? __ldcg((const uint4 *)(vbase + (long long)(jj + u * G) *
+                                                                             RSTRIDE * ESZ))
+                                       : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < U; u++) {
+              if (jj + u * G >= nv)
+                break;
               float vv[VE];
               amk_unpack16<KDT>(raw[u], vv);
 #pragma unroll
@@ -3101,17 +3139,6 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
                 for (int e = 0; e < VE; e++)
                   acc[q][e] += pj * vv[e];
               }
-            }
-          }
-          for (; jj < nv; jj += G) {
-            float vv[VE];
-            amk_unpack16<KDT>(__ldcg((const uint4 *)(vbase + (long long)jj * RSTRIDE * ESZ)), vv);
-#pragma unroll
-            for (int q = 0; q < GQ; q++) {
-              float pj = sc[q * AMK_ATTN_CHUNK + jj];
-#pragma unroll
-              for (int e = 0; e < VE; e++)
-                acc[q][e] += pj * vv[e];
             }
           }
         } else {
@@ -3176,29 +3203,44 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   }
 }
 
-// Thread 0, before an attention tile's waits: the cache rows it will read
-// that earlier steps wrote (below pos) go to L2 in one bulk prefetch, so
-// that its key and value loads after the wait find them there rather than
-// in DRAM. Per-head caches (MODE 3, 5) only, where one KV head's rows are
-// contiguous (AMK_KV_PREFETCH=0: none).
-#ifndef AMK_KV_PREFETCH
-#define AMK_KV_PREFETCH 1
-#endif
+// The cache rows an attention tile reads that earlier steps wrote (below
+// pos), for one bulk L2 prefetch, so that its key and value loads after the
+// wait find them there rather than in DRAM: false where there are none.
+// Per-head caches (MODE 3, 5) only, where one KV head's rows are contiguous.
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
           int PARTIAL>
-__device__ __forceinline__ void amk_attention_prewait(AmkI I, AmkA A, int pos) {
-  if constexpr (AMK_KV_PREFETCH && (MODE == 3 || MODE == 5) && AmkVec<KDT>::OK) {
+__device__ __forceinline__ bool amk_attention_kv_span(AmkI I, AmkA A, int pos, const char **base,
+                                                      unsigned *bytes) {
+  if constexpr ((MODE == 3 || MODE == 5) && AmkVec<KDT>::OK) {
     AmkWindow win = amk_window(I, A, pos);
     long long first = win.kv_start, end = (long long)win.kv_start + win.kv_len;
     if (end > pos)
       end = pos;
     if (first < 0 || end > ROWS || end <= first)
-      return;
+      return false;
     constexpr long long ROW_BYTES = 2LL * HD * AmkVec<KDT>::ESZ; // [ROWS, 2, HD]
-    const char *base = (const char *)amk_in(A, 2) + first * ROW_BYTES;
-    long long bytes = (end - first) * ROW_BYTES;
-    if (((unsigned long long)base & 15ull) == 0 && bytes % 16 == 0 && bytes < (1ll << 31))
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"((unsigned)bytes)
+    const char *b = (const char *)amk_in(A, 2) + first * ROW_BYTES;
+    long long n = (end - first) * ROW_BYTES;
+    if (((unsigned long long)b & 15ull) != 0 || n % 16 != 0 || n >= (1ll << 31))
+      return false;
+    *base = b;
+    *bytes = (unsigned)n;
+    return true;
+  }
+  return false;
+}
+
+// Thread 0, before an attention tile's waits (AMK_KV_PREFETCH 1, or 2
+// without the L2 stream): its cache span to L2.
+template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
+          int PARTIAL>
+__device__ __forceinline__ void amk_attention_prewait(AmkI I, AmkA A, int pos) {
+  if constexpr (AMK_KV_PREFETCH == 1 || (AMK_KV_PREFETCH == 2 && AMK_STREAM_MODE != 1)) {
+    const char *base;
+    unsigned bytes;
+    if (amk_attention_kv_span<MODE, QDT, KDT, ODT, FDT, HD, NH, NKV, ROWS, PARTIAL>(I, A, pos,
+                                                                                 &base, &bytes))
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes)
                    : "memory");
   }
 }
@@ -4490,7 +4532,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
   for (int b = blockIdx.x; b < P.n_queues; b += gridDim.x) {
     int end = qo[b + 1];
-    amk_stream_begin(P, smem, qo[b], end);
+    amk_stream_begin(P, smem, qo[b], end, pos);
     bool warp0 = threadIdx.x < 32;
     if (warp0 && qo[b] < end) {
       int first = q[qo[b]];
@@ -4522,7 +4564,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       }
       const amk_instruction_t &I = amk_staged_inst[k & 1];
       const amk_inst_aux_t &A = amk_staged_aux[k & 1];
-      amk_stream_window(P, smem, k);
+      amk_stream_window(P, smem, k, pos);
       if (AMK_STREAM_MODE != 0 && threadIdx.x == 0) {
         amk_stream(smem)->cur_k = k;
         amk_stream_pump(smem, k);

@@ -61,7 +61,11 @@ typedef struct {
   int gemv_pair_min_rows; /* 1 + the fewest rows of a tile that takes longer rows in pairs
                            * (0: 128) */
   bool gemv_xs_unpadded; /* GEMV inputs staged without the 16-byte gap per piece */
-  bool no_kv_prefetch;   /* attention tiles do not bring their KV rows into L2 before their waits */
+  int kv_prefetch;       /* 1 + where attention tiles bring their KV rows into L2: 0 not at
+                          * all, 1 at the tile's arrival, 2 with the weight stream, lookahead
+                          * instructions ahead (0: the default, 2) */
+  int attn_v_loads;      /* attention: value rows a thread loads at once, a power of two up
+                          * to 16 (0: the default, 8) */
   int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: up
                          * to 8 of one row for i8, 4 for i4; set: several rows a warp up to
                          * that many) or in one unit (tensor cores, 0: up to 8) */
@@ -93,7 +97,8 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_DEPTH (1 to 8),
  * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
- * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0 or 1),
+ * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0, 1 or 2),
+ * AMK_CUDA_ATTN_V_LOADS (1, 2, 4, 8 or 16),
  * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_STAGES (0: none, or a power of two up to 64),
  * AMK_CUDA_QGEMV_EARLY, AMK_CUDA_QGEMV_STAGED_KB, AMK_CUDA_QGEMV_STAGE_ROWS (1 or 2),
  * AMK_CUDA_QGEMV_MMA (0 or 1),

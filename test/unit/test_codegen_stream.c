@@ -44,6 +44,7 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_GEMV_PAIR_BYTES");
   unsetenv("AMK_CUDA_GEMV_XS_PAD");
   unsetenv("AMK_CUDA_KV_PREFETCH");
+  unsetenv("AMK_CUDA_ATTN_V_LOADS");
   unsetenv("AMK_CUDA_QGEMV_LOADS");
   unsetenv("AMK_CUDA_QGEMV_MMA");
   unsetenv("AMK_CUDA_QGEMV_STAGES");
@@ -110,7 +111,8 @@ static void test_wait_knobs(UnitCounts *c) {
   setenv("AMK_CUDA_KV_PREFETCH", "0", 1);
   setenv("AMK_CUDA_QGEMV_MMA", "1", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.gemv_xs_unpadded && o.qgemv_loads == 16 &&
-               o.no_kv_prefetch && o.qgemv_mma);
+               o.kv_prefetch == 1 && o.qgemv_mma);
+
   setenv("AMK_CUDA_QGEMV_MMA", "2", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
   unsetenv("AMK_CUDA_QGEMV_MMA");
@@ -121,6 +123,32 @@ static void test_wait_knobs(UnitCounts *c) {
                       "AMK_CUDA_QGEMV_MMA must be an integer in [0, 1], not '2'") &&
                strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_QGEMV_LOADS must be an integer in [0, 64], not '65'"));
+  amk_diag_free(d);
+  /* The attention's knobs: the KV prefetch's place (kept as 1 + the mode)
+   * and the value rows in flight, a power of two up to 16. */
+  d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  o = (AmkCodegenOptions){0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.kv_prefetch == 0 && o.attn_v_loads == 0);
+  setenv("AMK_CUDA_KV_PREFETCH", "2", 1);
+  setenv("AMK_CUDA_ATTN_V_LOADS", "4", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.kv_prefetch == 3 && o.attn_v_loads == 4);
+  setenv("AMK_CUDA_KV_PREFETCH", "3", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  setenv("AMK_CUDA_KV_PREFETCH", "0", 1);
+  setenv("AMK_CUDA_ATTN_V_LOADS", "6", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  setenv("AMK_CUDA_ATTN_V_LOADS", "32", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 3 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_KV_PREFETCH must be an integer in [0, 2], not '3'") &&
+               strstr(amk_diag_captured(d, 1)->message,
+                      "AMK_CUDA_ATTN_V_LOADS must be a power of two from 1 to 16, not 6") &&
+               strstr(amk_diag_captured(d, 2)->message,
+                      "AMK_CUDA_ATTN_V_LOADS must be an integer in [0, 16], not '32'"));
+  clear_env();
   amk_diag_free(d);
   /* The staged quantized GEMV's knobs: stages a power of two (0: none, kept
    * as -1 so that 0 means the default), early stages and the threshold as
@@ -201,7 +229,12 @@ static void test_wait_knobs(UnitCounts *c) {
     CHECK(c, dflt && strstr(dflt, "#define AMK_PREWAIT_MASK 0x") &&
                  !strstr(dflt, "#define AMK_PREWAIT_MASK 0x0ull") &&
                  strstr(dflt, ": amk_attention_prewait<") &&
-                 !strstr(dflt, "#define AMK_KV_PREFETCH 0\n"));
+                 strstr(dflt, ": return amk_attention_kv_span<"));
+    /* ... where the device's defaults say (no define before them). */
+    const char *device = dflt ? strstr(dflt, "// ---- backend/megakernel.cuh ----") : NULL;
+    const char *kv = dflt ? strstr(dflt, "#define AMK_KV_PREFETCH ") : NULL;
+    const char *v = dflt ? strstr(dflt, "#define AMK_ATTN_V_LOADS ") : NULL;
+    CHECK(c, device && kv > device && v > device);
     CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_XS_PAD 0\n") &&
                  !strstr(dflt, "#define AMK_KV_PREFETCH 0\n") &&
                  !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n") &&
@@ -209,11 +242,12 @@ static void test_wait_knobs(UnitCounts *c) {
     AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_gap_ns = 96, .wait_depth = 3,
                                .no_wait_cache = true, .gemv_xs_scalar = true,
                                .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
-                               .no_kv_prefetch = true,
+                               .kv_prefetch = 1, .attn_v_loads = 2,
                                .qgemv_loads = 4, .qgemv_mma = true};
     char *k = generate(m, &knobs);
     CHECK(c, k && strstr(k, "#define AMK_GEMV_XS_PAD 0\n") &&
                  strstr(k, "#define AMK_KV_PREFETCH 0\n") &&
+                 strstr(k, "#define AMK_ATTN_V_LOADS 2\n") &&
                  strstr(k, "#define AMK_QGEMV_LOADS 4\n") &&
                  strstr(k, "#define AMK_QGEMV_MMA 1\n"));
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
