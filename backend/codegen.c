@@ -1428,6 +1428,21 @@ static int64_t program_step_rows(const AmkModule *m) {
   return 1;
 }
 
+/* A device function `decl` switching on the variant: for each attention
+ * variant among the first 64 (AMK_PREWAIT_MASK's), `call` with the
+ * variant's template arguments in its %s; else `dflt`. */
+static void emit_attention_switch(AmkStrBuf *s, char **keys, int n_keys, const char *decl,
+                                  const char *call, const char *dflt) {
+  amk_sb_printf(s, "\n__device__ %s {\n  switch (A.variant) {\n", decl);
+  for (int k = 0; k < n_keys && k < 64; k++)
+    if (strncmp(keys[k], "amk_attention<", 14) == 0) {
+      amk_sb_printf(s, "  case %d: ", k);
+      amk_sb_printf(s, call, keys[k] + 13);
+      amk_sb_puts(s, "\n");
+    }
+  amk_sb_printf(s, "  default: %s\n  }\n}\n", dflt);
+}
+
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
@@ -1590,23 +1605,16 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
   }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0};\n  }\n}\n");
-  /* What a variant reads ahead of its waits. */
-  amk_sb_puts(&s, "\n__device__ void amk_variant_prewait(AmkI I, AmkA A, int pos) {\n"
-                  "  switch (A.variant) {\n");
-  for (int k = 0; k < n_keys && k < 64; k++)
-    if (strncmp(keys[k], "amk_attention<", 14) == 0)
-      amk_sb_printf(&s, "  case %d: amk_attention_prewait%s(I, A, pos); return;\n", k,
-                    keys[k] + 13);
-  amk_sb_puts(&s, "  default: return;\n  }\n}\n");
-  /* The cache span a variant reads below pos (the weight stream's KV
-   * prefetch): attention tiles, as amk_variant_prewait. */
-  amk_sb_puts(&s, "\n__device__ bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char "
-                  "**base, unsigned *bytes) {\n  switch (A.variant) {\n");
-  for (int k = 0; k < n_keys && k < 64; k++)
-    if (strncmp(keys[k], "amk_attention<", 14) == 0)
-      amk_sb_printf(&s, "  case %d: return amk_attention_kv_span%s(I, A, pos, base, bytes);\n", k,
-                    keys[k] + 13);
-  amk_sb_puts(&s, "  default: return false;\n  }\n}\n");
+  /* What a variant reads ahead of its waits, and the cache span it reads
+   * below pos (the weight stream's KV prefetch): attention tiles. */
+  emit_attention_switch(&s, keys, n_keys,
+                        "void amk_variant_prewait(AmkI I, AmkA A, int pos)",
+                        "amk_attention_prewait%s(I, A, pos); return;", "return;");
+  emit_attention_switch(&s, keys, n_keys,
+                        "bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char **base, "
+                        "unsigned *bytes)",
+                        "return amk_attention_kv_span%s(I, A, pos, base, bytes);",
+                        "return false;");
   amk_sb_puts(&s, "\n__device__ void amk_dispatch(AmkP P, AmkI I, AmkA A, int idx, int pos, "
                   "float *smem) {\n  switch (A.variant) {\n");
   for (int k = 0; k < n_keys; k++)
