@@ -1425,7 +1425,9 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
     }
   }
   __syncthreads();
-  bool first = n_off == 0;
+  // The tile at column 0 adds the residual x too, unless the program is a
+  // tensor-parallel rank's other than 0 (its all-reduce takes x once).
+  bool first = n_off == 0 && !(I.params.flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (K % 4 == 0) {
     if (((unsigned long long)out & 15ull) == 0) {

@@ -632,8 +632,9 @@ static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act) {
     for (int64_t n = 0; n < k; n++)
       p[n] += a[c] * w[n];
   }
+  bool residual = n_off == 0 && !(call->p->flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
   for (int64_t n = 0; n < k; n++) {
-    float add = n_off == 0 ? inst_load(x, n) + p[n] : p[n];
+    float add = residual ? inst_load(x, n) + p[n] : p[n];
     inst_store(out, n, inst_load(out, n) + add);
   }
   free(a);

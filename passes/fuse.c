@@ -947,7 +947,9 @@ static void fuse_mlp(Fuser *f) {
  * of a one-tensor source, read by nothing else), which write y, one row of
  * hidden elements read by anything: each gate|up tile becomes an mlp tile
  * that adds Wd[:, its columns] . act (and the tile at column 0 also x) into
- * y, now an f32 accumulator, under y's counter. The tiles read Wd as its
+ * y, now an f32 accumulator, under y's counter. Plain silu down tiles (no
+ * residual) into an f32 y, a tensor-parallel rank's partial, become mlp
+ * tiles that add no x. The tiles read Wd as its
  * transpose Wdt [I, hidden] (source "KEY^T"), so that a tile's columns are
  * contiguous rows. The down tiles, Wd, gu and its counter go. */
 static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
@@ -964,9 +966,16 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     return false;
   const AmkTask *d0 = &m->tasks[readers.at[0]];
   uint32_t y = d0->n_outputs == 1 ? bufpos(f, d0->outputs[0]) : AMK_NO_INDEX;
-  if (y == AMK_NO_INDEX || !tile_set(f, y, PATTERN_BIT(SILU_RESIDUAL), &down) ||
+  if (y == AMK_NO_INDEX || !tile_set(f, y, PATTERN_BIT(SILU_RESIDUAL) | PATTERN_BIT(SILU), &down) ||
       !span_equal(down.tiles, readers) || amk_rw_quantized(d0) ||
       m->buffers[y].kind != AMK_KIND_ACTIVATION)
+    return false;
+  /* Down tiles without the residual (silu): a tensor-parallel rank's share
+   * other than rank 0's, an f32 partial the all-reduce sums; the mlp tiles
+   * then add no x (AMK_FLAG_MLP_NO_RESIDUAL). Only into f32, so that the
+   * output keeps the dtype its readers had. */
+  bool residual = down.pattern == AMK_PATTERN_SILU_RESIDUAL;
+  if (!residual && m->buffers[y].dtype != AMK_DTYPE_F32)
     return false;
   const AmkTask *u0 = &m->tasks[up.tiles.at[0]];
   int32_t x = u0->inputs[0];
@@ -985,7 +994,8 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   }
   for (uint32_t i = 0; i < down.tiles.n; i++) {
     const AmkTask *t = &m->tasks[down.tiles.at[i]];
-    if (t->n_inputs != 3 || t->inputs[0] != gub->id || t->inputs[2] != x)
+    if (t->n_inputs != (residual ? 3u : 2u) || t->inputs[0] != gub->id ||
+        (residual && t->inputs[2] != x))
       return false;
   }
   /* Wd goes with the down tiles, replaced by its transpose: one tensor (a
@@ -1018,6 +1028,10 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
       set_inputs(m, t, in, 4);
       set_waits(m, t, &sets[i]);
       set_pattern(m, t, AMK_PATTERN_MLP);
+      if (!residual)
+        amk_task_set_param(m, t, "flags",
+                           amk_value_int(AMK_PATTERN_MLP << AMK_PATTERN_SHIFT |
+                                         amk_rw_low_flags(t) | AMK_FLAG_MLP_NO_RESIDUAL));
       t->outputs = amk_arena_memdup(&m->arena, &out, sizeof out);
       t->out_counter = counter;
       t->est_bytes += hidden * n_tile * elem + hidden * 4;

@@ -331,9 +331,10 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
   const Shape *g = shape_of(v, t->inputs[2]), *wd = shape_of(v, t->inputs[3]);
   const Shape *out = shape_of(v, t->outputs[0]);
   char expected[96];
-  if (flags & ((INT64_C(1) << AMK_PATTERN_SHIFT) - 1))
-    bound_error(v, t, "pattern %s: flags=%" PRId64 " sets low bits; the pattern has no "
-                "variant (flags = 9 << 16)", pattern, flags);
+  if (flags & ((INT64_C(1) << AMK_PATTERN_SHIFT) - 1) & ~(int64_t)AMK_FLAG_MLP_NO_RESIDUAL)
+    bound_error(v, t, "pattern %s: flags=%" PRId64 " sets low bits other than bit 0 (no "
+                "residual); the pattern has no other variant (flags = 9 << 16, | 1)",
+                pattern, flags);
   if (!pt->v[AMK_PARAM_eps])
     bound_error(v, t, "pattern %s needs param 'eps'", pattern);
   /* Its accumulator is a partial sum until every tile has added to it. */

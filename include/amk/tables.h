@@ -184,6 +184,10 @@
  * (row pos) come from qkv, rotated and rounded as rope_kv stores them; the
  * cache is read only below pos, so the tile waits on qkv, not on rope_kv. */
 #define AMK_FLAG_KV_FROM_QKV 4
+/* GEMV_TILE pattern mlp, flags bit 0: no tile adds x (the down projection's
+ * share on a tensor-parallel rank other than 0: its partial goes into the
+ * all-reduce, which takes the residual once, from rank 0's tiles). */
+#define AMK_FLAG_MLP_NO_RESIDUAL 1
 
 /* Fused GEMV patterns. A tiled fused task stays a GEMV_TILE, so the
  * reference validator still sees a tiled writer with the column footprint
@@ -222,7 +226,8 @@
   X(MLP, 9, "mlp", "x, Wgu, g, Wdt",                                          \
     "act = silu(gate) * up of rmsnorm(x, g) for intermediate columns "        \
     "[n_off, n_off + N_tile); out[:] += Wdt[cols, :]^T @ act (+ x for the "   \
-    "tile at n_off 0): a split-K down projection (its weight transposed, "    \
-    "[I, K]) accumulated into an f32 buffer every step starts at zero")
+    "tile at n_off 0, unless flags bit 0): a split-K down projection (its "   \
+    "weight transposed, [I, K]) accumulated into an f32 buffer every step "   \
+    "starts at zero")
 
 #endif

@@ -861,7 +861,18 @@ static void test_mlp(UnitCounts *c, AmkDType dt) {
   AmkInstParams no_cols = mlp_params(half, 0);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &no_cols, in, 4, &empty, NULL, err, sizeof err) == 0);
   CHECK(c, same(&empty, &only1));
-  DROP_ALL(&x, &wgu, &g, &wd, &xn, &gu, &act, &acc01, &acc10, &only1, &empty);
+  /* Flags bit 0 (a tensor-parallel rank's share): the tile at n_off 0 adds
+   * its partial alone, no x. */
+  T nores = mat(AMK_DTYPE_F32, 1, MK, 0, &seed);
+  AmkInstParams tile0_nores = mlp_params(0, half);
+  set_int(&tile0_nores, "flags", (int64_t)AMK_PATTERN_MLP << AMK_PATTERN_SHIFT |
+                                     AMK_FLAG_MLP_NO_RESIDUAL);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &tile0_nores, in, 4, &nores, NULL, err, sizeof err) == 0);
+  bool exact_nores = true;
+  for (int64_t n = 0; n < MK; n++)
+    exact_nores = exact_nores && at(&nores, n) == 0.0f + down_partial(&act, &wd, n, 0, half);
+  CHECK(c, exact_nores);
+  DROP_ALL(&x, &wgu, &g, &wd, &xn, &gu, &act, &acc01, &acc10, &only1, &empty, &nores);
 }
 
 /* Bad calls are refused before anything is added to the accumulator. */
