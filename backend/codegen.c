@@ -1579,10 +1579,14 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   amk_sb_puts(&s, "\n// ---- include/amk/abi.h ----\n");
   amk_sb_puts(&s, amk_embed_abi_h);
   /* The variants with something to read ahead of their waits (their
-   * amk_variant_prewait cases below): attention tiles, the first 64. */
+   * amk_variant_prewait cases below): attention tiles, the first 64, where
+   * they bring their cache rows to L2 themselves (AMK_KV_PREFETCH 1, or 2
+   * without the L2 stream, which otherwise carries those rows). */
+  int kv_mode = opt && opt->kv_prefetch > 0 ? opt->kv_prefetch - 1 : 2;
+  bool kv_at_arrival = kv_mode == 1 || (kv_mode == 2 && ring.mode != STREAM_L2);
   uint64_t prewait_mask = 0;
   for (int k = 0; k < n_keys && k < 64; k++)
-    if (strncmp(keys[k], "amk_attention<", 14) == 0)
+    if (kv_at_arrival && strncmp(keys[k], "amk_attention<", 14) == 0)
       prewait_mask |= 1ull << k;
   amk_sb_printf(&s, "#define AMK_PREWAIT_MASK 0x%" PRIx64 "ull\n", prewait_mask);
   amk_sb_puts(&s, "\n// ---- backend/megakernel.cuh ----\n");

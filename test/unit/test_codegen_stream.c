@@ -224,12 +224,23 @@ static void test_wait_knobs(UnitCounts *c) {
                  !strstr(dflt, "#define AMK_WAIT_GAP_NS 96\n") &&
                  !strstr(dflt, "#define AMK_WAIT_DEPTH 3\n") &&
                  strstr(dflt, "#define AMK_NT 256\n"));
-    /* The fused program's attention variant reads its KV rows ahead of its
-     * waits: its bit in the mask and its case in amk_variant_prewait. */
-    CHECK(c, dflt && strstr(dflt, "#define AMK_PREWAIT_MASK 0x") &&
-                 !strstr(dflt, "#define AMK_PREWAIT_MASK 0x0ull") &&
+    /* By default the L2 stream carries the attention variant's KV rows (its
+     * case in amk_variant_kv_span), so no variant has a prewait bit; with
+     * the prefetch at the tile's arrival (AMK_KV_PREFETCH 1), or without
+     * the stream, its bit is in the mask. */
+    CHECK(c, dflt && strstr(dflt, "#define AMK_PREWAIT_MASK 0x0ull\n") &&
                  strstr(dflt, ": amk_attention_prewait<") &&
                  strstr(dflt, ": return amk_attention_kv_span<"));
+    AmkCodegenOptions at_arrival = {.kv_prefetch = 2};
+    AmkCodegenOptions no_stream = {.weight_stream = AMK_WEIGHT_STREAM_OFF};
+    char *arr = generate(m, &at_arrival), *off = generate(m, &no_stream);
+    CHECK(c, arr && strstr(arr, "#define AMK_PREWAIT_MASK 0x") &&
+                 !strstr(arr, "#define AMK_PREWAIT_MASK 0x0ull") &&
+                 strstr(arr, "#define AMK_KV_PREFETCH 1\n"));
+    CHECK(c, off && strstr(off, "#define AMK_PREWAIT_MASK 0x") &&
+                 !strstr(off, "#define AMK_PREWAIT_MASK 0x0ull"));
+    free(arr);
+    free(off);
     /* ... where the device's defaults say (no define before them). */
     const char *device = dflt ? strstr(dflt, "// ---- backend/megakernel.cuh ----") : NULL;
     const char *kv = dflt ? strstr(dflt, "#define AMK_KV_PREFETCH ") : NULL;
