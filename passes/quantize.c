@@ -22,6 +22,7 @@
 #include "amk/builder.h"
 #include "amk/quantize.h"
 #include "amk/strbuf.h"
+#include "amk/tp.h"
 #include "schedule_rewrite.h"
 
 static const AmkLoc no_loc = {0, 0};
@@ -158,6 +159,63 @@ typedef struct {
   int64_t group;
   int64_t quantized, kept, weight_bytes_before, weight_bytes_after;
 } Plan;
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* The first column of a tensor-parallel rank's column slice (KEY[:, B:E],
+ * shard's row-parallel o_proj and down_proj) that is not a multiple of the
+ * group, or 0: such a slice's groups start at B, not where the unsharded
+ * program's do. */
+static int64_t unaligned_slice_start(const AmkBuffer *b, int64_t group) {
+  for (const char *s = b->source; s && *s;) {
+    const char *end = strchr(s, '+');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    AmkSourcePart part;
+    if (amk_source_part_parse(s, len, &part) && part.col_begin > 0 &&
+        part.col_begin % group != 0)
+      return part.col_begin;
+    s = end ? end + 1 : s + len;
+  }
+  return 0;
+}
+
+/* Says when a rank's quantized slices differ from the unsharded program's:
+ * each rank quantizes the columns it holds, in groups from its first one. */
+static void note_unaligned_slices(const AmkModule *m, const uint8_t *chosen, int64_t group,
+                                  AmkDiagEngine *diag) {
+  int64_t count = 0, divisor = group;
+  const AmkBuffer *first = NULL;
+  int64_t first_start = 0;
+  for (uint32_t p = 0; p < m->n_buffers; p++) {
+    int64_t start = chosen[p] ? unaligned_slice_start(&m->buffers[p], group) : 0;
+    if (!start)
+      continue;
+    if (!first) {
+      first = &m->buffers[p];
+      first_start = start;
+    }
+    count++;
+    divisor = gcd64(divisor, start);
+  }
+  if (!count)
+    return;
+  int64_t tp_rank = -1, tp_size = -1;
+  amk_module_tp(m, &tp_size, &tp_rank);
+  amk_note(diag, no_loc,
+           "quantize: rank %" PRId64 " of %" PRId64 ": %" PRId64 " weight%s (the first '%s') "
+           "take columns from %" PRId64 ", not a multiple of the group (%" PRId64 "): their "
+           "groups start there, so they are not the unsharded program's quantized weights "
+           "(--quant-group=%" PRId64 " keeps them the same)",
+           tp_rank, tp_size, count, count == 1 ? "" : "s", first->name, first_start, group,
+           divisor);
+}
 
 /* The weight at position p becomes qdtype with a scales buffer; its tiles
  * read both. False (after reporting) when no id is left. */
@@ -329,6 +387,7 @@ bool amk_pass_quantize(AmkModule *m, AmkPassContext *ctx) {
   }
   if (ok) {
     plan.weight_bytes_before = weight_bytes(m);
+    note_unaligned_slices(m, chosen, plan.group, diag);
     uint32_t n_before = m->n_buffers;
     for (uint32_t p = 0; p < n_before && ok; p++)
       if (chosen[p]) {

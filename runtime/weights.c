@@ -165,6 +165,10 @@ static void parallel_ranges(int64_t n, int64_t min_per_thread, RangeFn fn, void 
 
 /* ---- random ------------------------------------------------------------------- */
 
+static bool is_float(AmkDType d) {
+  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_BF16 || d == AMK_DTYPE_F16;
+}
+
 /* Elements [begin, end) of the rule's stream into dst (which holds element
  * `begin` first): splitmix64 is a counter (output i mixes
  * state + (i + 1) * gamma), so any stretch starts on its own. */
@@ -481,21 +485,37 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
     return NULL;
   bool needs_loading;
   AmkWeights *w = weights_new(plan, &needs_loading);
+  int64_t to_quantize = quantized_bytes(plan);
+  AmkProgress *progress =
+      to_quantize > 0 ? amk_progress_begin("amk: quantizing random weights", AMK_PROGRESS_BYTES,
+                                           NULL, to_quantize)
+                      : NULL;
   bool ok = true;
   for (uint32_t b = 0; ok && b < plan->n_buffers; b++) {
     const AmkPlanBuffer *pb = &plan->buffers[b];
-    if (!is_loaded(pb))
+    /* Scales are made with their weights. */
+    if (!is_loaded(pb) || pb->quant.role == AMK_PLAN_QUANT_SCALES)
       continue;
     const AmkBuffer *buf = &plan->m->buffers[b];
-    int64_t cols = pb->rank >= 2 ? pb->shape[pb->rank - 1] : 1;
-    int64_t elem = amk_dtype_nbytes(pb->dtype, 1);
+    /* Quantized weights: the slice's fp32 numbers (what the unsharded
+     * quantized program quantizes, amk_weights_random), then quantized
+     * here as a checkpoint's would be. */
+    bool quantized = pb->quant.role == AMK_PLAN_QUANT_WEIGHT;
+    if (quantized && !quant_layout_fits(w, b, diag)) {
+      ok = false;
+      break;
+    }
+    AmkDType fill_dtype = quantized ? AMK_DTYPE_F32 : pb->dtype;
+    int64_t cols = quantized ? pb->quant.cols : pb->rank >= 2 ? pb->shape[pb->rank - 1] : 1;
+    int64_t total_rows = quantized ? pb->shape[0] : pb->numel / (cols > 0 ? cols : 1);
+    int64_t elem = amk_dtype_nbytes(fill_dtype, 1);
     bool one_part = buf->source && !strchr(buf->source, '+');
     /* Each part (stacked along the rows) from the buffer of `full` that
      * holds it; a whole-width single part stays a rule. */
     const char *part = buf->source ? buf->source : "";
     char *dst = NULL;
     int64_t row_at = 0;
-    ok = pb->quant.role == AMK_PLAN_QUANT_NONE && *part;
+    ok = *part != '\0';
     while (ok && *part) {
       const char *end = strchr(part, '+');
       size_t len = end ? (size_t)(end - part) : strlen(part);
@@ -506,7 +526,7 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
       int64_t range_end = sp.transpose ? sp.col_end : sp.row_end;
       int64_t rows = range_begin >= 0 ? range_end - range_begin : -1;
       if (ok && rows < 0)
-        rows = pb->numel / (cols > 0 ? cols : 1) - row_at; /* the rest */
+        rows = total_rows - row_at; /* the rest */
       int64_t row0 = 0, col0 = 0, fb = -1;
       AmkRandomRule rule;
       /* A transposed part (KEY[:, B:E]^T: a rank's slice of split_down's
@@ -523,9 +543,11 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
         transpose = fb >= 0;
       }
       ok = ok && fb >= 0 && amk_weights_random_rule(whole, (uint32_t)fb, &rule) &&
-           full->buffers[fb].dtype == pb->dtype;
+           (quantized ? is_float(full->buffers[fb].dtype) : full->buffers[fb].dtype == pb->dtype);
       if (!ok)
         break;
+      if (quantized && !dst)
+        dst = amk_xcalloc((size_t)(total_rows * cols > 0 ? total_rows * cols : 1), (size_t)elem);
       const AmkPlanBuffer *fpb = &full->buffers[fb];
       int64_t fcols = fpb->rank >= 2 ? fpb->shape[fpb->rank - 1] : 1;
       rule.state += (uint64_t)(row0 * fcols + col0) * SPLITMIX64_GAMMA;
@@ -538,34 +560,50 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
         for (int64_t k = 0; k < cols; k++) {
           AmkRandomRule row = rule;
           row.state += (uint64_t)(k * fcols) * SPLITMIX64_GAMMA;
-          random_fill_range(&row, pb->dtype, 0, rows, line);
-          for (int64_t c = 0; c < rows && row_at + c < pb->numel / cols; c++)
+          random_fill_range(&row, fill_dtype, 0, rows, line);
+          for (int64_t c = 0; c < rows && row_at + c < total_rows; c++)
             memcpy(dst + ((row_at + c) * cols + k) * elem, line + c * elem, (size_t)elem);
         }
         free(line);
-      } else if (one_part && fcols == cols && rows * cols == pb->numel) {
+      } else if (!quantized && one_part && fcols == cols && rows * cols == pb->numel) {
         w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM,
                                        .nbytes = (size_t)pb->nbytes, .rule = rule};
       } else {
         /* A host copy, not a rule an engine could fill from. */
         if (!dst)
           dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
-        for (int64_t r = 0; r < rows && row_at + r < pb->numel / cols; r++) {
+        for (int64_t r = 0; r < rows && row_at + r < total_rows; r++) {
           AmkRandomRule row = rule;
           row.state += (uint64_t)(r * fcols) * SPLITMIX64_GAMMA;
-          random_fill_range(&row, pb->dtype, 0, cols, dst + (row_at + r) * cols * elem);
+          random_fill_range(&row, fill_dtype, 0, cols, dst + (row_at + r) * cols * elem);
         }
       }
       row_at += rows;
       part = end ? end + 1 : part + len;
     }
+    if (ok && quantized) {
+      AmkStTensor floats = {.name = buf->name, .dtype = AMK_ST_F32, .rank = 2,
+                            .shape = {total_rows, cols}, .numel = total_rows * cols,
+                            .data = dst, .nbytes = (size_t)(total_rows * cols * elem),
+                            .file = "random weights"};
+      int64_t bad = quantize_rows(w, b, &floats, NULL, 0, total_rows, progress);
+      if (bad >= 0) { /* random weights are finite and small: never */
+        amk_progress_end(progress);
+        report_unquantizable(buf->name, bad, diag);
+        free(dst);
+        amk_weights_free(whole);
+        amk_weights_free(w);
+        return NULL;
+      }
+    }
+    if (quantized)
+      free(dst);
     if (!ok)
       amk_error(diag, no_loc(), "random weights: buffer '%s' (source '%s') is not made of "
-                "slices of the random buffers of the unsharded program%s", buf->name,
-                buf->source ? buf->source : "none",
-                pb->quant.role != AMK_PLAN_QUANT_NONE ? " (quantized weights are not supported)"
-                                                      : "");
+                "slices of the random buffers of the unsharded program", buf->name,
+                buf->source ? buf->source : "none");
   }
+  amk_progress_end(progress);
   amk_weights_free(whole);
   if (!ok) {
     amk_weights_free(w);
@@ -585,9 +623,6 @@ bool amk_weights_random_rule(const AmkWeights *w, uint32_t b, AmkRandomRule *out
 
 /* ---- checkpoints --------------------------------------------------------------- */
 
-static bool is_float(AmkDType d) {
-  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_BF16 || d == AMK_DTYPE_F16;
-}
 
 /* How a checkpoint tensor fills its rows of a buffer. */
 typedef enum {

@@ -121,27 +121,25 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pip
   snprintf(batch_text, sizeof batch_text, "%lld", (long long)batch_size);
   /* The library's pipeline, with the compile options as amk-opt's --key=value
    * would give them: each value is parsed once, here. */
-  AmkPipeline *pipeline = amk_pipeline_new();
   const char *chosen = pipeline_text ? pipeline_text : o->pipeline;
-  char *sharded = NULL;
+  bool starts_with_import = strncmp(chosen, "import", 6) == 0 && (chosen[6] == ',' || !chosen[6]);
   bool tp = o->tp > 1 && !pipeline_text;
-  if (tp && strncmp(chosen, "import", 6) == 0 && (chosen[6] == ',' || !chosen[6])) {
-    sharded = amk_xmalloc(strlen(chosen) + 16);
-    sprintf(sharded, "import,shard%s", chosen + 6);
-    chosen = sharded;
-  }
+  /* --quant asks for the quantize pass right after import, unless the
+   * pipeline has one; with --tp N the shard pass comes before it (shard
+   * splits float weights; each rank then quantizes its slices). A pipeline
+   * without import first is refused below. */
+  AmkPipeline *pipeline = amk_pipeline_new();
   bool ok = amk_pipeline_parse(pipeline, chosen, diag);
-  /* --quant asks for the quantize pass: right after import (a pipeline
-   * without import first is refused below). */
-  if (ok && !pipeline_text && (o->quant || o->quant_group || o->quant_keep) &&
-      !has_pass(pipeline, "quantize") &&
-      strncmp(o->pipeline, "import", 6) == 0 && (o->pipeline[6] == ',' || !o->pipeline[6])) {
-    char *text = amk_xmalloc(strlen(o->pipeline) + 16);
-    sprintf(text, "import,quantize%s", o->pipeline + 6);
+  bool add_quantize = ok && !pipeline_text && (o->quant || o->quant_group || o->quant_keep) &&
+                      !has_pass(pipeline, "quantize");
+  if (ok && starts_with_import && (tp || add_quantize)) {
+    char *composed = amk_xmalloc(strlen(chosen) + 32);
+    sprintf(composed, "import%s%s%s", tp ? ",shard" : "", add_quantize ? ",quantize" : "",
+            chosen + 6);
     amk_pipeline_free(pipeline);
     pipeline = amk_pipeline_new();
-    ok = amk_pipeline_parse(pipeline, text, diag);
-    free(text);
+    ok = amk_pipeline_parse(pipeline, composed, diag);
+    free(composed);
   }
   const struct {
     const char *key, *value;
@@ -160,7 +158,6 @@ AmkModule *run_compile_folder(const RunOptions *o, int64_t rank, const char *pip
     ok = amk_pipeline_set_option(pipeline, "tp", n, diag) &&
          amk_pipeline_set_option(pipeline, "tp-rank", r, diag);
   }
-  free(sharded);
   const AmkPassInfo *first = amk_pipeline_pass_at(pipeline, 0);
   if (ok && (!first || strcmp(first->name, "import") != 0)) {
     fprintf(stderr, "amk-run: error: a model folder's pipeline must start with import\n");
@@ -411,7 +408,17 @@ int main(int argc, char **argv) {
   for (uint32_t r = 1; ok && r < n_ranks; r++) {
     char *unused_text = NULL;
     size_t unused_len = 0;
-    ok = (ranks[r] = load_program(&o, r, NULL, diag, &unused_text, &unused_len)) != NULL;
+    /* Rank 0's compile made the remarks about the folder; the other ranks'
+     * would repeat them, so only their errors, warnings and notes pass. */
+    AmkDiagEngine *rank_diag = amk_diag_new(stderr);
+    amk_diag_set_capture(rank_diag, 1);
+    ok = (ranks[r] = load_program(&o, r, NULL, rank_diag, &unused_text, &unused_len)) != NULL;
+    for (size_t i = 0; i < amk_diag_captured_count(rank_diag); i++) {
+      const AmkDiagnostic *d = amk_diag_captured(rank_diag, i);
+      if (d->severity != AMK_SEVERITY_REMARK)
+        amk_diag(diag, d->severity, d->loc, "%s", d->message);
+    }
+    amk_diag_free(rank_diag);
     free(unused_text);
   }
   /* -v says where the time goes, phase by phase. */

@@ -401,11 +401,6 @@ static int check_combination(RunOptions *o) {
     return 1;
   }
   if (o->tp > 1) {
-    if (o->quant || o->quant_group || o->quant_keep) {
-      fprintf(stderr, "amk-run: error: --tp %" PRId64 " with --quant is not supported yet "
-                      "(the rank programs take float weights)\n", o->tp);
-      return 1;
-    }
     if (o->save_program) {
       fprintf(stderr, "amk-run: error: --save-program writes one program; with --tp %" PRId64
                       " compile each rank with amk-opt DIR -import -shard --tp=%" PRId64
