@@ -1383,6 +1383,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->attn_v_loads = v_loads;
   }
+  int phases;
+  if (!env_int("AMK_CUDA_TRACE_PHASES", 1, &phases, &set, diag))
+    return false;
+  if (set)
+    o->trace_phases = phases == 1;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1552,6 +1557,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_KV_PREFETCH %d\n", opt->kv_prefetch - 1);
   if (opt && opt->attn_v_loads > 0)
     amk_sb_printf(&s, "#define AMK_ATTN_V_LOADS %d\n", opt->attn_v_loads);
+  if (opt && opt->trace_phases)
+    amk_sb_puts(&s, "#define AMK_TRACE_PHASES 1\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)

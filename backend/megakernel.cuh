@@ -154,6 +154,20 @@ __device__ __forceinline__ unsigned long long amk_globaltimer() {
   return t;
 }
 
+// Phase stamps inside a task (AMK_TRACE_PHASES, set by codegen for
+// AMK_CUDA_TRACE_PHASES=1; a traced launch of another build stamps none):
+// thread 0 keeps the running instruction's trace record, and the task
+// bodies stamp when their inputs are staged.
+#ifndef AMK_TRACE_PHASES
+#define AMK_TRACE_PHASES 0
+#endif
+__shared__ amk_trace_t *amk_phase_record;
+__device__ __forceinline__ void amk_mark_staged() {
+  if constexpr (AMK_TRACE_PHASES != 0)
+    if (threadIdx.x == 0 && amk_phase_record)
+      amk_phase_record->staged = amk_globaltimer();
+}
+
 // Thread 0 polls until every wait holds, then a barrier. False: abort.
 // A counter not yet there is polled with relaxed loads, AMK_WAIT_DEPTH of
 // them in flight, a new one AMK_WAIT_GAP_NS after the oldest is looked at;
@@ -1167,6 +1181,7 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, M, XC>(x, aux, I.params.eps.f, xs, red))
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M, XC>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
+  amk_mark_staged();
   if constexpr (AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>()) {
     amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(P, aux, out, n_off, n_tile, xs,
                                                                 red, smem);
@@ -1337,6 +1352,7 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
     amk_gemv_prologue<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(x, g, I.params.eps.f, xs,
                                                                      red);
   __syncthreads();
+  amk_mark_staged();
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = 2 * n_tile; // row r: gate (r < n_tile) or up of column n_off + r % n_tile
   if constexpr (amk_rows_dot_ok<WDT, K>()) {
@@ -2442,6 +2458,7 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
+  amk_mark_staged();
   if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>()) {
     amk_qx_finish<QDT, K>(xs);
     __syncthreads();
@@ -3036,6 +3053,8 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       }
     }
     __syncthreads();
+    if (h0 == h_first)
+      amk_mark_staged();
     float run_m[GQ], run_l[GQ], acc[GQ][VE];
 #pragma unroll
     for (int q = 0; q < GQ; q++) {
@@ -3741,6 +3760,7 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem + K,
                                     [&](int i, float v) { xs[i] = amk_round<ODT>(v); });
   __syncthreads();
+  amk_mark_staged();
   amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0>(W, res, out, xs, n_off,
                                                                        n_tile, 0, 1);
 }
@@ -4588,7 +4608,11 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
         return;
       if (tr && threadIdx.x == 0)
         tr->start = amk_globaltimer();
+      if (AMK_TRACE_PHASES != 0 && threadIdx.x == 0)
+        amk_phase_record = tr;
       amk_dispatch(P, I, A, idx, pos, smem);
+      if (AMK_TRACE_PHASES != 0 && tr && threadIdx.x == 0)
+        tr->body = amk_globaltimer();
       amk_signal(P, I);
       if (tr && threadIdx.x == 0)
         tr->end = amk_globaltimer();

@@ -188,6 +188,10 @@ typedef struct {
   char kind[96];
   uint32_t tasks, chain_tasks;
   double run_sum, run_max, wait_sum, chain_run;
+  /* Phase stamps (AMK_CUDA_TRACE_PHASES builds): tasks with a body stamp,
+   * those with a staged stamp too, and the sums of their phases. */
+  uint32_t phased, staged;
+  double to_staged_sum, staged_to_body_sum, body_sum, signal_sum;
 } KindRow;
 
 static KindRow *kind_row(KindRow **rows, size_t *n, const char *kind) {
@@ -241,6 +245,16 @@ void amk_trace_report(const AmkTrace *tr, AmkStrBuf *out) {
     r->wait_sum += us(s->arrive, s->start);
     if (run > r->run_max)
       r->run_max = run;
+    if (s->body >= s->start && s->body <= s->end && s->body) {
+      r->phased++;
+      r->body_sum += us(s->start, s->body);
+      r->signal_sum += us(s->body, s->end);
+      if (s->staged >= s->start && s->staged <= s->body && s->staged) {
+        r->staged++;
+        r->to_staged_sum += us(s->start, s->staged);
+        r->staged_to_body_sum += us(s->staged, s->body);
+      }
+    }
     if (tr->block_of[t] >= 0)
       busy[tr->block_of[t]] += run;
   }
@@ -312,6 +326,32 @@ void amk_trace_report(const AmkTrace *tr, AmkStrBuf *out) {
                        " | %12.1f |\n",
                   r->kind, r->tasks, r->run_sum, r->tasks ? r->run_sum / r->tasks : 0, r->run_max,
                   r->wait_sum, r->chain_tasks, r->chain_run);
+  }
+  bool phased = false;
+  for (size_t i = 0; i < n_rows && !phased; i++)
+    phased = rows[i].phased > 0;
+  if (phased) {
+    /* Where a task's run goes (means over the tasks with the stamps): up
+     * to its inputs staged, from there to its body's end, then the
+     * signal's barrier and release. */
+    amk_sb_puts(out, "trace: phases of a run (AMK_CUDA_TRACE_PHASES), mean us\n");
+    amk_sb_puts(out, "| kind                 | tasks | inputs staged | staged to body end | "
+                     "body | signal |\n");
+    amk_sb_puts(out, "|----------------------|-------|---------------|--------------------|"
+                     "------|--------|\n");
+    for (size_t i = 0; i < n_rows; i++) {
+      const KindRow *r = &rows[i];
+      if (!r->phased)
+        continue;
+      char staged[32] = "-", rest[32] = "-";
+      if (r->staged) {
+        snprintf(staged, sizeof staged, "%.2f", r->to_staged_sum / r->staged);
+        snprintf(rest, sizeof rest, "%.2f", r->staged_to_body_sum / r->staged);
+      }
+      amk_sb_printf(out, "| %-20s | %5" PRIu32 " | %13s | %18s | %4.2f | %6.2f |\n", r->kind,
+                    r->phased, staged, rest, r->body_sum / r->phased,
+                    r->signal_sum / r->phased);
+    }
   }
   free(rows);
   free(chain);

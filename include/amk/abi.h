@@ -175,6 +175,12 @@ typedef struct {
   uint64_t arrive; /* its block reached it (weights prefetch issued) */
   uint64_t start;  /* every wait held */
   uint64_t end;    /* signalled */
+  /* With AMK_TRACE_PHASES only (else 0): thread 0 had the task's inputs
+   * staged (GEMV, mlp, quantized GEMV and combine tiles: after the fused
+   * prologue's barrier; attention: the query rotated), and had finished
+   * the task's body (before the signal's barrier). */
+  uint64_t staged;
+  uint64_t body;
 } amk_trace_t;
 
 /* Decoding on the device (a backend extension, passed to the megakernel by
@@ -200,7 +206,7 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
                       "amk_instruction_t is 224 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 144, "amk_inst_aux_t is 144 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 96, "amk_program_t is 96 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 24, "amk_trace_t is 24 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 40, "amk_trace_t is 40 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_decode_t) == 48, "amk_decode_t is 48 bytes");
 #ifndef AMK_ABI_NO_OFFSETOF
 AMK_ABI_STATIC_ASSERT(AMK_ABI_OFFSETOF(amk_params_t, eps) == 76,

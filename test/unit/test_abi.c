@@ -78,12 +78,13 @@ int main(void) {
   CHECK(&c, sizeof(amk_counter_t) == 4);
 
   /* Program: eight table pointers, four counts, the spin limit, the trace
-   * table last; a trace record is three timestamps. */
+   * table last; a trace record is five timestamps. */
   CHECK(&c, sizeof(amk_program_t) == 96);
   CHECK(&c, offsetof(amk_program_t, n_buffers) == 64 &&
                 offsetof(amk_program_t, spin_limit_ns) == 80 &&
                 offsetof(amk_program_t, trace) == 88);
-  CHECK(&c, sizeof(amk_trace_t) == 24 && offsetof(amk_trace_t, end) == 16);
+  CHECK(&c, sizeof(amk_trace_t) == 40 && offsetof(amk_trace_t, end) == 16 &&
+               offsetof(amk_trace_t, staged) == 24 && offsetof(amk_trace_t, body) == 32);
 
   /* The CUDA view: the embedded header text, compiled by NVRTC. */
   char why[512];

@@ -32,8 +32,8 @@ static const char program[] =
  * two #b producers). */
 static const int32_t block_of[6] = {0, 0, 1, 0, 1, 1};
 static const amk_trace_t stamps[6] = {
-    {1000, 1000, 3000},  {3100, 3100, 5100},   {1000, 4000, 10000},
-    {5200, 11000, 12000}, {10100, 10100, 10600}, {0, 0, 0},
+    {1000, 1000, 3000, 0, 0},   {3100, 3100, 5100, 0, 0},     {1000, 4000, 10000, 0, 0},
+    {5200, 11000, 12000, 0, 0}, {10100, 10100, 10600, 0, 0}, {0, 0, 0, 0, 0},
 };
 
 static bool contains(const char *hay, const char *needle) {
@@ -82,6 +82,32 @@ int main(void) {
              *o = strstr(report.data, "| o_proj"), *cp = strstr(report.data, "| copy");
   CHECK(&c, q && e && o && cp && q < e && e < o && o < cp);
   CHECK(&c, !strstr(report.data, "never"));
+  /* No phase stamps (a build without AMK_CUDA_TRACE_PHASES): no table. */
+  CHECK(&c, !strstr(report.data, "phases of a run"));
+
+  /* Phase stamps: q_proj's two tasks staged 0.5 and 1.5 us after their
+   * start and done 1.0 and 5.0 us after it, so staged means 1.0, staged
+   * to body end 2.0, body 3.0, signal 1.0 (2 - 1 and 6 - 5); o_proj has a
+   * body stamp only (no staged column); embed a body stamp outside its
+   * run, which counts for nothing. */
+  amk_trace_t phased[6];
+  memcpy(phased, stamps, sizeof phased);
+  phased[1].staged = 3600, phased[1].body = 4100;
+  phased[2].staged = 5500, phased[2].body = 9000;
+  phased[3].body = 11800;
+  phased[0].body = 3500;
+  AmkTrace with_phases = {.m = m, .block_of = block_of, .stamps = phased};
+  AmkStrBuf pr;
+  amk_sb_init(&pr);
+  amk_trace_report(&with_phases, &pr);
+  CHECK(&c, contains(pr.data, "trace: phases of a run (AMK_CUDA_TRACE_PHASES), mean us\n"));
+  CHECK(&c, contains(pr.data, "| q_proj               |     2 |          1.00 |               "
+                              "2.00 | 3.00 |   1.00 |"));
+  CHECK(&c, contains(pr.data, "| o_proj               |     1 |             - |                "
+                              "  - | 0.80 |   0.20 |"));
+  const char *phases = strstr(pr.data, "phases of a run");
+  CHECK(&c, phases && !strstr(phases, "| embed"));
+  amk_sb_free(&pr);
 
   /* Chrome JSON: 5 task slices and 2 wait slices (tasks 2 and 3), times
    * in us from the first arrival, the chain's tasks in "critical". */

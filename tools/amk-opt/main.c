@@ -664,9 +664,9 @@ static bool emit_gantt(const AmkModule *m, AmkStrBuf *out, AmkDiagEngine *diag) 
     /* ns, from 1 (a zero stamp means "never reached" in a trace). */
     for (uint32_t t = 0; t < m->n_tasks; t++) {
       block_of[t] = m->tasks[t].sm;
-      stamps[t] = (amk_trace_t){1 + (uint64_t)(arrive[t] * 1e3 + 0.5),
-                                1 + (uint64_t)(start[t] * 1e3 + 0.5),
-                                1 + (uint64_t)(end[t] * 1e3 + 0.5)};
+      stamps[t] = (amk_trace_t){.arrive = 1 + (uint64_t)(arrive[t] * 1e3 + 0.5),
+                                .start = 1 + (uint64_t)(start[t] * 1e3 + 0.5),
+                                .end = 1 + (uint64_t)(end[t] * 1e3 + 0.5)};
     }
     AmkTrace trace = {m, block_of, stamps};
     amk_trace_chrome_json(&trace, out);
