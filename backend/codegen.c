@@ -1388,6 +1388,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->trace_phases = phases == 1;
+  int early_rows;
+  if (!env_int("AMK_CUDA_GEMV_EARLY", 1, &early_rows, &set, diag))
+    return false;
+  if (set)
+    o->gemv_early = early_rows == 1;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1559,6 +1564,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_ATTN_V_LOADS %d\n", opt->attn_v_loads);
   if (opt && opt->trace_phases)
     amk_sb_puts(&s, "#define AMK_TRACE_PHASES 1\n");
+  if (opt && opt->gemv_early)
+    amk_sb_puts(&s, "#define AMK_GEMV_EARLY 1\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)

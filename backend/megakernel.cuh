@@ -1143,6 +1143,81 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
                                               const float *xs, int n_off, int n_tile,
                                               int m_begin, int m_count);
 
+// Weights before the input (AMK_GEMV_EARLY, AMK_CUDA_GEMV_EARLY=1; off until
+// measured): a small one-row tile, at most 4 rows a warp of at most 8
+// 16-byte pieces a lane, AMK_GEMV_EARLY_PIECES (16) pieces in all, loads its
+// weight rows into registers before it stages its input, so that their
+// round trip (to L2, where the stream sent them) overlaps the input's
+// loads and the norm's reductions instead of following them. A tile of
+// SmolLM2 reads 18-36 KiB: 2-5 pieces a lane a row. Each lane sums its
+// pieces in the order amk_rows_dot does, so the results are the same.
+#ifndef AMK_GEMV_EARLY
+#define AMK_GEMV_EARLY 0
+#endif
+#ifndef AMK_GEMV_EARLY_PIECES
+#define AMK_GEMV_EARLY_PIECES 16
+#endif
+template <int WDT, int K> __device__ constexpr int amk_early_per() {
+  return (K * (WDT == AMK_ABI_DTYPE_F32 ? 4 : 2) / 16 + 31) / 32;
+}
+template <int WDT, int K> __device__ constexpr int amk_early_rows() {
+  constexpr int R = AMK_GEMV_EARLY_PIECES / amk_early_per<WDT, K>();
+  return R > 4 ? 4 : R;
+}
+template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_early_ok() {
+  // Rows of more than 8 pieces a lane (the 8B's 8 KiB) spill (ptxas, sm_90).
+  return AMK_GEMV_EARLY != 0 && M == 1 && !GEMM && amk_rows_dot_ok<WDT, K>() &&
+         amk_early_per<WDT, K>() <= 8 && amk_early_rows<WDT, K>() >= 1;
+}
+template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS,
+          int XC>
+__device__ __forceinline__ void amk_gemv_early(const void *x, const void *W, const void *aux,
+                                               void *out, float eps, int n_off, int n_tile,
+                                               float *xs, float *red) {
+  constexpr int ESZ = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
+  constexpr int VEC = 16 / ESZ, NV = K / VEC, XS = VEC + (XC ? 4 : 0);
+  constexpr int PER = amk_early_per<WDT, K>(), R = amk_early_rows<WDT, K>();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int rows = STACK * n_tile;
+  long long wrow[R];
+  uint4 q[R][PER];
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    int r = warp + i * AMK_NWARPS;
+    int s = r / n_tile, j = r - s * n_tile;
+    wrow[i] = (long long)s * NOUT + n_off + j;
+    const char *base = (const char *)W + wrow[i] * (long long)K * ESZ;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+      int v = lane + 32 * u;
+      q[i][u] = r < rows && v < NV ? amk_ldw16(base + (long long)v * 16) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XC>(x, aux, eps, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XC>(x, aux, eps, xs, red);
+  __syncthreads();
+  amk_mark_staged();
+  constexpr AmkGemvExtra none = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < R; i++) {
+    int r = warp + i * AMK_NWARPS;
+    if (r >= rows) // warp-uniform
+      break;
+    float acc = 0.0f;
+#pragma unroll
+    for (int u = 0; u < PER; u++)
+      if (lane + 32 * u < NV)
+        acc += amk_dotx<WDT>(q[i][u], xs + (lane + 32 * u) * XS);
+    acc = amk_warp_sum(acc);
+    if (lane == 0) {
+      int j = r - (r / n_tile) * n_tile;
+      AmkGemvExtra e = none;
+      e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow[i], n_off + j);
+      amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, 0, wrow[i], n_off + j);
+    }
+  }
+}
+
 // PAT: AMK_PATTERN_PLAIN, NORM, RESIDUAL, SILU, SILU_RESIDUAL.
 // Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
 // M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
@@ -1175,6 +1250,14 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
                          ? AmkVec<WDT>::VE : 0;
   float *xs = smem;                // M * K (SILU: K), padded with XC
   float *red = smem + M * K + (XC ? K / XC * 4 : 0); // AMK_NWARPS
+  if constexpr (amk_gemv_early_ok<WDT, K, M, GEMM>() &&
+                !(AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>())) {
+    if (STACK * n_tile <= amk_early_rows<WDT, K>() * AMK_NWARPS) {
+      amk_gemv_early<PAT, XDT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC>(
+          x, W, aux, out, I.params.eps.f, n_off, n_tile, xs, red);
+      return;
+    }
+  }
   // Stage the input vector(s) in fp32, applying the fused prologue: with
   // every 16-byte load in flight at once where the layout allows, else one
   // element at a time.
