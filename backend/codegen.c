@@ -1393,6 +1393,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_early = early_rows == 1;
+  int relaxed_flags;
+  if (!env_int("AMK_CUDA_TP_RELAXED_FLAGS", 1, &relaxed_flags, &set, diag))
+    return false;
+  if (set)
+    o->tp_relaxed_flags = relaxed_flags == 1;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1566,6 +1571,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_TRACE_PHASES 1\n");
   if (opt && opt->gemv_early)
     amk_sb_puts(&s, "#define AMK_GEMV_EARLY 1\n");
+  if (opt && opt->tp_relaxed_flags)
+    amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 1\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)

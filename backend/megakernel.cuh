@@ -4264,6 +4264,20 @@ __device__ __forceinline__ unsigned int amk_ld_acquire_sys(const unsigned int *p
 __device__ __forceinline__ void amk_st_release_sys(unsigned int *p, unsigned int v) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// A flag store after the block's system-scope fence: with that fence before
+// it, a relaxed store is a release (a release pattern of the PTX memory
+// model: a fence.sc followed by a strong write), so the N flags need no
+// fence each. Each st.release waits for the stores before it, the previous
+// flag's included: a rank's second flag then waits a round trip for its
+// first when that went to a peer. AMK_TP_RELAXED_FLAGS=1 (codegen:
+// AMK_CUDA_TP_RELAXED_FLAGS=1; off until measured on two GPUs) stores them
+// relaxed.
+#ifndef AMK_TP_RELAXED_FLAGS
+#define AMK_TP_RELAXED_FLAGS 0
+#endif
+__device__ __forceinline__ void amk_st_relaxed_sys(unsigned int *p, unsigned int v) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 
 // Thread 0: polls *flag until it reaches `want` (wrapping counts), under the
 // device abort flag, the host's and the spin limit as amk_wait; false:
@@ -4338,8 +4352,13 @@ __device__ void amk_allreduce_tp(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
-    for (int s = 0; s < N; s++)
-      amk_st_release_sys((unsigned int *)(amk_tp.mailbox[s] + FLAGS) + parity * N + me, e);
+    for (int s = 0; s < N; s++) {
+      unsigned int *flag = (unsigned int *)(amk_tp.mailbox[s] + FLAGS) + parity * N + me;
+      if constexpr (AMK_TP_RELAXED_FLAGS != 0)
+        amk_st_relaxed_sys(flag, e);
+      else
+        amk_st_release_sys(flag, e);
+    }
     bool ok = true;
     const unsigned int *flags = (const unsigned int *)(amk_tp.mailbox[me] + FLAGS) + parity * N;
     for (int s = 0; s < N && ok; s++)
