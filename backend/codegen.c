@@ -1268,6 +1268,17 @@ static bool env_int(const char *name, int max, int *out, bool *set, AmkDiagEngin
   return true;
 }
 
+/* A knob that is on (1) or off (0); unset leaves *out as it is. */
+static bool env_switch(const char *name, bool *out, AmkDiagEngine *diag) {
+  int v;
+  bool set;
+  if (!env_int(name, 1, &v, &set, diag))
+    return false;
+  if (set)
+    *out = v == 1;
+  return true;
+}
+
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   const char *mode = getenv("AMK_CUDA_STREAM");
   if (mode && *mode) {
@@ -1383,21 +1394,10 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->attn_v_loads = v_loads;
   }
-  int phases;
-  if (!env_int("AMK_CUDA_TRACE_PHASES", 1, &phases, &set, diag))
+  if (!env_switch("AMK_CUDA_TRACE_PHASES", &o->trace_phases, diag) ||
+      !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
+      !env_switch("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_relaxed_flags, diag))
     return false;
-  if (set)
-    o->trace_phases = phases == 1;
-  int early_rows;
-  if (!env_int("AMK_CUDA_GEMV_EARLY", 1, &early_rows, &set, diag))
-    return false;
-  if (set)
-    o->gemv_early = early_rows == 1;
-  int relaxed_flags;
-  if (!env_int("AMK_CUDA_TP_RELAXED_FLAGS", 1, &relaxed_flags, &set, diag))
-    return false;
-  if (set)
-    o->tp_relaxed_flags = relaxed_flags == 1;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
