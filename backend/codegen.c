@@ -1394,10 +1394,13 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->attn_v_loads = v_loads;
   }
+  bool relaxed_flags = !o->tp_release_flags;
   if (!env_switch("AMK_CUDA_TRACE_PHASES", &o->trace_phases, diag) ||
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
-      !env_switch("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_relaxed_flags, diag))
+      !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
+      !env_switch("AMK_CUDA_TP_RELAXED_FLAGS", &relaxed_flags, diag))
     return false;
+  o->tp_release_flags = !relaxed_flags;
   int gemm_mma;
   if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
     return false;
@@ -1571,8 +1574,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_TRACE_PHASES 1\n");
   if (opt && opt->gemv_early)
     amk_sb_puts(&s, "#define AMK_GEMV_EARLY 1\n");
-  if (opt && opt->tp_relaxed_flags)
-    amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 1\n");
+  if (opt && opt->attn_key_split)
+    amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
+  if (opt && opt->tp_release_flags)
+    amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 0\n");
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)

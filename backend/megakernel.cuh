@@ -3016,6 +3016,13 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 #ifndef AMK_ATTN_V_LOADS
 #define AMK_ATTN_V_LOADS 8
 #endif
+// The key pass with CH lanes a key (AMK_CUDA_ATTN_KEY_SPLIT=1). Off: on an
+// H100 it took the 1B at position 1024 from 1.207 to 1.195 ms but SmolLM2 at
+// position 0, which runs none of it, from 0.725 to 0.741 (docs/Performance.md,
+// seventeenth session).
+#ifndef AMK_ATTN_KEY_SPLIT
+#define AMK_ATTN_KEY_SPLIT 0
+#endif
 static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
                   (AMK_ATTN_V_LOADS & (AMK_ATTN_V_LOADS - 1)) == 0,
               "1 to 16 value rows in flight, a power of two");
@@ -3157,15 +3164,65 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
       // from fk, warp q for query head q; the other rows come from the cache.
       bool fresh_here = fresh && c0 + n == win.kv_len;
       int ncache = fresh_here ? n - 1 : n;
-      for (int jj = tid; jj < ncache; jj += AMK_NT) {
-        long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + kcol;
-        float sv[GQ];
-        amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
+      // KSPLIT: CH lanes a key, one 16-byte piece each, AMK_ATTN_V_LOADS
+      // keys a thread in flight: one round trip for that many x G keys,
+      // where a thread's whole row (ptxas issues its pieces in three or four
+      // batches, each summed before the next) took four for AMK_NT keys.
+      constexpr bool KSPLIT = AMK_ATTN_KEY_SPLIT != 0 && VECV && CH <= 32 && 32 % CH == 0;
+      if constexpr (KSPLIT) {
+        constexpr int U = AMK_ATTN_V_LOADS;
+        const char *kbase = (const char *)kc +
+                            ((long long)(win.kv_start + c0) * RSTRIDE + kcol + (long long)c * VE) *
+                                ESZ;
+        for (int j0 = 0; j0 < ncache; j0 += U * G) {
+          uint4 raw[U];
 #pragma unroll
-        for (int q = 0; q < GQ; q++) {
-          float s = sv[q] * scale;
-          sc[q * AMK_ATTN_CHUNK + jj] = s;
-          cm[q] = fmaxf(cm[q], s);
+          for (int u = 0; u < U; u++) {
+            int j = j0 + g + u * G;
+            raw[u] = j < ncache ? __ldcg((const uint4 *)(kbase + (long long)j * RSTRIDE * ESZ))
+                                : make_uint4(0u, 0u, 0u, 0u);
+          }
+#pragma unroll
+          for (int u = 0; u < U; u++) {
+            if (j0 + u * G >= ncache) // uniform across the block
+              break;
+            float kv[VE], d[GQ];
+            amk_unpack16<KDT>(raw[u], kv);
+#pragma unroll
+            for (int q = 0; q < GQ; q++) {
+              d[q] = 0.0f;
+#pragma unroll
+              for (int e = 0; e < VE; e++)
+                d[q] += kv[e] * qs[q * HD + c * VE + e];
+            }
+#pragma unroll
+            for (int off = 1; off < CH; off <<= 1)
+#pragma unroll
+              for (int q = 0; q < GQ; q++)
+                d[q] += __shfl_xor_sync(0xffffffffu, d[q], off);
+            int j = j0 + g + u * G;
+            if (j < ncache) {
+#pragma unroll
+              for (int q = 0; q < GQ; q++) {
+                float sq = d[q] * scale;
+                if (c == 0)
+                  sc[q * AMK_ATTN_CHUNK + j] = sq;
+                cm[q] = fmaxf(cm[q], sq);
+              }
+            }
+          }
+        }
+      } else {
+        for (int jj = tid; jj < ncache; jj += AMK_NT) {
+          long long row = (long long)(win.kv_start + c0 + jj) * RSTRIDE + kcol;
+          float sv[GQ];
+          amk_kdot_n<KDT, HD, GQ>(kc, row, qs, sv);
+#pragma unroll
+          for (int q = 0; q < GQ; q++) {
+            float s = sv[q] * scale;
+            sc[q * AMK_ATTN_CHUNK + jj] = s;
+            cm[q] = fmaxf(cm[q], s);
+          }
         }
       }
       if (fresh_here && (tid >> 5) < GQ) {
@@ -4269,11 +4326,12 @@ __device__ __forceinline__ void amk_st_release_sys(unsigned int *p, unsigned int
 // model: a fence.sc followed by a strong write), so the N flags need no
 // fence each. Each st.release waits for the stores before it, the previous
 // flag's included: a rank's second flag then waits a round trip for its
-// first when that went to a peer. AMK_TP_RELAXED_FLAGS=1 (codegen:
-// AMK_CUDA_TP_RELAXED_FLAGS=1; off until measured on two GPUs) stores them
-// relaxed.
+// first when that went to a peer. AMK_TP_RELAXED_FLAGS=1, the default,
+// stores them relaxed: on two H200s the 8B's --tp 2 step went from 3.252 /
+// 3.271 to 3.185 / 3.144 ms (docs/TensorParallel.md); 0 (codegen:
+// AMK_CUDA_TP_RELAXED_FLAGS=0) stores each with release.
 #ifndef AMK_TP_RELAXED_FLAGS
-#define AMK_TP_RELAXED_FLAGS 0
+#define AMK_TP_RELAXED_FLAGS 1
 #endif
 __device__ __forceinline__ void amk_st_relaxed_sys(unsigned int *p, unsigned int v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");

@@ -10,7 +10,8 @@
 #       base: AMK_FUSE_SPLIT_DOWN=0 -- mlp: AMK_FUSE_SPLIT_DOWN=1
 #
 # A variant is `NAME:` followed by VAR=VALUE words (none: the defaults);
-# `--` separates variants. -s: shapes (examples/configs/NAME; default
+# `--` separates variants; AMK_BUILD=DIR in a variant runs DIR/bin/amk-run.
+# -s: shapes (examples/configs/NAME; default
 # llama-3.2-1b); -r: rounds (default 2). The 1B shape is timed at positions
 # 0 and 1024, the others at 0. Environment: AMK_BUILD (default build), OUT
 # (logs and traces; default /tmp/amk-bench-ab).
@@ -58,8 +59,14 @@ for shape in $shapes; do
     for i in "${!names[@]}"; do
       n=${names[$i]}
       tag="$shape.$n.$r"
+      # A variant's AMK_BUILD=DIR runs DIR's amk-run (another build: an
+      # A/B across commits in one call).
+      bin=$BIN
+      for w in ${envs[$i]}; do
+        case $w in AMK_BUILD=*) bin=${w#AMK_BUILD=}/bin ;; esac
+      done
       # shellcheck disable=SC2086
-      env ${envs[$i]} timeout 300 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 \
+      env ${envs[$i]} timeout 300 "$bin/amk-run" "examples/configs/$shape" --random-weights 1 \
         --dtype bf16 --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 \
         --json --trace "$LOG/$tag.trace.json" >"$LOG/$tag.log" 2>&1
       echo "$tag rc=$?"

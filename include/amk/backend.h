@@ -87,9 +87,11 @@ typedef struct {
                          * start (0: the default) */
   bool gemv_early;      /* small one-row GEMV tiles load their weights into registers before
                          * they stage the input (off: the default until measured) */
-  bool tp_relaxed_flags; /* cross-rank all-reduce: its flags stored relaxed after the one
-                          * system fence (off: each a release store, the default until
-                          * measured) */
+  bool attn_key_split;  /* attention's key pass: a key's 16-byte pieces over that many lanes,
+                         * several keys a thread in flight (off: a key a thread, the default:
+                         * docs/Performance.md, seventeenth session) */
+  bool tp_release_flags; /* cross-rank all-reduce: each flag a release store (off: the flags
+                          * stored relaxed after the one system fence, the default) */
   bool trace_phases;    /* traced launches also stamp when a task's inputs are staged and
                          * its body done (amk_trace_t.staged, .body; off: a build without
                          * the stamps, the one that is measured) */
@@ -113,7 +115,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
- * AMK_CUDA_TP_RELAXED_FLAGS (0 or 1)
+ * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1)
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
