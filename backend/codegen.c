@@ -1268,15 +1268,23 @@ static bool env_int(const char *name, int max, int *out, bool *set, AmkDiagEngin
   return true;
 }
 
-/* A knob that is on (1) or off (0); unset leaves *out as it is. */
-static bool env_switch(const char *name, bool *out, AmkDiagEngine *diag) {
+/* A knob that is on (1) or off (0): *out is whether it is on (inverted:
+ * whether it is off, for an option that names the non-default way); unset
+ * leaves *out as it is. */
+static bool env_switch_as(const char *name, bool inverted, bool *out, AmkDiagEngine *diag) {
   int v;
   bool set;
   if (!env_int(name, 1, &v, &set, diag))
     return false;
   if (set)
-    *out = v == 1;
+    *out = (v == 1) != inverted;
   return true;
+}
+static bool env_switch(const char *name, bool *out, AmkDiagEngine *diag) {
+  return env_switch_as(name, false, out, diag);
+}
+static bool env_switch_off(const char *name, bool *off, AmkDiagEngine *diag) {
+  return env_switch_as(name, true, off, diag);
 }
 
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
@@ -1308,17 +1316,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
-  int wait_cache, xs_vec;
   if (!env_int("AMK_CUDA_WAIT_GAP_NS", 100000, &o->wait_gap_ns, &set, diag) ||
       !env_int("AMK_CUDA_WAIT_DEPTH", 8, &o->wait_depth, &set, diag) ||
-      !env_int("AMK_CUDA_WAIT_CACHE", 1, &wait_cache, &set, diag))
+      !env_switch_off("AMK_CUDA_WAIT_CACHE", &o->no_wait_cache, diag) ||
+      !env_switch_off("AMK_CUDA_GEMV_XS_VEC", &o->gemv_xs_scalar, diag))
     return false;
-  if (set)
-    o->no_wait_cache = wait_cache == 0;
-  if (!env_int("AMK_CUDA_GEMV_XS_VEC", 1, &xs_vec, &set, diag))
-    return false;
-  if (set)
-    o->gemv_xs_scalar = xs_vec == 0;
   if (!env_int("AMK_CUDA_GEMV_PAIR_BYTES", 1 << 20, &o->gemv_pair_max_bytes, &set, diag))
     return false;
   if (!env_int("AMK_CUDA_QGEMV_LOADS", 64, &o->qgemv_loads, &set, diag))
@@ -1367,16 +1369,9 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     return false;
   if (set)
     o->mlp_prefetch_kb = mlp_prefetch + 1; /* 1 + KiB: 0 stays "the default" */
-  int qgemv_mma;
-  if (!env_int("AMK_CUDA_QGEMV_MMA", 1, &qgemv_mma, &set, diag))
+  if (!env_switch("AMK_CUDA_QGEMV_MMA", &o->qgemv_mma, diag) ||
+      !env_switch_off("AMK_CUDA_GEMV_XS_PAD", &o->gemv_xs_unpadded, diag))
     return false;
-  if (set)
-    o->qgemv_mma = qgemv_mma == 1;
-  int pad;
-  if (!env_int("AMK_CUDA_GEMV_XS_PAD", 1, &pad, &set, diag))
-    return false;
-  if (set)
-    o->gemv_xs_unpadded = pad == 0;
   int kv_prefetch;
   if (!env_int("AMK_CUDA_KV_PREFETCH", 2, &kv_prefetch, &set, diag))
     return false;
@@ -1394,18 +1389,12 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->attn_v_loads = v_loads;
   }
-  bool relaxed_flags = !o->tp_release_flags;
   if (!env_switch("AMK_CUDA_TRACE_PHASES", &o->trace_phases, diag) ||
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
       !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
-      !env_switch("AMK_CUDA_TP_RELAXED_FLAGS", &relaxed_flags, diag))
+      !env_switch_off("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_release_flags, diag) ||
+      !env_switch_off("AMK_CUDA_GEMM_MMA", &o->no_gemm_mma, diag))
     return false;
-  o->tp_release_flags = !relaxed_flags;
-  int gemm_mma;
-  if (!env_int("AMK_CUDA_GEMM_MMA", 1, &gemm_mma, &set, diag))
-    return false;
-  if (set)
-    o->no_gemm_mma = gemm_mma == 0;
   int tile_n;
   if (!env_int("AMK_CUDA_GEMM_TILE_N", 256, &tile_n, &set, diag))
     return false;
