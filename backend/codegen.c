@@ -62,6 +62,10 @@ typedef struct {
   int64_t tp_size;
   struct TpSlot *tp_slot;
   size_t tp_mailbox_bytes;
+  /* Launch-tagged transfers of the task being generated (AmkTransfers):
+   * bit 0 it reads its shadowed inputs through the shadows, bit 1 its
+   * output has a shadow it writes too (the device templates' TAGGED). */
+  int tagged;
 } Gen;
 
 typedef struct TpSlot {
@@ -515,7 +519,7 @@ static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkSt
    * projection's per-thread sums go to xs's K floats once it is done with. */
   need_smem(g, (size_t)k + (size_t)(k / 2) + (size_t)((g->nt / 32 + 3) & ~3) +
                    (size_t)(2 * n_tile));
-  EMIT(inst, gemv_mlp, x.dtype, wgu.dtype, gw.dtype, wd.dtype, k, inter);
+  EMIT(inst, gemv_mlp, x.dtype, wgu.dtype, gw.dtype, wd.dtype, k, inter, g->tagged & 1);
   return true;
 }
 
@@ -634,7 +638,7 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
     need_smem(g, xs + (size_t)(g->nt / 32) + (size_t)(stack * n_tile));
   }
   EMIT(inst, gemv, pattern, x.dtype, w.dtype, o.dtype, t->n_inputs > 2 ? (int)a.dtype : 0, k,
-       n_out, stack, m_rows, bias ? 1 : 0, gemm ? 1 : 0);
+       n_out, stack, m_rows, bias ? 1 : 0, gemm ? 1 : 0, g->tagged & 2);
   return true;
 }
 
@@ -683,7 +687,7 @@ static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
   int64_t parts = (int64_t)t->n_inputs - 2;
   /* xs, then the combine's per-head weights and denominators. */
   need_smem(g, (size_t)(k + nh * parts + nh + g->nt / 32));
-  EMIT(inst, gemv_combine, p0.dtype, w.dtype, o.dtype, r.dtype, hd, nh, parts, n_out);
+  EMIT(inst, gemv_combine, p0.dtype, w.dtype, o.dtype, r.dtype, hd, nh, parts, n_out, g->tagged);
   return true;
 }
 
@@ -829,7 +833,7 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
   need_smem(g, (size_t)(gq * hd + gq * ATTN_CHUNK + gq * (g->nt / 32) + (size_t)(gq * g->nt * 8) + hd +
                         (mode >= 4 ? 2 * hd : 0)));
   EMIT(inst, attention, mode, q.dtype, cache->dtype, o.dtype, freq ? (int)freq->dtype : 0, hd, nh,
-       nkv, rows, partial ? 1 : 0);
+       nkv, rows, partial ? 1 : 0, g->tagged);
   return true;
 }
 
@@ -1393,6 +1397,7 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
       !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
       !env_switch_off("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_release_flags, diag) ||
+      !env_switch("AMK_CUDA_TAGGED", &o->tagged, diag) ||
       !env_switch_off("AMK_CUDA_GEMM_MMA", &o->no_gemm_mma, diag))
     return false;
   int tile_n;
@@ -1478,6 +1483,15 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   for (uint32_t i = 0; i < m->n_tasks && ok; i++) {
     AmkStrBuf inst;
     amk_sb_init(&inst);
+    /* A consumer of launch-tagged transfers gets the variant that reads
+     * its shadowed inputs through the shadows (TAGGED = 1). */
+    g.tagged = 0;
+    if (opt && opt->transfers && i < opt->transfers->n_tasks) {
+      const AmkTask *t = &m->tasks[i];
+      const AmkBuffer *out0 = t->n_outputs ? amk_module_buffer(m, t->outputs[0]) : NULL;
+      g.tagged = (opt->transfers->tagged_reads[i] ? 1 : 0) |
+                 (out0 && opt->transfers->shadowed[out0 - m->buffers] ? 2 : 0);
+    }
     ok = gen_task(&g, &m->tasks[i], &inst);
     if (ok) {
       int v = -1;
@@ -1565,6 +1579,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_GEMV_EARLY 1\n");
   if (opt && opt->attn_key_split)
     amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
+  if (opt && opt->transfers && opt->transfers->n_hops > 0)
+    amk_sb_puts(&s, "#define AMK_TAGGED 1\n");
   if (opt && opt->tp_release_flags)
     amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 0\n");
   if (opt && opt->no_wait_cache)

@@ -52,6 +52,7 @@ struct AmkCudaVm {
   int64_t borrowed_bytes;
   CUdeviceptr host_flags_dev;
   amk_program_t prog;
+  uint32_t launches; /* megakernel launches so far: the next one's tag follows */
   CUdeviceptr counters, status;
   int n_counters;
   int grid, threads;
@@ -295,6 +296,8 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   void *host_tables = NULL;
   float *freq_host = NULL;
   size_t *offset = NULL, *freq_off = NULL;
+  AmkTransfers transfers = {0};
+  uint64_t *shadow_addr = NULL; /* per buffer: its shadow's device address, or 0 */
   char why[512];
   if (!amk_cuda_driver_open(&vm->drv, why, sizeof why)) {
     amk_error(diag, no_loc(), "%s", why);
@@ -330,7 +333,11 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   /* Codegen and NVRTC for this GPU. */
   AmkCodegenOptions cgo = {.threads_per_block = opt.threads_per_block};
   double t_codegen = now_ms();
-  if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag))
+  if (!amk_codegen_options_from_env(&cgo, diag))
+    goto fail;
+  amk_cuda_transfers_plan(plan, cgo.tagged, &transfers);
+  cgo.transfers = &transfers;
+  if (!amk_cuda_codegen(m, &cgo, &cg, diag))
     goto fail;
   if (cg.tp_mailbox_bytes && !opt.tp_member) {
     amk_error(diag, no_loc(), "this is one rank's program of a %d-rank tensor-parallel group: "
@@ -449,6 +456,12 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   }
   size_t freq_base = total;
   total += align_up(freq_floats * 4 + 4);
+  /* The shadows of launch-tagged transfers (8 bytes an element), zeroed
+   * with the arena: tag 0 is never a launch's. */
+  size_t shadow_base = total;
+  for (uint32_t b = 0; b < nb; b++)
+    if (transfers.shadowed && transfers.shadowed[b])
+      total += align_up((size_t)plan->buffers[b].numel * 8);
   vm->arena_bytes = total;
   /* A model too big for the card is a clear refusal, not a failed
    * cuMemAlloc halfway through the upload. */
@@ -467,6 +480,12 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   for (uint32_t b = 0; b < nb; b++)
     if (!vm->borrowed[b])
       vm->buf_addr[b] = vm->arena + offset[b];
+  shadow_addr = amk_xcalloc(nb ? nb : 1, sizeof *shadow_addr);
+  for (uint32_t b = 0, at = (uint32_t)0; b < nb; b++)
+    if (transfers.shadowed && transfers.shadowed[b]) {
+      shadow_addr[b] = vm->arena + shadow_base + at;
+      at += (uint32_t)align_up((size_t)plan->buffers[b].numel * 8);
+    }
   /* Weights: straight from the loader (mapped checkpoint, converted or
    * random copies, synthetic CONSTs). */
   for (uint32_t b = 0; b < nb; b++) {
@@ -586,15 +605,6 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
       d->inputs[i] = (int32_t)pt->inputs[i];
     for (uint32_t i = 0; i < pt->n_outputs; i++)
       d->outputs[i] = (int32_t)pt->outputs[i];
-    for (uint32_t w = 0; w < n_waits; w++) {
-      d->wait_counter[w] = (int32_t)plan->wait_counter[pt->wait_begin + w];
-      d->wait_threshold[w] = (int32_t)plan->wait_threshold[pt->wait_begin + w];
-    }
-    /* AMK_CUDA_TEST_STALL=1 makes the last waiting task wait for a count no
-     * producer can reach, only in the device's copy of the tables: the one
-     * way to exercise the watchdog, since validate rejects such a program. */
-    if (stall_test && n_waits && t == stall_task)
-      d->wait_threshold[0] = INT32_MAX;
     d->out_counter = (int32_t)pt->counter;
     d->sm = queue_of[t];
 #define X(name, type) memcpy(&d->params.name, &pt->params.name, 4);
@@ -617,6 +627,29 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
       a->io[i] = vm->buf_addr[pt->inputs[i]];
     for (uint32_t i = 0; i < pt->n_outputs; i++)
       a->io[AMK_MAX_INPUTS + i] = vm->buf_addr[pt->outputs[i]];
+    /* Launch-tagged transfers: a consumer's shadowed inputs, any writer's
+     * shadowed output, and the waits as transfers.c left them. */
+    for (uint32_t i = 0; i < pt->n_inputs; i++)
+      if (transfers.tagged_reads[t] && shadow_addr[pt->inputs[i]])
+        a->shadow[i] = shadow_addr[pt->inputs[i]];
+    for (uint32_t i = 0; i < pt->n_outputs; i++)
+      a->shadow[AMK_MAX_INPUTS + i] = shadow_addr[pt->outputs[i]];
+    const AmkTransferWaits *tw = &transfers.waits[t];
+    d->n_waits = tw->n_blocking;
+    for (uint32_t w = 0; w < tw->n_blocking; w++) {
+      d->wait_counter[w] = (int32_t)tw->counter[w];
+      d->wait_threshold[w] = (int32_t)tw->threshold[w];
+    }
+    /* AMK_CUDA_TEST_STALL=1 makes the last waiting task wait for a count no
+     * producer can reach, only in the device's copy of the tables: the one
+     * way to exercise the watchdog, since validate rejects such a program. */
+    if (stall_test && tw->n_blocking && t == stall_task)
+      d->wait_threshold[0] = INT32_MAX;
+    a->n_signal_waits = tw->n_at_signal;
+    for (uint32_t w = 0; w < tw->n_at_signal; w++) {
+      a->signal_wait_counter[w] = (int32_t)tw->signal_counter[w];
+      a->signal_wait_threshold[w] = (int32_t)tw->signal_threshold[w];
+    }
   }
   memcpy(hqo, queue_offsets, ((size_t)vm->grid + 1) * sizeof *hqo);
   memcpy(hq, queue, (size_t)n * sizeof *hq);
@@ -666,6 +699,11 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
            "%d variants; codegen %.0f ms, compile %.0f ms%s, load and upload %.0f ms",
            name, arch, n_sms, vm->grid, vm->threads, vm->smem, regs, local, cg.n_variants,
            codegen_ms, compile_ms, compile_ms < 50 ? " (cached)" : "", now_ms() - t_setup);
+  if (transfers.n_hops > 0) {
+    size_t used = strlen(vm->describe);
+    snprintf(vm->describe + used, sizeof vm->describe - used,
+             "; launch-tagged transfers into %" PRIu32 " tasks", transfers.n_consumers);
+  }
   if (vm->share) {
     size_t used = strlen(vm->describe);
     snprintf(vm->describe + used, sizeof vm->describe - used,
@@ -687,9 +725,13 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   free(offset);
   free(freq_off);
   free(cubin);
+  free(shadow_addr);
+  amk_cuda_transfers_free(&transfers);
   amk_cuda_codegen_free(&cg);
   return vm;
 fail:
+  free(shadow_addr);
+  amk_cuda_transfers_free(&transfers);
   free(offset);
   free(freq_off);
   free(queue_of);
@@ -830,6 +872,14 @@ static bool zero_accumulators(AmkCudaVm *vm, AmkDiagEngine *diag) {
                "zero accumulators", diag);
 }
 
+/* The next megakernel launch's tag (amk_program_t.launch_tag): a count of
+ * launches that skips 0, the tag of the shadows' zeroed words. */
+static void next_launch_tag(AmkCudaVm *vm) {
+  if (++vm->launches == 0)
+    vm->launches = 1;
+  vm->prog.launch_tag = vm->launches;
+}
+
 /* One launch at position pos once the IO inputs are queued for writing:
  * counters and status cleared, the kernel, and the logits' copy back
  * queued behind it (finish_step waits for them). */
@@ -850,6 +900,7 @@ static AmkCudaStepStatus enqueue_step(AmkCudaVm *vm, int64_t pos, AmkDiagEngine 
              "zero trace", diag))
     return AMK_CUDA_STEP_ERROR;
   int pos32 = (int)pos;
+  next_launch_tag(vm);
   void *args[] = {&vm->prog, &pos32, &vm->no_decode};
   vm->drv.cuEventRecord(vm->ev0, vm->stream);
   CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
@@ -1215,6 +1266,7 @@ AmkCudaStepStatus amk_cuda_vm_generate(AmkCudaVm *vm, const AmkCudaGenerate *g, 
         break;
       }
       vm->drv.cuEventRecord(vm->gen_start[slot], vm->stream);
+      next_launch_tag(vm); /* the parameters are copied as the launch is queued */
       CUresult r = vm->drv.cuLaunchCooperativeKernel(vm->kernel, (unsigned)vm->grid, 1, 1,
                                                      (unsigned)vm->threads, 1, 1,
                                                      (unsigned)vm->smem, vm->stream, args);

@@ -14,14 +14,14 @@
 
 #define AMK_DEVICE_TEMPLATES(X)                                                \
   X(nop, "")                                                                   \
-  X(gemv, "iiiiiiiiiii")                                                       \
+  X(gemv, "iiiiiiiiiiii")                                                      \
   X(gemm_mma, "iiiiiiiii")                                                     \
-  X(gemv_combine, "iiiiiiii")                                                  \
-  X(gemv_mlp, "iiiiii")                                                        \
+  X(gemv_combine, "iiiiiiiii")                                                 \
+  X(gemv_mlp, "iiiiiii")                                                       \
   X(gemv_quant, "iiiiiiiiiiii")                                                 \
   X(gemm_mma_quant, "iiiiiiiii")                                               \
   X(gemm_quant, "iiiiiiii")                                                    \
-  X(attention, "iiiiiiiiii")                                                   \
+  X(attention, "iiiiiiiiiii")                                                  \
   X(attention_rows, "iiiiiiiii")                                                \
   X(attention_rows_mma, "iiiiiiii")                                             \
   X(combine, "iiiii")                                                          \

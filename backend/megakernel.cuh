@@ -210,70 +210,80 @@ __device__ __forceinline__ void amk_seen_reset() {
     amk_seen_counter[i] = -1;
 }
 
+// Thread 0: polls counter `counter` until it reaches want (relaxed loads,
+// AMK_WAIT_DEPTH in flight), then the acquire fence; the device and host
+// abort flags and the spin limit are looked at as the loop below says.
+// False: the launch is failing (nothing more to do).
+__device__ __forceinline__ bool amk_spin_here(AmkP P, int idx, int counter, unsigned int want,
+                                              unsigned int *seen_out) {
+  const unsigned int *c = (const unsigned int *)P.counters + counter;
+  volatile unsigned int *st = (volatile unsigned int *)P.status;
+  volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
+  unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
+  unsigned int v[AMK_WAIT_DEPTH], iter = 0, seen = 0;
+#pragma unroll
+  for (int i = 0; i < AMK_WAIT_DEPTH; i++) {
+    if (i > 0)
+      __nanosleep(AMK_WAIT_GAP_NS);
+    v[i] = amk_ld_relaxed(c);
+  }
+  bool there = false;
+  while (!there) {
+#pragma unroll
+    for (int i = 0; i < AMK_WAIT_DEPTH && !there; i++) {
+      if (v[i] >= want) {
+        seen = v[i];
+        there = true;
+      } else {
+        __nanosleep(AMK_WAIT_GAP_NS);
+        v[i] = amk_ld_relaxed(c);
+      }
+    }
+    if (there || (++iter & 15u) != 0u)
+      continue;
+    if (st[4] != 0u)
+      return false;
+    if (amk_globaltimer() >= next_check) {
+      next_check += AMK_HOST_POLL_NS;
+      if (*host_abort != 0u) {
+        amk_fail(P, AMK_STATUS_ABORTED, idx, counter, (int)want);
+        return false;
+      }
+      if (P.spin_limit_ns > 0 && (long long)(amk_globaltimer() - t0) > P.spin_limit_ns) {
+        amk_fail(P, AMK_STATUS_SPIN, idx, counter, (int)want);
+        return false;
+      }
+    }
+  }
+  amk_fence_acquire();
+  *seen_out = seen;
+  return true;
+}
+
+// The signal's copy (a call: the main loop keeps only a call site); the wait
+// keeps its own inline, as a call in amk_wait costs every task its
+// register saves.
+__device__ __noinline__ bool amk_spin(AmkP P, int idx, int counter, unsigned int want,
+                                      unsigned int *seen_out) {
+  return amk_spin_here(P, idx, counter, want, seen_out);
+}
+
 __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
   __shared__ int s_ok;
   if (threadIdx.x == 0) {
     int ok = 1;
     const unsigned int *C = (const unsigned int *)P.counters;
-    volatile unsigned int *st = (volatile unsigned int *)P.status;
-    volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
     for (int w = 0; w < I.n_waits && ok; w++) {
       int counter = I.wait_counter[w];
-      const unsigned int *c = C + counter;
       unsigned int want = (unsigned int)I.wait_threshold[w];
       int slot = counter & (AMK_SEEN_SLOTS - 1);
       if (AMK_WAIT_CACHE && amk_seen_counter[slot] == counter && amk_seen_value[slot] >= want)
         continue;
-      unsigned int seen = amk_ld_acquire(c);
-      if (seen >= want) {
-        amk_seen_counter[slot] = counter;
-        amk_seen_value[slot] = seen;
-        continue;
-      }
-      unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
-      unsigned int v[AMK_WAIT_DEPTH], iter = 0;
-#pragma unroll
-      for (int i = 0; i < AMK_WAIT_DEPTH; i++) {
-        if (i > 0)
-          __nanosleep(AMK_WAIT_GAP_NS);
-        v[i] = amk_ld_relaxed(c);
-      }
-      bool there = false;
-      while (!there) {
-#pragma unroll
-        for (int i = 0; i < AMK_WAIT_DEPTH && !there; i++) {
-          if (v[i] >= want) {
-            seen = v[i];
-            there = true;
-          } else {
-            __nanosleep(AMK_WAIT_GAP_NS);
-            v[i] = amk_ld_relaxed(c);
-          }
-        }
-        if (there || (++iter & 15u) != 0u)
-          continue;
-        if (st[4] != 0u) {
-          ok = 0;
-          break;
-        }
-        if (amk_globaltimer() >= next_check) {
-          next_check += AMK_HOST_POLL_NS;
-          if (*host_abort != 0u) {
-            amk_fail(P, AMK_STATUS_ABORTED, idx, I.wait_counter[w], (int)want);
-            ok = 0;
-            break;
-          }
-          if (P.spin_limit_ns > 0 &&
-              (long long)(amk_globaltimer() - t0) > P.spin_limit_ns) {
-            amk_fail(P, AMK_STATUS_SPIN, idx, I.wait_counter[w], (int)want);
-            ok = 0;
-            break;
-          }
-        }
-      }
-      if (!there)
+      unsigned int seen = amk_ld_acquire(C + counter);
+      if (seen < want && !amk_spin_here(P, idx, counter, want, &seen)) {
+        ok = 0;
         break;
-      amk_fence_acquire();
+      }
       amk_seen_counter[slot] = counter;
       amk_seen_value[slot] = seen;
     }
@@ -291,10 +301,190 @@ __device__ __noinline__ bool amk_wait(AmkP P, AmkI I, int idx) {
 // All threads' writes, then thread 0: one release increment. The barrier
 // orders the block's writes before thread 0's release (release is cumulative
 // in the PTX memory model), so no full __threadfence is needed.
-__device__ __forceinline__ void amk_signal(AmkP P, AmkI I) {
+// A task with signal waits (a consumer of launch-tagged transfers: the
+// counters of the producers it read through shadows) signals only once they
+// hold: thread 0 loads the first before the barrier, so its round trip
+// overlaps the other warps' finish, and the one fence that follows is both
+// the acquire of those counters and the release of its own.
+// AMK_TAGGED (set by codegen where the program has launch-tagged transfers):
+// without it no task has signal waits, and none of their code is built.
+#ifndef AMK_TAGGED
+#define AMK_TAGGED 0
+#endif
+__device__ __forceinline__ void amk_signal(AmkP P, AmkI I, AmkA A, int idx) {
+  // Thread 0 reads the staged records before the barrier: once past it, the
+  // other lanes of warp 0 may already be staging the task after next into
+  // this task's slot while thread 0 still waits here.
+  unsigned int *C = (unsigned int *)P.counters;
+  if constexpr (AMK_TAGGED == 0) {
+    unsigned int *mine = threadIdx.x == 0 ? C + I.out_counter : nullptr;
+    __syncthreads();
+    if (threadIdx.x == 0)
+      amk_red_release(mine);
+    return;
+  }
+  unsigned int *mine = nullptr, early = 0;
+  int n_late = 0, late_counter[AMK_MAX_SIGNAL_WAITS];
+  unsigned int late_want[AMK_MAX_SIGNAL_WAITS];
+  if (threadIdx.x == 0) {
+    mine = C + I.out_counter;
+    n_late = A.n_signal_waits < AMK_MAX_SIGNAL_WAITS ? A.n_signal_waits : AMK_MAX_SIGNAL_WAITS;
+#pragma unroll
+    for (int w = 0; w < AMK_MAX_SIGNAL_WAITS; w++) {
+      late_counter[w] = A.signal_wait_counter[w];
+      late_want[w] = (unsigned int)A.signal_wait_threshold[w];
+    }
+    if (n_late > 0)
+      early = amk_ld_relaxed(C + late_counter[0]);
+  }
   __syncthreads();
-  if (threadIdx.x == 0)
-    amk_red_release((unsigned int *)P.counters + I.out_counter);
+  if (threadIdx.x != 0)
+    return;
+  if (n_late == 0) {
+    amk_red_release(mine);
+    return;
+  }
+#pragma unroll
+  for (int w = 0; w < AMK_MAX_SIGNAL_WAITS; w++) {
+    if (w >= n_late)
+      break;
+    unsigned int seen, v = w == 0 ? early : amk_ld_relaxed(C + late_counter[w]);
+    if (v < late_want[w] && !amk_spin(P, idx, late_counter[w], late_want[w], &seen))
+      return; // the launch is failing: no signal
+  }
+  amk_fence_acquire();
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(mine) : "memory");
+}
+
+// ---- launch-tagged transfers -----------------------------------------------------
+//
+// A producer also writes each output element as one 8-byte word, its value
+// as f32 bits in the low half and the launch's tag in the high, into the
+// output's shadow (aux.shadow, set where a consumer reads it so); a
+// consumer loads the words it needs and polls again those not yet carrying
+// this launch's tag, instead of waiting on the producers' counter: its
+// first loads are its input, one round trip where a counter wait took a
+// poll, an acquire and the loads. 8-byte accesses are single-copy atomic,
+// so a word with the tag has the value. (docs/Backend.md, amk/backend.h.)
+#ifndef AMK_TAG_GAP_NS
+#define AMK_TAG_GAP_NS 64
+#endif
+__shared__ unsigned long long *amk_tag_out; // the running task's output shadow, or null
+__shared__ unsigned int amk_tag_now;        // this launch's tag
+
+__device__ __forceinline__ void amk_tag_put(long long i, float v) {
+  unsigned long long *s = amk_tag_out;
+  if (s) {
+    unsigned long long w = ((unsigned long long)amk_tag_now << 32) | __float_as_uint(v);
+    // No "memory" clobber: nothing needs ordering against this store, and
+    // a clobber would keep the compiler from issuing the next row's weight
+    // loads ahead of it.
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(s + i), "l"(w));
+  }
+}
+__device__ __forceinline__ unsigned long long amk_tag_ld(const unsigned long long *p) {
+  unsigned long long w;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(w) : "l"(p));
+  return w;
+}
+// Two words (16-byte aligned): each is single-copy atomic on its own.
+__device__ __forceinline__ ulonglong2 amk_tag_ld2(const unsigned long long *p) {
+  ulonglong2 w;
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w.x), "=l"(w.y) : "l"(p));
+  return w;
+}
+__device__ __forceinline__ bool amk_tag_ok(unsigned long long w, unsigned int tag) {
+  return (unsigned int)(w >> 32) == tag;
+}
+__device__ __forceinline__ float amk_tag_value(unsigned long long w) {
+  return __uint_as_float((unsigned int)w);
+}
+// Every thread: whether to keep polling (false once the launch is failing:
+// a device abort, or the host's abort or the spin limit, reported here).
+__device__ __noinline__ bool amk_tag_alive(AmkP P, int idx, unsigned long long t0) {
+  if (((volatile unsigned int *)P.status)[4] != 0u)
+    return false;
+  // The host's flag is a PCIe read: one lane a warp looks, after
+  // AMK_HOST_POLL_NS of polling; the others see the device flag it raises.
+  unsigned long long now = amk_globaltimer();
+  if (now - t0 < AMK_HOST_POLL_NS || (threadIdx.x & 31) != 0)
+    return true;
+  if (*(volatile unsigned int *)P.abort_flag != 0u) {
+    amk_fail(P, AMK_STATUS_ABORTED, idx, -1, (int)P.launch_tag);
+    return false;
+  }
+  if (P.spin_limit_ns > 0 && (long long)(now - t0) > P.spin_limit_ns) {
+    amk_fail(P, AMK_STATUS_SPIN, idx, -1, (int)P.launch_tag);
+    return false;
+  }
+  return true;
+}
+// The lanes `lanes` of a warp, `waiting` of them missing a word (each its
+// `first`): the lowest of those polls its word until it has this launch's
+// tag. False, for every lane, once the launch is failing.
+__device__ __noinline__ bool amk_tag_poll(AmkP P, int idx, unsigned int lanes,
+                                          unsigned int waiting,
+                                          const unsigned long long *first) {
+  int leader = __ffs(waiting) - 1;
+  bool alive = true;
+  if ((int)(threadIdx.x & 31) == leader) {
+    unsigned long long t0 = amk_globaltimer();
+    const unsigned int tag = P.launch_tag;
+    for (unsigned int iter = 1; !amk_tag_ok(amk_tag_ld(first), tag); iter++) {
+      __nanosleep(AMK_TAG_GAP_NS);
+      if ((iter & 15u) == 0u && !amk_tag_alive(P, idx, t0)) {
+        alive = false;
+        break;
+      }
+    }
+  }
+  return __shfl_sync(lanes, alive, leader);
+}
+
+// N words at p[j] (pairs: 16-byte aligned pairs at p[j], words w[2j], w[2j+1])
+// already loaded into w: loads again the ones without this launch's tag
+// until all have it. Items with p[j] null are skipped. While a warp's
+// lanes miss words, one lane polls one of them (100+ blocks each polling
+// every word it needs slowed the tasks that write them); when it lands,
+// every lane loads its missing words again at once. The lanes active at the
+// call take part together. A failing launch leaves the rest as they are
+// (its result is not read).
+template <int N, bool PAIRS>
+__device__ __forceinline__ void amk_tag_settle(AmkP P, int idx,
+                                               const unsigned long long *const (&p)[N],
+                                               unsigned long long (&w)[PAIRS ? 2 * N : N]) {
+  const unsigned int tag = P.launch_tag;
+  auto missing = [&](int j) {
+    if (!p[j])
+      return false;
+    return PAIRS ? !(amk_tag_ok(w[2 * j], tag) && amk_tag_ok(w[2 * j + 1], tag))
+                 : !amk_tag_ok(w[j], tag);
+  };
+  const unsigned int lanes = __activemask();
+  for (;;) {
+    const unsigned long long *first = nullptr;
+#pragma unroll
+    for (int j = N - 1; j >= 0; j--)
+      if (missing(j))
+        first = PAIRS ? p[j] + 1 : p[j]; // a pair's second word is stored last
+    unsigned int waiting = __ballot_sync(lanes, first != nullptr);
+    if (waiting == 0u)
+      return;
+    if (!amk_tag_poll(P, idx, lanes, waiting, first))
+      return;
+#pragma unroll
+    for (int j = 0; j < N; j++) {
+      if (missing(j)) {
+        if constexpr (PAIRS) {
+          ulonglong2 v = amk_tag_ld2(p[j]);
+          w[2 * j] = v.x;
+          w[2 * j + 1] = v.y;
+        } else {
+          w[j] = amk_tag_ld(p[j]);
+        }
+      }
+    }
+  }
 }
 
 // One warp streams up to 128 KiB of an instruction's weights into L2 (no
@@ -850,7 +1040,7 @@ __device__ __forceinline__ AmkGemvExtra amk_gemv_extra(const void *aux, int m, l
 }
 // One output element of a GEMV tile: bias, the residual of the fused
 // pattern, the store. wrow: the weight row; col: the output column.
-template <int PAT, int ODT, int NOUT, int STACK, int BIAS>
+template <int PAT, int ODT, int NOUT, int STACK, int BIAS, int TW = 0>
 __device__ __forceinline__ void amk_gemv_store(void *out, AmkGemvExtra e, float acc, int m,
                                                long long wrow, long long col) {
   long long o = (STACK > 1) ? wrow : (long long)m * NOUT + col;
@@ -859,11 +1049,13 @@ __device__ __forceinline__ void amk_gemv_store(void *out, AmkGemvExtra e, float 
   if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
     acc = amk_round<ODT>(acc) + e.residual;
   amk_st<ODT>(out, o, acc);
+  if constexpr (TW != 0)
+    amk_tag_put(o, amk_round<ODT>(acc));
 }
 
 // As amk_gemv_store, with the tile's residual or bias value pre[i] staged in
 // shared memory (M == 1).
-template <int PAT, int ODT, int NOUT, int STACK, int BIAS>
+template <int PAT, int ODT, int NOUT, int STACK, int BIAS, int TW = 0>
 __device__ __forceinline__ void amk_gemv_store_pre(void *out, const float *pre, float acc, int i,
                                                    long long wrow, long long col) {
   long long o = (STACK > 1) ? wrow : col;
@@ -872,6 +1064,8 @@ __device__ __forceinline__ void amk_gemv_store_pre(void *out, const float *pre, 
   if constexpr (PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
     acc = amk_round<ODT>(acc) + pre[i];
   amk_st<ODT>(out, o, acc);
+  if constexpr (TW != 0)
+    amk_tag_put(o, amk_round<ODT>(acc));
 }
 
 // All threads: the residual (or bias) value of each of a tile's STACK x
@@ -907,7 +1101,7 @@ template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_st
 // The loader's view of a GEMV variant (amk_variant_stream in the generated
 // part returns this for each GEMV variant).
 template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
-          int BIAS, int GEMM>
+          int BIAS, int GEMM, int TAGGED = 0>
 __device__ amk_stream_info_t amk_gemv_stream() {
   amk_stream_info_t info = {0, 0, 0};
   if constexpr (amk_gemv_streams<WDT, K, M, GEMM>()) {
@@ -921,7 +1115,7 @@ __device__ amk_stream_info_t amk_gemv_stream() {
 // The GEMV body on streamed weights: chunk by chunk in ring order, rows of a
 // chunk split over the warps (a row over G warps when a chunk has fewer rows
 // than warps), each slot released and refilled once read.
-template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS>
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int TW>
 __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void *out, int n_off,
                                                   int n_tile, const float *xs, float *red,
                                                   float *smem) {
@@ -964,7 +1158,7 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
       long long wrow = (long long)s * NOUT + n_off + r0 + r;
       if constexpr (G == 1) {
         if (lane == 0)
-          amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, acc, s * n_tile + r0 + r,
+          amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS, TW>(out, pre, acc, s * n_tile + r0 + r,
                                                           wrow, n_off + r0 + r);
       } else if (lane == 0) {
         red[warp] = acc;
@@ -978,7 +1172,7 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
         for (int g = 0; g < G; g++)
           acc += red[warp + g];
         long long wrow = (long long)s * NOUT + n_off + r0 + r;
-        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, acc, s * n_tile + r0 + r, wrow,
+        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS, TW>(out, pre, acc, s * n_tile + r0 + r, wrow,
                                                         n_off + r0 + r);
       }
     }
@@ -1138,7 +1332,8 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
   }
 }
 
-template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC = 0>
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC = 0,
+          int TW = 0>
 __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
                                               const float *xs, int n_off, int n_tile,
                                               int m_begin, int m_count);
@@ -1170,7 +1365,7 @@ template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_ea
          amk_early_per<WDT, K>() <= 8 && amk_early_rows<WDT, K>() >= 1;
 }
 template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS,
-          int XC>
+          int XC, int TW>
 __device__ __forceinline__ void amk_gemv_early(const void *x, const void *W, const void *aux,
                                                void *out, float eps, int n_off, int n_tile,
                                                float *xs, float *red) {
@@ -1213,7 +1408,7 @@ __device__ __forceinline__ void amk_gemv_early(const void *x, const void *W, con
       int j = r - (r / n_tile) * n_tile;
       AmkGemvExtra e = none;
       e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow[i], n_off + j);
-      amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, 0, wrow[i], n_off + j);
+      amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, e, acc, 0, wrow[i], n_off + j);
     }
   }
 }
@@ -1222,9 +1417,12 @@ __device__ __forceinline__ void amk_gemv_early(const void *x, const void *W, con
 // Inputs: x (XDT), W (WDT), aux (ADT: norm weight, residual or bias).
 // M rows of x (STACK == 1) or one row and STACK stacked output rows of NOUT.
 // GEMM: rows [m_off, m_off + M_tile) only.
+// TAGGED: 2 where the output has a shadow (launch-tagged transfers): each
+// stored element is also written there with this launch's tag.
 template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
-          int BIAS, int GEMM>
+          int BIAS, int GEMM, int TAGGED>
 __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  constexpr int TW = TAGGED & 2;
   const void *x = amk_in(A, 0);
   const void *W = amk_in(A, 1);
   const void *aux = I.n_inputs > 2 ? amk_in(A, 2) : nullptr;
@@ -1253,7 +1451,7 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   if constexpr (amk_gemv_early_ok<WDT, K, M, GEMM>() &&
                 !(AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>())) {
     if (STACK * n_tile <= amk_early_rows<WDT, K>() * AMK_NWARPS) {
-      amk_gemv_early<PAT, XDT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC>(
+      amk_gemv_early<PAT, XDT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(
           x, W, aux, out, I.params.eps.f, n_off, n_tile, xs, red);
       return;
     }
@@ -1266,18 +1464,18 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   __syncthreads();
   amk_mark_staged();
   if constexpr (AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>()) {
-    amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS>(P, aux, out, n_off, n_tile, xs,
+    amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, TW>(P, aux, out, n_off, n_tile, xs,
                                                                 red, smem);
     return;
   }
-  amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC>(W, aux, out, xs, n_off, n_tile,
+  amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(W, aux, out, xs, n_off, n_tile,
                                                               m_begin, m_count);
 }
 
 // The rows of a GEMV tile against the staged input rows xs [m_begin,
 // m_begin + m_count): each warp takes rows (two at once where
 // amk_row_dot2_ok), its lane 0 adds the bias or residual and stores.
-template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC>
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC, int TW>
 __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, void *out,
                                               const float *xs, int n_off, int n_tile,
                                               int m_begin, int m_count) {
@@ -1307,13 +1505,13 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
           float acc, acc2;
           amk_row_dot2<WDT, K, XC>(W, wrow, wrow2, xs + m * K, acc, acc2);
           if (lane == 0) {
-            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
-            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e2, acc2, m, wrow2, n_off + j2);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, e, acc, m, wrow, n_off + j);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, e2, acc2, m, wrow2, n_off + j2);
           }
         } else {
           float acc = amk_row_dot<WDT, K, XC>(W, wrow, xs + m * K);
           if (lane == 0)
-            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
+            amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, e, acc, m, wrow, n_off + j);
         }
       }
     }
@@ -1329,7 +1527,7 @@ __device__ __forceinline__ void amk_gemv_rows(const void *W, const void *aux, vo
         e = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, m, wrow, n_off + j);
       float acc = amk_row_dot<WDT, K, XC>(W, wrow, xs + m * K);
       if (lane == 0)
-        amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS>(out, e, acc, m, wrow, n_off + j);
+        amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, e, acc, m, wrow, n_off + j);
     }
   }
 }
@@ -1403,7 +1601,65 @@ __device__ __forceinline__ void amk_axpy16(uint4 q, float a, float *acc) {
   }
 }
 
-template <int XDT, int WDT, int GDT, int DDT, int K, int INTER>
+// The norm prologue of an mlp tile over its input's shadow (launch-tagged
+// transfers): amk_gemv_prologue16's NORM with the same vectors per thread
+// and the same order of operations, each vector's words (VE values, f32 in
+// the shadow) loaded in 16-byte pairs and polled until they carry this
+// launch's tag.
+template <int XDT, int ADT, int K, int XCOLS>
+__device__ __forceinline__ void amk_norm_prologue_tagged(AmkP P, int idx,
+                                                         const unsigned long long *sh,
+                                                         const void *g, float eps, float *xs,
+                                                         float *red) {
+  constexpr int VE = AmkVec<XDT>::VE, NC = K / VE, PER = (NC + AMK_NT - 1) / AMK_NT;
+  static_assert(K % VE == 0 && VE % 4 == 0, "whole vectors of 16-byte word pairs");
+  constexpr int NP2 = VE / 2; // pairs of words a vector
+  int t = threadIdx.x;
+  const unsigned long long *wp[PER * NP2];
+  unsigned long long w[PER * VE];
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    int c = t + i * AMK_NT;
+#pragma unroll
+    for (int j = 0; j < NP2; j++) {
+      wp[i * NP2 + j] = c < NC ? sh + (long long)c * VE + 2 * j : nullptr;
+      ulonglong2 v = wp[i * NP2 + j] ? amk_tag_ld2(wp[i * NP2 + j]) : make_ulonglong2(0ull, 0ull);
+      w[i * VE + 2 * j] = v.x;
+      w[i * VE + 2 * j + 1] = v.y;
+    }
+  }
+  amk_tag_settle<PER * NP2, true>(P, idx, wp, w);
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    if (t + i * AMK_NT < NC) {
+#pragma unroll
+      for (int e = 0; e < VE; e++) {
+        float f = amk_tag_value(w[i * VE + e]);
+        ss += f * f;
+      }
+    }
+  }
+  ss = amk_block_sum(ss, red);
+  float inv = 1.0f / sqrtf(ss / (float)K + eps);
+#pragma unroll
+  for (int i = 0; i < PER; i++) {
+    int c = t + i * AMK_NT;
+    if (c < NC) {
+      float f[VE];
+#pragma unroll
+      for (int e = 0; e < VE; e++)
+        f[e] = amk_round<XDT>(amk_tag_value(w[i * VE + e]) * inv * amk_ld<ADT>(g, (long long)c * VE + e));
+#pragma unroll
+      for (int e = 0; e < VE; e += 4)
+        *(float4 *)(xs + amk_xpad<XCOLS>(c * VE + e)) =
+            make_float4(f[e], f[e + 1], f[e + 2], f[e + 3]);
+    }
+  }
+}
+
+// TAGGED bit 0: x (h_attn) comes from its shadow (launch-tagged transfers).
+template <int XDT, int WDT, int GDT, int DDT, int K, int INTER, int TAGGED>
 __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *x = amk_in(A, 0);
   const void *Wgu = amk_in(A, 1);
@@ -1430,8 +1686,12 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   float *red = smem + K + (XC ? K / XC * 4 : 0);      // AMK_NWARPS
   float *act = red + ((AMK_NWARPS + 3) & ~3);         // 2 * n_tile: gate, up; then act
   float *part = xs;                                   // K sums, once xs is done with
-  if (!amk_gemv_prologue16<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(x, g, I.params.eps.f,
-                                                                          xs, red))
+  constexpr bool TR = (TAGGED & 1) != 0;
+  const unsigned long long *xsh = TR ? (const unsigned long long *)A.shadow[0] : nullptr;
+  if constexpr (TR)
+    amk_norm_prologue_tagged<XDT, GDT, K, XC>(P, idx, xsh, g, I.params.eps.f, xs, red);
+  else if (!amk_gemv_prologue16<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(
+               x, g, I.params.eps.f, xs, red))
     amk_gemv_prologue<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, XC>(x, g, I.params.eps.f, xs,
                                                                      red);
   __syncthreads();
@@ -1536,10 +1796,22 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
         int v = i + rot < NV4 ? i + rot : i + rot - NV4;
         float4 s = *(const float4 *)(part + 4 * v);
         if (first) {
-          s.x += amk_ld<XDT>(x, 4 * v);
-          s.y += amk_ld<XDT>(x, 4 * v + 1);
-          s.z += amk_ld<XDT>(x, 4 * v + 2);
-          s.w += amk_ld<XDT>(x, 4 * v + 3);
+          if constexpr (TR) {
+            const unsigned long long *wp[2] = {xsh + 4 * v, xsh + 4 * v + 2};
+            unsigned long long w[4];
+            ulonglong2 a = amk_tag_ld2(wp[0]), b = amk_tag_ld2(wp[1]);
+            w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
+            amk_tag_settle<2, true>(P, idx, wp, w);
+            s.x += amk_tag_value(w[0]);
+            s.y += amk_tag_value(w[1]);
+            s.z += amk_tag_value(w[2]);
+            s.w += amk_tag_value(w[3]);
+          } else {
+            s.x += amk_ld<XDT>(x, 4 * v);
+            s.y += amk_ld<XDT>(x, 4 * v + 1);
+            s.z += amk_ld<XDT>(x, 4 * v + 2);
+            s.w += amk_ld<XDT>(x, 4 * v + 3);
+          }
         }
         atomicAdd((float4 *)out + v, s);
       }
@@ -1547,15 +1819,27 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
     }
   }
 #endif
-  for (int n = threadIdx.x; n < K; n += AMK_NT)
-    atomicAdd(out + n, first ? part[n] + amk_ld<XDT>(x, n) : part[n]);
+  for (int n = threadIdx.x; n < K; n += AMK_NT) {
+    float r = 0.0f;
+    if (first) {
+      if constexpr (TR) {
+        const unsigned long long *wp[1] = {xsh + n};
+        unsigned long long w[1] = {amk_tag_ld(wp[0])};
+        amk_tag_settle<1, false>(P, idx, wp, w);
+        r = amk_tag_value(w[0]);
+      } else {
+        r = amk_ld<XDT>(x, n);
+      }
+    }
+    atomicAdd(out + n, first ? part[n] + r : part[n]);
+  }
 }
 
 // The weight stream's view of an mlp variant: in L2 mode its gate and up
 // rows (the down rows, a third range elsewhere, are the tile's own
 // AMK_MLP_PREFETCH_BYTES); never the ring, as its rows are read from global
 // memory.
-template <int XDT, int WDT, int GDT, int DDT, int K, int INTER>
+template <int XDT, int WDT, int GDT, int DDT, int K, int INTER, int TAGGED>
 __device__ amk_stream_info_t amk_gemv_mlp_stream() {
   if constexpr (AMK_STREAM_MODE == 1 && amk_gemv_streams<WDT, K, 1, 0>())
     return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER};
@@ -3040,10 +3324,12 @@ static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
 // chunked online softmax, then the V pass with each thread owning 16 bytes
 // of a value row for a strided subset of the keys.
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
-          int PARTIAL>
+          int PARTIAL, int TAGGED>
 __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   const void *qsrc = amk_in(A, 0);
   constexpr bool ROPE = MODE >= 2, PH = MODE == 3 || MODE == 5, FRESH = MODE >= 4;
+  static_assert((TAGGED & 1) == 0 || ROPE,
+                "only the rotating attention reads its query through a shadow");
   const void *kc = ROPE ? amk_in(A, 2) : amk_in(A, 1);
   const void *vc = ROPE ? kc : amk_in(A, 2);
   const void *freq = ROPE ? amk_in(A, 1) : nullptr;
@@ -3113,14 +3399,35 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
         bool qi = i < GQ * HALF;
         int q = qi ? i / HALF : 0, k = qi ? i - q * HALF : i - GQ * HALF;
         long long b = qi ? (long long)(h0 + q) * HD : (long long)(NH + kvh) * HD;
+        long long vb = (long long)(NH + NKV + kvh) * HD;
         bool live = !qi || q < nb;
-        float x1 = live ? amk_ld<QDT>(qsrc, b + k) : 0.0f;
-        float x2 = live ? amk_ld<QDT>(qsrc, b + HALF + k) : 0.0f;
-        float v1 = 0.0f, v2 = 0.0f;
-        if (!qi) {
-          long long vb = (long long)(NH + NKV + kvh) * HD;
-          v1 = amk_ld<QDT>(qsrc, vb + k);
-          v2 = amk_ld<QDT>(qsrc, vb + HALF + k);
+        float x1, x2, v1 = 0.0f, v2 = 0.0f;
+        if constexpr ((TAGGED & 1) != 0) {
+          // The words of qkv this item needs, all loads in flight, then
+          // polled again until each carries this launch's tag.
+          const unsigned long long *sh = (const unsigned long long *)A.shadow[0];
+          const unsigned long long *wp[4] = {live ? sh + b + k : nullptr,
+                                             live ? sh + b + HALF + k : nullptr,
+                                             qi ? nullptr : sh + vb + k,
+                                             qi ? nullptr : sh + vb + HALF + k};
+          unsigned long long w[4];
+#pragma unroll
+          for (int j = 0; j < 4; j++)
+            w[j] = wp[j] ? amk_tag_ld(wp[j]) : 0ull;
+          amk_tag_settle<4, false>(P, idx, wp, w);
+          x1 = live ? amk_tag_value(w[0]) : 0.0f;
+          x2 = live ? amk_tag_value(w[1]) : 0.0f;
+          if (!qi) {
+            v1 = amk_tag_value(w[2]);
+            v2 = amk_tag_value(w[3]);
+          }
+        } else {
+          x1 = live ? amk_ld<QDT>(qsrc, b + k) : 0.0f;
+          x2 = live ? amk_ld<QDT>(qsrc, b + HALF + k) : 0.0f;
+          if (!qi) {
+            v1 = amk_ld<QDT>(qsrc, vb + k);
+            v2 = amk_ld<QDT>(qsrc, vb + HALF + k);
+          }
         }
         float ang = (float)pos * amk_ld<FDT>(freq, k);
         float cs = cosf(ang), sn = sinf(ang);
@@ -3351,12 +3658,21 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
         if constexpr (PARTIAL) {
           long long o = (long long)h * (HD + 2);
           amk_st<ODT>(out, o + d, a);
+          if constexpr ((TAGGED & 2) != 0)
+            amk_tag_put(o + d, amk_round<ODT>(a));
           if (d == 0) {
             amk_st<ODT>(out, o + HD, run_m[qq]);
             amk_st<ODT>(out, o + HD + 1, run_l[qq]);
+            if constexpr ((TAGGED & 2) != 0) {
+              amk_tag_put(o + HD, amk_round<ODT>(run_m[qq]));
+              amk_tag_put(o + HD + 1, amk_round<ODT>(run_l[qq]));
+            }
           }
         } else {
-          amk_st<ODT>(out, (long long)h * HD + d, run_l[qq] > 0.0f ? a / run_l[qq] : 0.0f);
+          float v = run_l[qq] > 0.0f ? a / run_l[qq] : 0.0f;
+          amk_st<ODT>(out, (long long)h * HD + d, v);
+          if constexpr ((TAGGED & 2) != 0)
+            amk_tag_put((long long)h * HD + d, amk_round<ODT>(v));
         }
       }
     }
@@ -3369,7 +3685,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
 // wait find them there rather than in DRAM: false where there are none.
 // Per-head caches (MODE 3, 5) only, where one KV head's rows are contiguous.
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
-          int PARTIAL>
+          int PARTIAL, int TAGGED>
 __device__ __forceinline__ bool amk_attention_kv_span(AmkI I, AmkA A, int pos, const char **base,
                                                       unsigned *bytes) {
   if constexpr ((MODE == 3 || MODE == 5) && AmkVec<KDT>::OK) {
@@ -3394,12 +3710,12 @@ __device__ __forceinline__ bool amk_attention_kv_span(AmkI I, AmkA A, int pos, c
 // Thread 0, before an attention tile's waits (AMK_KV_PREFETCH 1, or 2
 // without the L2 stream): its cache span to L2.
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
-          int PARTIAL>
+          int PARTIAL, int TAGGED>
 __device__ __forceinline__ void amk_attention_prewait(AmkI I, AmkA A, int pos) {
   if constexpr (AMK_KV_PREFETCH == 1 || (AMK_KV_PREFETCH == 2 && AMK_STREAM_MODE != 1)) {
     const char *base;
     unsigned bytes;
-    if (amk_attention_kv_span<MODE, QDT, KDT, ODT, FDT, HD, NH, NKV, ROWS, PARTIAL>(I, A, pos,
+    if (amk_attention_kv_span<MODE, QDT, KDT, ODT, FDT, HD, NH, NKV, ROWS, PARTIAL, TAGGED>(I, A, pos,
                                                                                  &base, &bytes))
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base), "r"(bytes)
                    : "memory");
@@ -3770,6 +4086,40 @@ template <int DT> __device__ __forceinline__ float2 amk_ld_pair(const void *p, l
   }
 }
 
+// One head's combine weights exp(m_p - m) from its partials' m and l (an
+// empty partial, l = 0, weighs nothing) into weight[0 .. NP), and their
+// l-weighted sum, floored, into *denom.
+template <int NP>
+__device__ __forceinline__ void amk_combine_weights(const float (&mp)[NP], const float (&lp)[NP],
+                                                    float *weight, float *denom) {
+  float m = -INFINITY;
+#pragma unroll
+  for (int p = 0; p < NP; p++)
+    m = fmaxf(m, mp[p]);
+  float d = 0.0f;
+#pragma unroll
+  for (int p = 0; p < NP; p++) {
+    float w = lp[p] > 0.0f ? expf(mp[p] - m) : 0.0f;
+    d += lp[p] * w;
+    weight[p] = w;
+  }
+  *denom = d < 1e-20f ? 1e-20f : d;
+}
+
+// Values e, e + 1 of a head from its partials' pairs v[p] and weights.
+template <int NP, class Store>
+__device__ __forceinline__ void amk_combine_pair(const float2 (&v)[NP], const float *weight,
+                                                 float denom, int e, Store &store) {
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int p = 0; p < NP; p++) {
+    a0 += v[p].x * weight[p];
+    a1 += v[p].y * weight[p];
+  }
+  store(e, a0 / denom);
+  store(e + 1, a1 / denom);
+}
+
 // The combine of NP split-KV partials [NH, HD + 2] (acc | m | l per head):
 // value i of [NH * HD] goes to store(i, v), with the operations and order
 // of instructions/attention.c. The per-head weights come first (one thread
@@ -3817,18 +4167,7 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, int l
       mp[p] = p < live ? amk_ld<PDT>(parts[p], base + HD) : -INFINITY;
       lp[p] = p < live ? amk_ld<PDT>(parts[p], base + HD + 1) : 0.0f;
     }
-    float m = -INFINITY;
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-      m = fmaxf(m, mp[p]);
-    float d = 0.0f;
-#pragma unroll
-    for (int p = 0; p < NP; p++) {
-      float w = lp[p] > 0.0f ? expf(mp[p] - m) : 0.0f;
-      d += lp[p] * w;
-      weight[h * NP + p] = w;
-    }
-    denom[h] = d < 1e-20f ? 1e-20f : d;
+    amk_combine_weights<NP>(mp, lp, weight + h * NP, denom + h);
   }
   __syncthreads();
   if (pairs) {
@@ -3840,14 +4179,7 @@ __device__ __forceinline__ void amk_combine_into(const void *const *parts, int l
         int q = threadIdx.x + (round * R + j) * AMK_NT;
         if (q < NPAIR) {
           int e = 2 * q, h = e / HD;
-          float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-          for (int p = 0; p < NP; p++) {
-            a0 += v[j][p].x * weight[h * NP + p];
-            a1 += v[j][p].y * weight[h * NP + p];
-          }
-          store(e, a0 / denom[h]);
-          store(e + 1, a1 / denom[h]);
+          amk_combine_pair<NP>(v[j], weight + h * NP, denom[h], e, store);
         }
       }
     }
@@ -3882,14 +4214,89 @@ __device__ void amk_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sme
 // partials into its input vector (rounded to the output dtype, as the
 // unfused attn buffer held it), then out[cols] = r[cols] + x @ W[cols]^T.
 // One task and one dependency hop fewer per layer than a combine task.
-template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT>
+// amk_combine_into over the partials' shadows (launch-tagged transfers):
+// the same operations in the same order on the same values (a shadow holds
+// each partial value as f32), each pair of words polled until it carries
+// this launch's tag. HD is even (transfers.c), so every head's values and
+// its m | l come in 16-byte pairs.
+template <int HD, int NH, int NP, class Store>
+__device__ __forceinline__ void amk_combine_into_tagged(AmkP P, int idx,
+                                                        const unsigned long long *const *parts,
+                                                        int live, float *scratch, Store store) {
+  static_assert(HD % 2 == 0, "tagged partials are read in pairs");
+  float *weight = scratch;          // [NH][NP]
+  float *denom = scratch + NH * NP; // [NH]
+  constexpr int NPAIR = NH * HD / 2, R = 2; // two pairs a round: twice the registers of a float pair
+  constexpr int ROUNDS = (NPAIR + AMK_NT * R - 1) / (AMK_NT * R);
+  const unsigned long long *wp[R * NP];
+  unsigned long long w[2 * R * NP];
+  auto load_round = [&](int round) {
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+      int q = threadIdx.x + (round * R + j) * AMK_NT;
+      int e = 2 * q, h = e / HD, d = e - h * HD;
+#pragma unroll
+      for (int p = 0; p < NP; p++) {
+        wp[j * NP + p] = q < NPAIR && p < live ? parts[p] + (long long)h * (HD + 2) + d : nullptr;
+        ulonglong2 v = wp[j * NP + p] ? amk_tag_ld2(wp[j * NP + p]) : make_ulonglong2(0ull, 0ull);
+        w[2 * (j * NP + p)] = v.x;
+        w[2 * (j * NP + p) + 1] = v.y;
+      }
+    }
+  };
+  load_round(0);
+  for (int h = threadIdx.x; h < NH; h += AMK_NT) {
+    long long base = (long long)h * (HD + 2);
+    const unsigned long long *mp_at[NP];
+    unsigned long long ml[2 * NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+      mp_at[p] = p < live ? parts[p] + base + HD : nullptr;
+      ulonglong2 v = mp_at[p] ? amk_tag_ld2(mp_at[p]) : make_ulonglong2(0ull, 0ull);
+      ml[2 * p] = v.x;
+      ml[2 * p + 1] = v.y;
+    }
+    amk_tag_settle<NP, true>(P, idx, mp_at, ml);
+    float mp[NP], lp[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+      mp[p] = p < live ? amk_tag_value(ml[2 * p]) : -INFINITY;
+      lp[p] = p < live ? amk_tag_value(ml[2 * p + 1]) : 0.0f;
+    }
+    amk_combine_weights<NP>(mp, lp, weight + h * NP, denom + h);
+  }
+  __syncthreads();
+  for (int round = 0; round < ROUNDS; round++) {
+    if (round > 0)
+      load_round(round);
+    amk_tag_settle<R * NP, true>(P, idx, wp, w);
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+      int q = threadIdx.x + (round * R + j) * AMK_NT;
+      if (q < NPAIR) {
+        int e = 2 * q, h = e / HD;
+        float2 v[NP];
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+          v[p] = p < live ? make_float2(amk_tag_value(w[2 * (j * NP + p)]),
+                                        amk_tag_value(w[2 * (j * NP + p) + 1]))
+                          : make_float2(0.0f, 0.0f);
+        amk_combine_pair<NP>(v, weight + h * NP, denom[h], e, store);
+      }
+    }
+  }
+}
+
+// GEMV pattern combine_residual: the o_proj tile with the split-KV combine
+// folded in. Inputs p_0, W, r, p_1 .. p_{NP-1}: every tile combines all NP
+// partials into its input vector (rounded to the output dtype, as the
+// unfused attn buffer held it), then out[cols] = r[cols] + x @ W[cols]^T.
+// One task and one dependency hop fewer per layer than a combine task.
+// TAGGED bit 0: the partials come from their shadows, bit 1: the output has
+// a shadow too (launch-tagged transfers).
+template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT, int TAGGED>
 __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
   constexpr int K = NH * HD;
-  const void *parts[NP];
-  parts[0] = amk_in(A, 0);
-#pragma unroll
-  for (int p = 1; p < NP; p++)
-    parts[p] = amk_in(A, p + 2);
   const void *W = amk_in(A, 1);
   const void *res = amk_in(A, 2);
   void *out = amk_out(A, 0);
@@ -3897,15 +4304,30 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
     return;
   float *xs = smem; // K, then the combine's scratch
-  amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem + K,
-                                    [&](int i, float v) { xs[i] = amk_round<ODT>(v); });
+  auto into_xs = [&](int i, float v) { xs[i] = amk_round<ODT>(v); };
+  if constexpr ((TAGGED & 1) != 0) {
+    const unsigned long long *parts[NP];
+    parts[0] = (const unsigned long long *)A.shadow[0];
+#pragma unroll
+    for (int p = 1; p < NP; p++)
+      parts[p] = (const unsigned long long *)A.shadow[p + 2];
+    amk_combine_into_tagged<HD, NH, NP>(P, idx, parts, amk_live_parts(A, pos, NP), smem + K,
+                                        into_xs);
+  } else {
+    const void *parts[NP];
+    parts[0] = amk_in(A, 0);
+#pragma unroll
+    for (int p = 1; p < NP; p++)
+      parts[p] = amk_in(A, p + 2);
+    amk_combine_into<PDT, HD, NH, NP>(parts, amk_live_parts(A, pos, NP), smem + K, into_xs);
+  }
   __syncthreads();
   amk_mark_staged();
-  amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0>(W, res, out, xs, n_off,
-                                                                       n_tile, 0, 1);
+  amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0, 0, TAGGED & 2>(
+      W, res, out, xs, n_off, n_tile, 0, 1);
 }
 // The weight stream's view of a combine_residual variant.
-template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT>
+template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT, int TAGGED>
 __device__ amk_stream_info_t amk_gemv_combine_stream() {
   if constexpr (AMK_STREAM_MODE == 2) // its rows are read from global memory, never the ring
     return amk_stream_info_t{0, 0, 0};
@@ -4707,22 +5129,24 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
   float *smem = (float *)amk_smem4;
   if (D.state)
     pos = (int)((volatile unsigned int *)D.state)[2];
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     amk_seen_reset();
+    amk_tag_now = P.launch_tag;
+  }
   const int *qo = (const int *)P.queue_offsets;
   const int *q = (const int *)P.queue;
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
   for (int b = blockIdx.x; b < P.n_queues; b += gridDim.x) {
-    int end = qo[b + 1];
-    amk_stream_begin(P, smem, qo[b], end, pos);
+    int begin = qo[b], end = qo[b + 1];
+    amk_stream_begin(P, smem, begin, end, pos);
     bool warp0 = threadIdx.x < 32;
-    if (warp0 && qo[b] < end) {
-      int first = q[qo[b]];
+    if (warp0 && begin < end) {
+      int first = q[begin];
       if (first >= 0 && first < P.n_instructions)
-        amk_stage_issue(P, first, qo[b] & 1);
+        amk_stage_issue(P, first, begin & 1);
       amk_stage_wait<0>();
     }
-    for (int k = qo[b]; k < end; k++) {
+    for (int k = begin; k < end; k++) {
       int idx = q[k];
       if (idx < 0 || idx >= P.n_instructions) {
         if (threadIdx.x == 0)
@@ -4764,6 +5188,10 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       amk_trace_t *tr = P.trace ? (amk_trace_t *)P.trace + idx : nullptr;
       if (tr && threadIdx.x == 0)
         tr->arrive = amk_globaltimer();
+      // Before the wait's barrier, so every thread sees it in the body; the
+      // previous task's signal barrier kept it until all were done with it.
+      if (AMK_TAGGED != 0 && threadIdx.x == 0)
+        amk_tag_out = (unsigned long long *)A.shadow[AMK_MAX_INPUTS];
       if (!amk_wait(P, I, idx))
         return;
       if (tr && threadIdx.x == 0)
@@ -4773,7 +5201,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       amk_dispatch(P, I, A, idx, pos, smem);
       if (AMK_TRACE_PHASES != 0 && tr && threadIdx.x == 0)
         tr->body = amk_globaltimer();
-      amk_signal(P, I);
+      amk_signal(P, I, A, idx);
       if (tr && threadIdx.x == 0)
         tr->end = amk_globaltimer();
     }

@@ -126,6 +126,9 @@ enum {
   AMK_FOLLOW_PARTITION = 3, /* split-KV: partition p of P of [0, pos] */
 };
 
+/* The most waits a task defers to its signal (amk_inst_aux_t). */
+#define AMK_MAX_SIGNAL_WAITS 2
+
 /* Per-instruction data the generated kernel needs beside the ABI record. */
 typedef struct {
   int32_t variant;  /* which generated device function runs it */
@@ -142,6 +145,17 @@ typedef struct {
    * shared memory ahead of its turn, so a task reaches its data with no
    * chain of dependent loads through the tables. */
   uint64_t io[AMK_MAX_INPUTS + AMK_MAX_OUTPUTS];
+  /* Launch-tagged transfers (docs/Backend.md): the shadow of an input the
+   * task reads through one, and of the output it also writes one of, as
+   * io is laid out (0: none). Each element of a shadow is one 8-byte word,
+   * its value as f32 bits in the low half and the launch's tag in the high. */
+  uint64_t shadow[AMK_MAX_INPUTS + AMK_MAX_OUTPUTS];
+  /* Waits that hold before the task signals rather than before it runs:
+   * the counters of the producers it reads through shadows. */
+  int32_t n_signal_waits;
+  int32_t signal_wait_counter[AMK_MAX_SIGNAL_WAITS];
+  int32_t signal_wait_threshold[AMK_MAX_SIGNAL_WAITS];
+  int32_t pad[3];
 } amk_inst_aux_t;
 
 /* Device status words (host-mapped memory). */
@@ -167,6 +181,10 @@ typedef struct {
   int32_t n_buffers, n_counters, n_instructions, n_queues;
   int64_t spin_limit_ns; /* a wait longer than this raises AMK_STATUS_SPIN */
   uint64_t trace;        /* amk_trace_t[n_instructions], or 0: no tracing */
+  /* This launch's tag, never 0 and never that of the launch before (the
+   * host counts launches): a shadow word written in this launch carries it. */
+  uint32_t launch_tag;
+  int32_t pad;
 } amk_program_t;
 
 /* One instruction's times in one launch (%globaltimer, ns), written by the
@@ -204,8 +222,8 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_params_t) == 88, "amk_params_t is 88 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_buffer_t) == 96, "amk_buffer_t is 96 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
                       "amk_instruction_t is 224 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 144, "amk_inst_aux_t is 144 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 96, "amk_program_t is 96 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 272, "amk_inst_aux_t is 272 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 104, "amk_program_t is 104 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 40, "amk_trace_t is 40 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_decode_t) == 48, "amk_decode_t is 48 bytes");
 #ifndef AMK_ABI_NO_OFFSETOF

@@ -30,6 +30,41 @@
 #include "amk/plan.h"
 #include "amk/weights.h"
 
+/* ---- launch-tagged transfers (backend/transfers.c) -------------------------- */
+
+/* Which producer -> consumer hops of a decode program the device makes
+ * through shadows rather than through the consumer's wait (docs/Backend.md,
+ * "Launch-tagged transfers"): a producer also writes each element of its
+ * output as one 8-byte word {value, launch tag} into a shadow no other
+ * buffer shares; a consumer polls the words of that output it reads until
+ * they carry this launch's tag, so it starts as soon as its own inputs have
+ * landed. Its wait on the producers' counter moves to its signal (whatever
+ * follows the consumer is still ordered after the producers), and it takes
+ * the producers' own waits before it runs (whatever they had seen, it has
+ * seen). A hop qualifies only where that leaves every access the consumer
+ * makes ordered as it was: every input it reads directly and every page it
+ * writes is reached from its new waits wherever it was from the old. */
+typedef struct {
+  uint8_t n_blocking, n_at_signal;
+  uint32_t counter[AMK_MAX_WAITS], threshold[AMK_MAX_WAITS];
+  uint32_t signal_counter[AMK_MAX_SIGNAL_WAITS], signal_threshold[AMK_MAX_SIGNAL_WAITS];
+} AmkTransferWaits;
+
+typedef struct {
+  uint32_t n_tasks, n_buffers;
+  bool *shadowed;         /* per buffer: its writers also write its shadow */
+  bool *tagged_reads;     /* per task: reads its shadowed inputs through the shadows */
+  AmkTransferWaits *waits; /* per task: the device's waits (the plan's where untouched) */
+  uint32_t n_consumers;   /* tasks with tagged_reads */
+  uint32_t n_hops;        /* (consumer, producer counter) pairs made tagged */
+} AmkTransfers;
+
+/* Decides the tagged hops of a plan (none for a prefill program, a list
+ * that is not in dependency order, or with enable false: then every task
+ * keeps its waits). Never fails. Free with amk_cuda_transfers_free. */
+void amk_cuda_transfers_plan(const AmkPlan *plan, bool enable, AmkTransfers *out);
+void amk_cuda_transfers_free(AmkTransfers *t);
+
 /* ---- codegen ---------------------------------------------------------------- */
 
 /* How the megakernel moves weights ahead of the waits (megakernel.cuh,
@@ -95,6 +130,12 @@ typedef struct {
   bool trace_phases;    /* traced launches also stamp when a task's inputs are staged and
                          * its body done (amk_trace_t.staged, .body; off: a build without
                          * the stamps, the one that is measured) */
+  bool tagged;          /* launch-tagged transfers (AMK_CUDA_TAGGED=1; off by default: slower
+                         * so far, docs/Performance.md, eighteenth session) */
+  /* The tagged hops the kernel is built for (amk_cuda_transfers_plan on
+   * the program's plan), or NULL: none. Consumers get variants that read
+   * their shadowed inputs through the shadows. */
+  const AmkTransfers *transfers;
 } AmkCodegenOptions;
 
 /* The most input rows a GEMV or GEMM tile that the tensor cores do not
@@ -115,7 +156,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
- * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1)
+ * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1)
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);

@@ -78,8 +78,13 @@ int main(void) {
   CHECK(&c, sizeof(amk_counter_t) == 4);
 
   /* Program: eight table pointers, four counts, the spin limit, the trace
-   * table last; a trace record is five timestamps. */
-  CHECK(&c, sizeof(amk_program_t) == 96);
+   * table, the launch tag last; a trace record is five timestamps. The aux
+   * record: the resolved addresses, then their shadows and the waits held
+   * at the signal. */
+  CHECK(&c, sizeof(amk_program_t) == 104);
+  CHECK(&c, sizeof(amk_inst_aux_t) == 272 && offsetof(amk_inst_aux_t, shadow) == 144 &&
+                offsetof(amk_inst_aux_t, n_signal_waits) == 240);
+  CHECK(&c, offsetof(amk_program_t, launch_tag) == 96);
   CHECK(&c, offsetof(amk_program_t, n_buffers) == 64 &&
                 offsetof(amk_program_t, spin_limit_ns) == 80 &&
                 offsetof(amk_program_t, trace) == 88);

@@ -764,7 +764,29 @@ static bool process(const DriverOptions *o, const char *text, size_t len,
       /* The same tuning (AMK_CUDA_* variables) as amk-run's launches. */
       AmkCodegen cg;
       AmkCodegenOptions cgo = {0};
-      if (!amk_codegen_options_from_env(&cgo, diag) || !amk_cuda_codegen(m, &cgo, &cg, diag)) {
+      if (!amk_codegen_options_from_env(&cgo, diag)) {
+        ok = false;
+        break;
+      }
+      /* The launch-tagged transfers amk-run would plan: on a program the
+       * plan takes (validated); codegen does not need one, so a program it
+       * refuses is generated without them, as before. */
+      AmkTransfers transfers = {0};
+      AmkPlan *plan = NULL;
+      if (cgo.tagged) {
+        AmkDiagEngine *quiet = amk_diag_new(stderr);
+        amk_diag_set_capture(quiet, 1);
+        plan = amk_plan_build(m, NULL, quiet);
+        amk_diag_free(quiet);
+        if (plan) {
+          amk_cuda_transfers_plan(plan, true, &transfers);
+          cgo.transfers = &transfers;
+        }
+      }
+      bool generated = amk_cuda_codegen(m, &cgo, &cg, diag);
+      amk_cuda_transfers_free(&transfers);
+      amk_plan_free(plan);
+      if (!generated) {
         ok = false;
         break;
       }
