@@ -1400,6 +1400,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
       !env_switch("AMK_CUDA_TAGGED", &o->tagged, diag) ||
       !env_switch_off("AMK_CUDA_GEMM_MMA", &o->no_gemm_mma, diag))
     return false;
+  int pump_warp;
+  if (!env_int("AMK_CUDA_PUMP_WARP", 3, &pump_warp, &set, diag))
+    return false;
+  if (set)
+    o->pump_warp = pump_warp + 1;
   int tile_n;
   if (!env_int("AMK_CUDA_GEMM_TILE_N", 256, &tile_n, &set, diag))
     return false;
@@ -1581,6 +1586,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
   if (opt && opt->transfers && opt->transfers->n_hops > 0)
     amk_sb_puts(&s, "#define AMK_TAGGED 1\n");
+  if (opt && opt->pump_warp > 1)
+    amk_sb_printf(&s, "#define AMK_PUMP_THREAD %d\n", 32 * (opt->pump_warp - 1));
   if (opt && opt->tp_release_flags)
     amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 0\n");
   if (opt && opt->no_wait_cache)

@@ -692,8 +692,18 @@ __device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k, in
   __syncthreads();
 }
 
-// Thread 0, before waiting on instruction k's counters (and, in ring mode,
-// after each chunk it consumes): move weights ahead.
+// The thread that moves weights ahead (AMK_CUDA_PUMP_WARP: lane 0 of that
+// warp). Thread 0 polls the next task's counters: on another warp the
+// pump's chain of shared-memory reads and bulk prefetches overlaps that
+// poll instead of coming before it.
+#ifndef AMK_PUMP_THREAD
+#define AMK_PUMP_THREAD 0
+#endif
+static_assert(AMK_PUMP_THREAD >= 0 && AMK_PUMP_THREAD < AMK_NT && AMK_PUMP_THREAD % 32 == 0,
+              "the pump is lane 0 of one of the block's warps");
+
+// AMK_PUMP_THREAD, before waiting on instruction k's counters (and, in ring
+// mode, after each chunk it consumes): move weights ahead.
 __device__ void amk_stream_pump(float *smem, int k) {
   AmkStream *S = amk_stream(smem);
   if (AMK_STREAM_MODE == 1) {
@@ -1127,7 +1137,7 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int part = warp % G;
   AmkStream *R = amk_stream(smem);
-  int base = R->consumed; // thread 0 changes it only after the first chunk's barrier
+  int base = R->consumed; // the pump changes it only after the first chunk's barrier
   int cpr = (n_tile + RPC - 1) / RPC, nchunks = cpr * STACK;
   // The residual (or bias) values of the tile, loaded once before the first
   // chunk: a global load in each chunk's epilogue would stall the block at
@@ -1177,7 +1187,7 @@ __device__ __forceinline__ void amk_gemv_streamed(AmkP P, const void *aux, void 
       }
     }
     __syncthreads(); // every warp is done with the slot (and with red)
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == AMK_PUMP_THREAD) {
       R->consumed = seq + 1;
       amk_stream_pump(smem, R->cur_k);
     }
@@ -5171,7 +5181,7 @@ extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
       const amk_instruction_t &I = amk_staged_inst[k & 1];
       const amk_inst_aux_t &A = amk_staged_aux[k & 1];
       amk_stream_window(P, smem, k, pos);
-      if (AMK_STREAM_MODE != 0 && threadIdx.x == 0) {
+      if (AMK_STREAM_MODE != 0 && threadIdx.x == AMK_PUMP_THREAD) {
         amk_stream(smem)->cur_k = k;
         amk_stream_pump(smem, k);
       }

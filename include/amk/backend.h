@@ -130,6 +130,8 @@ typedef struct {
   bool trace_phases;    /* traced launches also stamp when a task's inputs are staged and
                          * its body done (amk_trace_t.staged, .body; off: a build without
                          * the stamps, the one that is measured) */
+  int pump_warp;        /* 1 + the warp whose lane 0 moves weights ahead, 0 to 3 (0: the
+                         * default, warp 0: thread 0, which then polls the counters) */
   bool tagged;          /* launch-tagged transfers (AMK_CUDA_TAGGED=1; off by default: slower
                          * so far, docs/Performance.md, eighteenth session) */
   /* The tagged hops the kernel is built for (amk_cuda_transfers_plan on
@@ -156,7 +158,8 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
- * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1)
+ * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1),
+ * AMK_CUDA_PUMP_WARP (0 to 3)
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
