@@ -1586,7 +1586,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
   if (opt && opt->transfers && opt->transfers->n_hops > 0)
     amk_sb_puts(&s, "#define AMK_TAGGED 1\n");
-  if (opt && opt->pump_warp > 1)
+  if (opt && opt->pump_warp > 0)
     amk_sb_printf(&s, "#define AMK_PUMP_THREAD %d\n", 32 * (opt->pump_warp - 1));
   if (opt && opt->tp_release_flags)
     amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 0\n");

@@ -692,12 +692,13 @@ __device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k, in
   __syncthreads();
 }
 
-// The thread that moves weights ahead (AMK_CUDA_PUMP_WARP: lane 0 of that
-// warp). Thread 0 polls the next task's counters: on another warp the
-// pump's chain of shared-memory reads and bulk prefetches overlaps that
-// poll instead of coming before it.
+// The thread that moves weights ahead: lane 0 of warp 1 by default
+// (AMK_CUDA_PUMP_WARP picks the warp). Thread 0 polls the next task's
+// counters: on another warp the pump's chain of shared-memory reads and
+// bulk prefetches overlaps that poll instead of coming before it (H100,
+// nineteenth session: SmolLM2 -3%, the 1B at 1024 -0.5%, docs/Performance.md).
 #ifndef AMK_PUMP_THREAD
-#define AMK_PUMP_THREAD 0
+#define AMK_PUMP_THREAD 32
 #endif
 static_assert(AMK_PUMP_THREAD >= 0 && AMK_PUMP_THREAD < AMK_NT && AMK_PUMP_THREAD % 32 == 0,
               "the pump is lane 0 of one of the block's warps");

@@ -131,7 +131,7 @@ typedef struct {
                          * its body done (amk_trace_t.staged, .body; off: a build without
                          * the stamps, the one that is measured) */
   int pump_warp;        /* 1 + the warp whose lane 0 moves weights ahead, 0 to 3 (0: the
-                         * default, warp 0: thread 0, which then polls the counters) */
+                         * default, warp 1; warp 0 is thread 0, which polls the counters) */
   bool tagged;          /* launch-tagged transfers (AMK_CUDA_TAGGED=1; off by default: slower
                          * so far, docs/Performance.md, eighteenth session) */
   /* The tagged hops the kernel is built for (amk_cuda_transfers_plan on
