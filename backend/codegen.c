@@ -1396,6 +1396,7 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (!env_switch("AMK_CUDA_TRACE_PHASES", &o->trace_phases, diag) ||
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
       !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
+      !env_switch_off("AMK_CUDA_ATTN_K_STAGE", &o->no_attn_k_stage, diag) ||
       !env_switch_off("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_release_flags, diag) ||
       !env_switch("AMK_CUDA_TAGGED", &o->tagged, diag) ||
       !env_switch_off("AMK_CUDA_GEMM_MMA", &o->no_gemm_mma, diag))
@@ -1584,6 +1585,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_GEMV_EARLY 1\n");
   if (opt && opt->attn_key_split)
     amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
+  if (opt && opt->no_attn_k_stage)
+    amk_sb_puts(&s, "#define AMK_ATTN_K_STAGE 0\n");
   if (opt && opt->transfers && opt->transfers->n_hops > 0)
     amk_sb_puts(&s, "#define AMK_TAGGED 1\n");
   if (opt && opt->pump_warp > 0)

@@ -3318,6 +3318,17 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 #ifndef AMK_ATTN_KEY_SPLIT
 #define AMK_ATTN_KEY_SPLIT 0
 #endif
+// The key pass with the chunk's key rows copied into shared memory first
+// (the default; AMK_CUDA_ATTN_K_STAGE=0: each thread loads its key's row
+// into registers): every thread's 16-byte pieces go out as asynchronous
+// copies at once, one round trip for up to as many rows as the V pass's
+// partial-sum scratch holds, where ptxas had issued a thread's own row in
+// three or four batches, each a round trip (Nsight Compute, 1B at 1024:
+// the tiles' key pass took about 4 us for 171 keys; staged, the 1B's step
+// at 1024 is 3% shorter, nineteenth session, docs/Performance.md).
+#ifndef AMK_ATTN_K_STAGE
+#define AMK_ATTN_K_STAGE 1
+#endif
 static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
                   (AMK_ATTN_V_LOADS & (AMK_ATTN_V_LOADS - 1)) == 0,
               "1 to 16 value rows in flight, a power of two");
@@ -3527,6 +3538,51 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
                   sc[q * AMK_ATTN_CHUNK + j] = sq;
                 cm[q] = fmaxf(cm[q], sq);
               }
+            }
+          }
+        }
+      } else if constexpr (AMK_ATTN_K_STAGE != 0 && VECV && (CH & (CH - 1)) == 0 &&
+                           (GQ * AMK_NT * 8 * 4) / (HD * ESZ) >= 1) {
+        // Rows [j0, j0 + nk) into accr (free until the V pass's sums), piece
+        // v of row j at slot v ^ (j % CH): a quarter-warp's 16-byte reads of
+        // one piece of eight consecutive rows then fall in distinct banks.
+        constexpr int KROWS = (GQ * AMK_NT * 8 * 4) / (HD * ESZ);
+        const char *kbase = (const char *)kc + ((long long)(win.kv_start + c0) * RSTRIDE + kcol) * ESZ;
+        char *kst = (char *)accr;
+        for (int j0 = 0; j0 < ncache; j0 += KROWS) {
+          int nk = ncache - j0 < KROWS ? ncache - j0 : KROWS;
+          if (j0 > 0)
+            __syncthreads(); // the rows before are scored
+          for (int i = tid; i < nk * CH; i += AMK_NT) {
+            int j = i / CH, v = i - j * CH;
+            const char *src = kbase + ((long long)(j0 + j) * RSTRIDE + (long long)v * VE) * ESZ;
+            unsigned dst = amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src)
+                         : "memory");
+          }
+          asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+          __syncthreads();
+          for (int j = tid; j < nk; j += AMK_NT) {
+            float sv[GQ];
+#pragma unroll
+            for (int q = 0; q < GQ; q++)
+              sv[q] = 0.0f;
+            const uint4 *row = (const uint4 *)(kst + (long long)j * CH * 16);
+#pragma unroll
+            for (int v = 0; v < CH; v++) {
+              float k[VE];
+              amk_unpack16<KDT>(row[v ^ (j & (CH - 1))], k);
+#pragma unroll
+              for (int q = 0; q < GQ; q++)
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                  sv[q] += k[e] * qs[q * HD + v * VE + e];
+            }
+#pragma unroll
+            for (int q = 0; q < GQ; q++) {
+              float sq = sv[q] * scale;
+              sc[q * AMK_ATTN_CHUNK + j0 + j] = sq;
+              cm[q] = fmaxf(cm[q], sq);
             }
           }
         }

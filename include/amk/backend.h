@@ -125,6 +125,9 @@ typedef struct {
   bool attn_key_split;  /* attention's key pass: a key's 16-byte pieces over that many lanes,
                          * several keys a thread in flight (off: a key a thread, the default:
                          * docs/Performance.md, seventeenth session) */
+  bool no_attn_k_stage; /* attention's key pass reads each key's row into registers (off:
+                         * the default, the chunk's key rows are copied into shared memory
+                         * with asynchronous copies first, one round trip) */
   bool tp_release_flags; /* cross-rank all-reduce: each flag a release store (off: the flags
                           * stored relaxed after the one system fence, the default) */
   bool trace_phases;    /* traced launches also stamp when a task's inputs are staged and
@@ -159,7 +162,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
  * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1),
- * AMK_CUDA_PUMP_WARP (0 to 3)
+ * AMK_CUDA_PUMP_WARP (0 to 3), AMK_CUDA_ATTN_K_STAGE (0 or 1)
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
