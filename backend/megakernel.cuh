@@ -3556,11 +3556,11 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
           for (int i = tid; i < nk * CH; i += AMK_NT) {
             int j = i / CH, v = i - j * CH;
             const char *src = kbase + ((long long)(j0 + j) * RSTRIDE + (long long)v * VE) * ESZ;
-            unsigned dst = amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src)
-                         : "memory");
+            amk_cp_async16(amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16),
+                           src, true);
           }
-          asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+          asm volatile("cp.async.commit_group;" ::: "memory");
+          amk_cp_async_wait<0>();
           __syncthreads();
           for (int j = tid; j < nk; j += AMK_NT) {
             float sv[GQ];
