@@ -62,6 +62,7 @@ typedef struct {
   int64_t n_tile;        /* 0: chosen per projection for the target */
   int64_t num_sms;
   int64_t kv_partitions; /* 1: no split-KV */
+  bool balanced;         /* balanced_pieces below (AMK_TILE_BALANCED=0: off) */
 } TilePlan;
 
 typedef struct {
@@ -107,6 +108,24 @@ static int64_t auto_tile_rows(int64_t n, int64_t num_sms, int64_t multiple) {
   int64_t rows = (n + num_sms - 1) / num_sms;
   rows = (rows + multiple - 1) / multiple * multiple;
   return rows < MIN_TILE_ROWS ? MIN_TILE_ROWS : rows;
+}
+
+/* With plan->balanced (the default), a projection of n rows whose uniform
+ * tiles of `rows` (auto_tile_rows) leave SMs without a tile is cut instead
+ * into one tile per SM of floor or ceil(n / num_sms) rows, when that makes
+ * the largest tile smaller and every tile at least MIN_TILE_ROWS (the 1B's
+ * MLP: 132 tiles of 62 or 63 intermediate columns, not 128 of 64: the
+ * phase lasts as long as its largest tile). Returned as -num_sms, the
+ * piece count, for split_gemv; else `rows`. Measured on an H100 (bf16,
+ * docs/Performance.md, twentieth session): SmolLM2 -1.3% (its lm_head),
+ * the 8B -0.2% and its int8 step -1.6%, the 1B -0.1 to -0.2%. */
+static int64_t balanced_pieces(const TilePlan *plan, int64_t n, int64_t rows) {
+  if (!plan->balanced || plan->num_sms <= 0 || rows <= 0)
+    return rows;
+  int64_t pieces = (n + rows - 1) / rows, largest = (n + plan->num_sms - 1) / plan->num_sms;
+  if (pieces >= plan->num_sms || n / plan->num_sms < MIN_TILE_ROWS || largest >= rows)
+    return rows;
+  return -plan->num_sms;
 }
 
 /* A copy of `src` (fresh arrays, so later in-place edits stay local),
@@ -212,7 +231,8 @@ static int64_t gemm_tile_cols(int64_t m_blocks, int64_t total, int64_t num_sms) 
   return wide >= num_sms ? GEMM_COL_BLOCK : GEMM_COL_BLOCK / 2;
 }
 
-/* The rows of each GEMV's tiles, by list position (0: not a GEMV to split). */
+/* The rows of each GEMV's tiles, by list position (0: not a GEMV to split;
+ * -p: p tiles of balanced sizes, balanced_pieces). */
 static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
   /* The second inputs of silu_mul tasks (up): their GEMV is stacked with
    * the first's (gate). */
@@ -251,7 +271,9 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
           plan->n_tile ? plan->n_tile
           : m_blocks > 0 ? gemm_tile_cols(m_blocks, total, plan->num_sms)
           : sharing > 1  ? auto_tile_rows(total, plan->num_sms, GROUP_ROW_MULTIPLE)
-                         : auto_tile_rows(n_tile, plan->num_sms, TILE_ROW_MULTIPLE);
+                         : balanced_pieces(plan, n_tile,
+                                           auto_tile_rows(n_tile, plan->num_sms,
+                                                          TILE_ROW_MULTIPLE));
     }
     i = j;
   }
@@ -280,9 +302,11 @@ static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
     amk_task_param_int(src, "M_tile", &m_tile);
     amk_task_param_int(src, "m_off", &m_off);
   }
-  if (rows <= 0 || (rows >= n_tile && m_blocks == 0))
+  int64_t balanced = rows < 0 && m_blocks == 0 && -rows < n_tile ? -rows : 0;
+  if (!balanced && (rows <= 0 || (rows >= n_tile && m_blocks == 0)))
     return true;
-  int64_t n_pieces = (n_tile + rows - 1) / rows, m_pieces = m_blocks > 0 ? m_blocks : 1;
+  int64_t n_pieces = balanced ? balanced : (n_tile + rows - 1) / rows;
+  int64_t m_pieces = m_blocks > 0 ? m_blocks : 1;
   /* Columns vary fastest, so that the tiles of one row block, which read
    * the same input rows, run side by side. */
   for (int64_t r = 0; r < m_pieces; r++) {
@@ -290,7 +314,10 @@ static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
     int64_t m_end = m_blocks > 0 && m_start + GEMM_ROW_BLOCK < m_tile ? m_start + GEMM_ROW_BLOCK
                                                                       : m_tile;
     for (int64_t i = 0; i < n_pieces; i++) {
-      int64_t start = i * rows, end = start + rows < n_tile ? start + rows : n_tile;
+      int64_t start = balanced ? i * n_tile / n_pieces : i * rows;
+      int64_t end = balanced                 ? (i + 1) * n_tile / n_pieces
+                    : start + rows < n_tile ? start + rows
+                                            : n_tile;
       AmkTask *t = clone_task(m, e, src, pos);
       amk_task_set_param(m, t, "N_tile", amk_value_int(end - start));
       amk_task_set_param(m, t, "n_off", amk_value_int(n_off + start));
@@ -753,9 +780,11 @@ static int64_t tasks_after_split(const AmkModule *m, const AmkTask *src,
   int64_t n_tile, n_off, n_heads, n_kv;
   if (is_splittable_gemv(src)) {
     if (!amk_task_param_int(src, "N_tile", &n_tile) ||
-        !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0 || rows <= 0)
+        !amk_task_param_int(src, "n_off", &n_off) || n_tile <= 0 || rows == 0)
       return 1;
     int64_t m_blocks = gemm_row_blocks(src);
+    if (rows < 0)
+      return m_blocks == 0 && -rows < n_tile ? -rows : 1;
     if (rows >= n_tile && m_blocks == 0)
       return 1;
     return (n_tile + rows - 1) / rows * (m_blocks > 0 ? m_blocks : 1);
@@ -807,6 +836,18 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     return false;
   if (m->target && m->target->num_sms > 0 && m->target->num_sms <= 1000000)
     plan.num_sms = m->target->num_sms;
+  /* AMK_TILE_BALANCED=0|1: balanced_pieces off or on (the default), for
+   * A/B runs of the same program. */
+  plan.balanced = true;
+  const char *balanced_env = getenv("AMK_TILE_BALANCED");
+  if (balanced_env && *balanced_env) {
+    if (strcmp(balanced_env, "0") != 0 && strcmp(balanced_env, "1") != 0) {
+      amk_error(ctx->diag, no_loc, "tile: AMK_TILE_BALANCED must be 0 or 1, not '%s'",
+                balanced_env);
+      return false;
+    }
+    plan.balanced = balanced_env[0] == '1';
+  }
   if (!plan.n_tile) {
     if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
       amk_error(ctx->diag, no_loc,
