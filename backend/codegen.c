@@ -643,27 +643,35 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
 }
 
 /* Pattern combine_residual (docs/Fusion.md): inputs p_0, W, r, p_1 ..
- * p_{P-1}; every tile recombines the split-KV partials into its input
- * vector, then computes r[cols] + x @ W[cols]^T. */
+ * p_{P-1} (weight-only quantized: p_0, qW, scales, r, p_1 ..); every tile
+ * recombines the split-KV partials into its input vector, then computes
+ * r[cols] + x @ W[cols]^T. */
 static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
                              AmkStrBuf *inst) {
   if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
       !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_head_dim) ||
       !amk_inst_param_has(p, AMK_PARAM_n_heads))
     return fail(g, t, "needs params K, N_tile, n_off, head_dim and n_heads");
-  if (t->n_inputs < 3 || t->n_inputs > AMK_MAX_INPUTS || t->n_outputs != 1)
-    return fail(g, t, "combine_residual takes p0, W, r and up to %d more partials",
-                AMK_MAX_INPUTS - 3);
-  BufInfo p0, w, r, o, pi;
+  bool quant = amk_inst_param_has(p, AMK_PARAM_qdtype);
+  if (quant && p->qdtype.i != AMK_QDTYPE_INT8 && p->qdtype.i != AMK_QDTYPE_INT4)
+    return fail(g, t, "qdtype %d names no weight-only format", (int)p->qdtype.i);
+  if (quant && !amk_inst_param_has(p, AMK_PARAM_group))
+    return fail(g, t, "a quantized GEMV needs param group");
+  uint32_t more = AMK_COMBINE_MORE_PARTIALS(quant); /* p_1 .. start here */
+  if (t->n_inputs < more || t->n_inputs > AMK_MAX_INPUTS || t->n_outputs != 1)
+    return fail(g, t, "combine_residual takes p0, %s, r and up to %u more partials",
+                quant ? "qW, scales" : "W", AMK_MAX_INPUTS - more);
+  BufInfo p0, w, r, o, pi, sc = {0};
   if (!buf_info(g, t, t->inputs[0], &p0) || !buf_info(g, t, t->inputs[1], &w) ||
-      !buf_info(g, t, t->inputs[2], &r) || !buf_info(g, t, t->outputs[0], &o))
+      !buf_info(g, t, t->inputs[more - 1], &r) || !buf_info(g, t, t->outputs[0], &o) ||
+      (quant && !buf_info(g, t, t->inputs[2], &sc)))
     return false;
   int64_t hd = p->head_dim.i, nh = p->n_heads.i, k = p->K.i;
   if (hd <= 0 || nh <= 0 || k != nh * hd || p0.numel != nh * (hd + 2))
     return fail(g, t, "partials of %" PRId64 " elements are not [n_heads, head_dim + 2] for "
                       "K = %" PRId64,
                 p0.numel, k);
-  for (uint32_t i = 3; i < t->n_inputs; i++) {
+  for (uint32_t i = more; i < t->n_inputs; i++) {
     if (!buf_info(g, t, t->inputs[i], &pi))
       return false;
     if (pi.numel != p0.numel || pi.dtype != p0.dtype)
@@ -672,10 +680,35 @@ static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
   if (!need_numeric(g, t, &p0, "partial") || !need_numeric(g, t, &o, "output") ||
       !need_numeric(g, t, &r, "residual"))
     return false;
-  if (!is_float(w.dtype))
+  if (quant) {
+    if (!quant_weights_match(g, t, p, &w))
+      return false;
+    if (!is_float(sc.dtype))
+      return fail(g, t, "scales '%s' are %s; they are f32, f16 or bf16", sc.b->name,
+                  amk_dtype_text_name(sc.dtype));
+  } else if (!is_float(w.dtype)) {
     return fail(g, t, "weight '%s' is %s; the CUDA GEMV reads f32, f16 or bf16 weights",
                 w.b->name, amk_dtype_text_name(w.dtype));
+  }
   int64_t n_out = o.width, n_off = p->n_off.i, n_tile = p->N_tile.i;
+  if (quant) {
+    int64_t group = p->group.i, w_rows = w.numel / k, n_groups = (k + group - 1) / group;
+    if (w.numel % k != 0 || o.numel != n_out || r.numel != o.numel ||
+        sc.numel != w_rows * n_groups)
+      return fail(g, t, "weight, scales, residual and output do not fit K = %" PRId64
+                        " and %" PRId64 " outputs",
+                  k, o.numel);
+    if (n_off < 0 || n_tile < 0 || n_off + n_tile > n_out || n_off + n_tile > w_rows)
+      return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                        " weight rows or %" PRId64 " output columns",
+                  n_off, n_off + n_tile, w_rows, n_out);
+    int64_t parts = (int64_t)t->n_inputs - (more - 1);
+    /* xs with amk_xpad's gaps, then the combine's weights and denominators. */
+    need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + (size_t)(nh * parts + nh));
+    EMIT(inst, gemv_quant_combine, p0.dtype, w.dtype, o.dtype, r.dtype, sc.dtype, hd, nh,
+         parts, n_out, p->group.i);
+    return true;
+  }
   if (w.numel % k != 0 || o.numel != n_out || r.numel != o.numel)
     return fail(g, t, "weight, residual and output do not fit K = %" PRId64 " and %" PRId64
                       " outputs",

@@ -19,6 +19,7 @@
   X(gemv_combine, "iiiiiiiii")                                                 \
   X(gemv_mlp, "iiiiiii")                                                       \
   X(gemv_quant, "iiiiiiiiiiii")                                                 \
+  X(gemv_quant_combine, "iiiiiiiiii")                                          \
   X(gemm_mma_quant, "iiiiiiiii")                                               \
   X(gemm_quant, "iiiiiiii")                                                    \
   X(attention, "iiiiiiiiiii")                                                  \

@@ -2798,65 +2798,19 @@ __device__ __forceinline__ void amk_qmma_rows(const void *Q, const void *S, cons
   }
 }
 
-// A quantized GEMV tile (decode: one input row): inputs x (XDT), qW (QDT),
-// scales (SDT) and, for the fused patterns, input 3 (ADT): the norm weight
-// (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
-// rows [n_off, n_off + N_tile) of each of STACK stacked matrices. The
-// prologue and the store are the bf16 GEMV's.
-// STAGED: the tile streams its weights through per-warp stages (codegen
-// picks it for large tiles: backend/codegen.c, qgemv_staged).
-template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
-          int GROUP, int BIAS, int STAGED>
-__device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
-  const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
-  const void *aux = I.n_inputs > 3 ? amk_in(A, 3) : nullptr;
-  void *out = amk_out(A, 0);
-  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
-  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
-    return;
-  constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
-  float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
-  // The staged input's type: the norm and SiLU prologues round to ODT.
-  constexpr int MDT = (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
-                       PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
-                          ? ODT
-                          : XDT;
-  static_assert(!STAGED || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
-                             amk_qstaged_ok<QDT, SDT, K, GROUP>()),
-                "a staged quantized GEMV needs the staged path's shapes");
-  // The staged path's residual (or bias) values after red, then its rings;
-  // the first stages' copies start before the input is staged.
-  float *pre = red + AMK_NWARPS;
-  AmkQStaged<QDT, SDT, K, NOUT, STACK, GROUP> st;
-  if constexpr (STAGED != 0) {
-    char *ring = (char *)(((unsigned long long)(pre + STACK * n_tile) + 15ull) & ~15ull);
-    st.begin(Q, S, ring, n_off, n_tile);
-    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
-  }
-  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
-    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
-  __syncthreads();
-  amk_mark_staged();
-  if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>()) {
-    amk_qx_finish<QDT, K>(xs);
-    __syncthreads();
-  }
+// A quantized tile's rows on the CUDA cores, from xs as amk_gemv_quant
+// stages it (amk_qx_finish's form where the 16-byte path applies), each
+// stored through amk_gemv_store (all threads; after the barrier that ends
+// the staging).
+template <int PAT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK, int GROUP,
+          int BIAS>
+__device__ __forceinline__ void amk_gemv_quant_rows(const void *Q, const void *S,
+                                                    const void *aux, void *out, const float *xs,
+                                                    int n_off, int n_tile) {
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int rows = STACK * n_tile;
   constexpr AmkGemvExtra none = {0.0f, 0.0f};
-  if constexpr (STAGED != 0) {
-    st.fill();
-    st.run(xs, [&](int i, long long wrow, long long col, float sum) {
-      if (lane == 0)
-        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
-    });
-  } else if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
-    unsigned short *xb = (unsigned short *)(red + 32);
-    amk_qmma_stage<QDT, MDT, K>(xs, xb);
-    __syncthreads();
-    amk_qmma_rows<PAT, QDT, MDT, ODT, ADT, SDT, K, NOUT, STACK, GROUP, BIAS>(Q, S, aux, out, xb,
-                                                                             n_off, n_tile);
-  } else if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
+  if constexpr (amk_qvec_ok<QDT, K, GROUP>()) {
     // One row a warp, up to LOADS 16-byte loads of it in flight per lane.
     // Several rows a warp (AMK_QGEMV_LOADS above a row's share of loads)
     // was slower: the larger function made ptxas spill in the kernel's loop
@@ -2909,6 +2863,67 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   }
 }
 
+// A quantized GEMV tile (decode: one input row): inputs x (XDT), qW (QDT),
+// scales (SDT) and, for the fused patterns, input 3 (ADT): the norm weight
+// (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
+// rows [n_off, n_off + N_tile) of each of STACK stacked matrices. The
+// prologue and the store are the bf16 GEMV's.
+// STAGED: the tile streams its weights through per-warp stages (codegen
+// picks it for large tiles: backend/codegen.c, qgemv_staged).
+template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
+          int GROUP, int BIAS, int STAGED>
+__device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *x = amk_in(A, 0), *Q = amk_in(A, 1), *S = amk_in(A, 2);
+  const void *aux = I.n_inputs > 3 ? amk_in(A, 3) : nullptr;
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
+    return;
+  constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
+  float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
+  // The staged input's type: the norm and SiLU prologues round to ODT.
+  constexpr int MDT = (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
+                       PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+                          ? ODT
+                          : XDT;
+  static_assert(!STAGED || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
+                             amk_qstaged_ok<QDT, SDT, K, GROUP>()),
+                "a staged quantized GEMV needs the staged path's shapes");
+  // The staged path's residual (or bias) values after red, then its rings;
+  // the first stages' copies start before the input is staged.
+  float *pre = red + AMK_NWARPS;
+  AmkQStaged<QDT, SDT, K, NOUT, STACK, GROUP> st;
+  if constexpr (STAGED != 0) {
+    char *ring = (char *)(((unsigned long long)(pre + STACK * n_tile) + 15ull) & ~15ull);
+    st.begin(Q, S, ring, n_off, n_tile);
+    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
+  }
+  if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
+    amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
+  __syncthreads();
+  amk_mark_staged();
+  if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>()) {
+    amk_qx_finish<QDT, K>(xs);
+    __syncthreads();
+  }
+  int lane = threadIdx.x & 31;
+  if constexpr (STAGED != 0) {
+    st.fill();
+    st.run(xs, [&](int i, long long wrow, long long col, float sum) {
+      if (lane == 0)
+        amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
+    });
+  } else if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
+    unsigned short *xb = (unsigned short *)(red + 32);
+    amk_qmma_stage<QDT, MDT, K>(xs, xb);
+    __syncthreads();
+    amk_qmma_rows<PAT, QDT, MDT, ODT, ADT, SDT, K, NOUT, STACK, GROUP, BIAS>(Q, S, aux, out, xb,
+                                                                             n_off, n_tile);
+  } else {
+    amk_gemv_quant_rows<PAT, QDT, ODT, ADT, SDT, K, NOUT, STACK, GROUP, BIAS>(Q, S, aux, out, xs,
+                                                                          n_off, n_tile);
+  }
+}
 
 // ---- weight-only quantized GEMM tiles (prefill, W8A16 / W4A16) --------------------
 //
@@ -4401,6 +4416,42 @@ __device__ amk_stream_info_t amk_gemv_combine_stream() {
   else
     return amk_gemv_stream<AMK_ABI_PATTERN_RESIDUAL, PDT, WDT, ODT, ADT, NH * HD, NOUT, 1, 1, 0,
                            0>();
+}
+
+// GEMV pattern combine_residual with weight-only quantized weights: inputs
+// p_0, qW, scales, r, p_1 .. p_{NP-1}. As amk_gemv_combine, every tile
+// recombines the NP split-KV partials [NH, HD + 2] into its input, rounded
+// to ODT (the unfused attention output's dtype), here in amk_gemv_quant's
+// staged layout; then r + the quantized rows on the CUDA cores (never the
+// staged or tensor-core paths: an o_proj tile is small). One task and one
+// hop a layer fewer than a combine task before the o_proj.
+template <int PDT, int QDT, int ODT, int ADT, int SDT, int HD, int NH, int NP, int NOUT,
+          int GROUP>
+__device__ void amk_gemv_quant_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  constexpr int K = NH * HD;
+  const void *Q = amk_in(A, 1), *S = amk_in(A, 2), *res = amk_in(A, 3);
+  void *out = amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
+    return;
+  constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
+  float *xs = smem, *scratch = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
+  const void *parts[NP];
+  parts[0] = amk_in(A, 0);
+#pragma unroll
+  for (int p = 1; p < NP; p++)
+    parts[p] = amk_in(A, p + 3);
+  amk_combine_into<PDT, HD, NH, NP>(
+      parts, amk_live_parts(A, pos, NP), scratch,
+      [&](int i, float v) { xs[amk_xpad<XCOLS>(i)] = amk_round<ODT>(v); });
+  __syncthreads();
+  amk_mark_staged();
+  if constexpr (XCOLS != 0) {
+    amk_qx_finish<QDT, K>(xs);
+    __syncthreads();
+  }
+  amk_gemv_quant_rows<AMK_ABI_PATTERN_RESIDUAL, QDT, ODT, ADT, SDT, K, NOUT, 1, GROUP, 0>(
+      Q, S, res, out, xs, n_off, n_tile);
 }
 
 // rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position

@@ -70,9 +70,9 @@ static bool reads_shadow(const AmkPlan *plan, uint32_t t, uint32_t k) {
   switch ((uint32_t)pt->params.flags.i >> AMK_PATTERN_SHIFT) {
   case AMK_PATTERN_ATTENTION_ROPE:
     return k == 0;
-  case AMK_PATTERN_COMBINE_RESIDUAL:
-    return (k == 0 || k >= 3) && amk_inst_param_has(&pt->params, AMK_PARAM_head_dim) &&
-           pt->params.head_dim.i % 2 == 0;
+  case AMK_PATTERN_COMBINE_RESIDUAL: /* fp weights: the quantized form reads no shadow */
+    return !amk_inst_param_has(&pt->params, AMK_PARAM_qdtype) && (k == 0 || k >= 3) &&
+           amk_inst_param_has(&pt->params, AMK_PARAM_head_dim) && pt->params.head_dim.i % 2 == 0;
   case AMK_PATTERN_MLP:
     return k == 0 && amk_inst_param_has(&pt->params, AMK_PARAM_K) && pt->params.K.i % 8 == 0;
   default:

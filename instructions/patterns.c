@@ -95,8 +95,8 @@ static uint32_t weight_inputs(const AmkInstCall *call) {
   return quantized(call) ? 3 : 2;
 }
 
-/* combine_residual takes fp weights only (its inputs after W hold the
- * residual and the partials, no scales). */
+/* mlp takes fp weights only (its inputs after W hold the norm weight and
+ * the transposed down weight, no scales). */
 static int require_fp_weights(const AmkInstCall *call, int64_t pattern) {
   if (quantized(call))
     return inst_fail(call, AMK_INST_ERR_PARAM,
@@ -214,20 +214,23 @@ static int run_silu(const AmkInstCall *call, int64_t pattern, bool residual) {
 
 /* ---- combine_residual ----------------------------------------------------- */
 
-/* p0, W, r, p1..p{P-1}: x = ATTENTION_COMBINE(p0, .., p{P-1}) (the same
- * kernel, so the same float ops in the same order) into scratch of the
- * output's dtype, the unfused attention output's; then the residual tile.
- * Every tile recombines all heads: each column reads the whole of x. */
+/* p0, W, r, p1..p{P-1} (or p0, qW, scales, r, p1..): x =
+ * ATTENTION_COMBINE(p0, .., p{P-1}) (the same kernel, so the same float ops
+ * in the same order) into scratch of the output's dtype, the unfused
+ * attention output's; then the residual tile. Every tile recombines all
+ * heads: each column reads the whole of x. */
 static int run_combine_residual(const AmkInstCall *call, int64_t pattern) {
   int rc;
-  if (call->n_in < 3 || call->n_in > AMK_MAX_INPUTS)
-    return inst_fail(call, AMK_INST_ERR_ARITY, "%s takes 3 to %d inputs (%s), got %u",
-                     pattern_text(pattern), AMK_MAX_INPUTS,
-                     amk_gemv_pattern_inputs(pattern), call->n_in);
+  uint32_t more = AMK_COMBINE_MORE_PARTIALS(quantized(call)); /* p1.. start here */
+  if (call->n_in < more || call->n_in > AMK_MAX_INPUTS)
+    return inst_fail(call, AMK_INST_ERR_ARITY, "%s takes %u to %d inputs (%s), got %u",
+                     pattern_text(pattern), more, AMK_MAX_INPUTS,
+                     quantized(call) ? "p0, qW, scales, r, p1.."
+                                     : amk_gemv_pattern_inputs(pattern),
+                     call->n_in);
   static const AmkParamField required[] = {AMK_PARAM_K, AMK_PARAM_head_dim,
                                            AMK_PARAM_n_heads};
-  if ((rc = require_fp_weights(call, pattern)) ||
-      (rc = inst_require_all(call, required, sizeof required / sizeof required[0])) ||
+  if ((rc = inst_require_all(call, required, sizeof required / sizeof required[0])) ||
       (rc = inst_require_numeric(call, &call->out[0], "output")))
     return rc;
   int64_t head_dim = call->p->head_dim.i, n_heads = call->p->n_heads.i;
@@ -239,7 +242,7 @@ static int run_combine_residual(const AmkInstCall *call, int64_t pattern) {
   AmkTensorView partials[AMK_MAX_INPUTS];
   uint32_t n_partials = 0;
   partials[n_partials++] = call->in[0];
-  for (uint32_t i = 3; i < call->n_in; i++)
+  for (uint32_t i = more; i < call->n_in; i++)
     partials[n_partials++] = call->in[i];
   AmkInstParams combine = {0};
   combine.head_dim = call->p->head_dim;
@@ -251,7 +254,7 @@ static int run_combine_residual(const AmkInstCall *call, int64_t pattern) {
     return rc;
   if (!(rc = step(call, pattern, AMK_OP_ATTENTION_COMBINE, amk_kernel_ATTENTION_COMBINE,
                   &combine, partials, n_partials, &x)))
-    rc = gemv_residual(call, pattern, &x, &call->in[2]);
+    rc = gemv_residual(call, pattern, &x, &call->in[more - 1]);
   free(x.data);
   return rc;
 }

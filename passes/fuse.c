@@ -19,9 +19,10 @@
  *                    from qkv and wait on qkv, not on rope_kv (unless
  *                    AMK_FUSE_KV_FROM_QKV=0); needs qkv and rope+kv_append
  *   combine+gemv     a split-KV ATTENTION_COMBINE of at most 6 partials
- *                    folds into every residual tile reading its output
- *                    (combine_residual: each o_proj tile recombines the
- *                    partials itself); needs gemv+add
+ *                    (5 before quantized tiles) folds into every residual
+ *                    tile reading its output (combine_residual: each
+ *                    o_proj tile recombines the partials itself); needs
+ *                    gemv+add
  *   split_down       the down projection splits along the intermediate into
  *                    the gate|up tiles, which add their share of it (and,
  *                    one of them, the residual) into an f32 accumulator
@@ -31,9 +32,10 @@
  * intermediate buffer has exactly the expected writers and readers, its
  * counter no other waiters, the wait lists stay within the ABI's cap), so
  * anything fuse does not recognise is left as it was. Weight-only quantized
- * tiles fuse as fp ones do, except into combine_residual: their scales stay
- * input 2 and the pattern's operand (norm weight, residual) moves to input 3,
- * and stacked weights get stacked scales (docs/Quantization.md). Thresholds follow the
+ * tiles fuse as fp ones do, except into mlp tiles: their scales stay
+ * input 2 and the pattern's operand (norm weight, residual) moves to input 3
+ * (combine_residual: p0, qW, scales, r, p1..), and stacked weights get
+ * stacked scales (docs/Quantization.md). Thresholds follow the
  * all-join rule; tiles that share a buffer share one counter with disjoint
  * [n_off, n_off + N_tile), as the reference's write-after-write check needs.
  */
@@ -1444,24 +1446,29 @@ static bool foldable_partials(const Fuser *f, const AmkTask *comb, int64_t per_p
 }
 
 /* A reader of the combine's output y that can take the combine in: a
- * residual tile of fp weights (combine_residual has no quantized form: the
- * combine stays a task before a quantized o_proj) reducing y (K = its n_heads * head_dim elements) into an
- * output of y's dtype (the combine then rounds to the dtype y had), reading
- * no partial as W or r. */
+ * residual tile, fp [y, W, r] or weight-only quantized [y, qW, scales, r],
+ * with room for every partial in its inputs, reducing y (K = its n_heads *
+ * head_dim elements) into an output of y's dtype (the combine then rounds
+ * to the dtype y had), reading no partial or y as W, scales or r. */
 static bool folds_combine(const Fuser *f, const AmkTask *t, const AmkTask *comb,
                           int64_t width) {
   int64_t k;
   uint32_t out = t->n_outputs == 1 ? bufpos(f, t->outputs[0]) : AMK_NO_INDEX;
   uint32_t y = bufpos(f, comb->outputs[0]);
+  uint32_t more = AMK_COMBINE_MORE_PARTIALS(amk_rw_quantized(t)); /* x, W(, scales), r */
   if (t->op != AMK_OP_GEMV_TILE || amk_rw_pattern(t) != AMK_PATTERN_RESIDUAL ||
-      amk_rw_quantized(t) || t->n_inputs != 3 || out == AMK_NO_INDEX || t->inputs[0] != comb->outputs[0] ||
-      t->inputs[1] == comb->outputs[0] || t->inputs[2] == comb->outputs[0] ||
+      t->n_inputs != more || comb->n_inputs + more - 1 > AMK_MAX_INPUTS ||
+      out == AMK_NO_INDEX || t->inputs[0] != comb->outputs[0] ||
       !amk_task_param_int(t, "K", &k) || k != width ||
       f->m->buffers[out].dtype != f->m->buffers[y].dtype)
     return false;
-  for (uint32_t i = 0; i < comb->n_inputs; i++)
-    if (t->inputs[1] == comb->inputs[i] || t->inputs[2] == comb->inputs[i])
+  for (uint32_t j = 1; j < more; j++) {
+    if (t->inputs[j] == comb->outputs[0])
       return false;
+    for (uint32_t i = 0; i < comb->n_inputs; i++)
+      if (t->inputs[j] == comb->inputs[i])
+        return false;
+  }
   return true;
 }
 
@@ -1490,12 +1497,9 @@ static void fuse_combines(Fuser *f) {
            merged_waits(t, &drop, 1, comb->waits, comb->n_waits, &sets[i]);
     }
     if (ok) {
-      /* Inputs [p0, W, r, p1, .., p{P-1}]: p0 in the GEMV's x slot, the rest
-       * after the residual's. */
+      /* Inputs [p0, W, r, p1, .., p{P-1}] (or [p0, qW, scales, r, p1, ..]):
+       * p0 in the GEMV's x slot, the rest after the residual's. */
       int32_t in[AMK_MAX_INPUTS];
-      uint32_t n_in = comb->n_inputs + 2;
-      for (uint32_t p = 1; p < comb->n_inputs; p++)
-        in[p + 2] = comb->inputs[p];
       in[0] = comb->inputs[0];
       int64_t partial_bytes = 0;
       for (uint32_t p = 0; p < comb->n_inputs; p++)
@@ -1503,8 +1507,12 @@ static void fuse_combines(Fuser *f) {
                                           n_heads * (head_dim + 2));
       for (uint32_t i = 0; i < readers.n; i++) {
         AmkTask *t = &m->tasks[readers.at[i]];
-        in[1] = t->inputs[1];
-        in[2] = t->inputs[2];
+        uint32_t more = AMK_COMBINE_MORE_PARTIALS(amk_rw_quantized(t));
+        uint32_t n_in = comb->n_inputs + more - 1;
+        for (uint32_t j = 1; j < more; j++)
+          in[j] = t->inputs[j];
+        for (uint32_t p = 1; p < comb->n_inputs; p++)
+          in[p + more - 1] = comb->inputs[p];
         set_inputs(m, t, in, n_in);
         set_waits(m, t, &sets[i]);
         set_pattern(m, t, AMK_PATTERN_COMBINE_RESIDUAL);

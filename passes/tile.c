@@ -21,8 +21,9 @@
  * config.tiling.attention.kv_partitions) each partition's tiles write an
  * unnormalised partial [1, n_heads * (head_dim + 2)] (flags bit 1) and an
  * ATTENTION_COMBINE merges the partitions into the original output. Left
- * to itself, tile picks P for long caches only, at most 6 (fuse then folds
- * the combine into the tiles that read its output).
+ * to itself, tile picks P for long caches only, at most 6, or 5 when a
+ * quantized GEMV reads the attention's output (fuse then folds the combine
+ * into the tiles that read its output).
  *
  * A prefill chunk's multi-row ATTENTION_TILE stays one op, cut into tasks
  * of one KV head x a block of query rows (n_off/N_tile, m_off/M_tile;
@@ -531,6 +532,19 @@ static void attention_tile_params(AmkModule *m, AmkTask *t, const AmkTask *src,
 
 /* How many partitions of the KV window an attention task with `n_kv` KV
  * heads is split into: --kv-partitions, else chosen for the target. */
+/* Whether a weight-only quantized GEMV reads `buffer`: a quantized o_proj,
+ * whose combine_residual tiles (fuse) hold qW, scales and r besides the
+ * partials, so one partial fewer fits their inputs. */
+static bool read_by_quantized_gemv(const AmkModule *m, int32_t buffer) {
+  for (uint32_t pos = 0; pos < m->n_tasks; pos++) {
+    const AmkTask *t = &m->tasks[pos];
+    if (t->op == AMK_OP_GEMV_TILE && t->n_inputs >= 1 && t->inputs[0] == buffer &&
+        amk_task_param(t, "qdtype"))
+      return true;
+  }
+  return false;
+}
+
 static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
                              const TilePlan *plan, int64_t n_kv) {
   if (plan->kv_partitions)
@@ -545,8 +559,11 @@ static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
     amk_value_as_int(&cache->shape[0], &rows);
   int64_t parts = 1;
   if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
+    int64_t most = AUTO_KV_PARTITIONS;
+    if (src->n_outputs == 1 && read_by_quantized_gemv(m, src->outputs[0]))
+      most = AMK_MAX_INPUTS - 3;
     parts = plan->num_sms / (2 * n_kv);
-    parts = parts < 1 ? 1 : parts > AUTO_KV_PARTITIONS ? AUTO_KV_PARTITIONS : parts;
+    parts = parts < 1 ? 1 : parts > most ? most : parts;
   }
   return parts;
 }
@@ -922,7 +939,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
     else
       amk_stat_str(ctx->stats, "tile", "KV partitions",
-                   "auto (split when the KV cache has 1024 rows or more, at most 6)");
+                   "auto (split when the KV cache has 1024 rows or more, at most 6; 5 "
+                   "before quantized GEMVs)");
     amk_stat_int(ctx->stats, "tile", "tasks before", tasks_before);
     amk_stat_int(ctx->stats, "tile", "tasks after", m->n_tasks);
     amk_stat_int(ctx->stats, "tile", "GEMV tasks split", counts.gemv_split);

@@ -184,10 +184,10 @@ static const char *quantized_inputs(int64_t pattern) {
   case AMK_PATTERN_RESIDUAL: return "x, qW, scales, r";
   case AMK_PATTERN_SILU: return "gu, qW, scales";
   case AMK_PATTERN_SILU_RESIDUAL: return "gu, qW, scales, r";
+  case AMK_PATTERN_COMBINE_RESIDUAL: return "p0, qW, scales, r, p1..";
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
   case AMK_PATTERN_ATTENTION_ROPE:
-  case AMK_PATTERN_COMBINE_RESIDUAL:
   case AMK_PATTERN_MLP:
   case AMK_PATTERN_COUNT:
     break;
@@ -291,11 +291,12 @@ static void require_residual(AmkValidator *v, const AmkTask *t, const Shape *out
 
 /* combine_residual: head_dim and n_heads present and >= 1 with
  * K = n_heads*head_dim (the combined vector the GEMV reduces); every partial
- * (input 0 and inputs 3..) [n_heads, head_dim + 2] as ATTENTION_COMBINE
- * reads it; W (input 1) rows of K (fp weights: no room for scales). */
+ * (input 0 and inputs 3.., or 4.. after a quantized tile's scales)
+ * [n_heads, head_dim + 2] as ATTENTION_COMBINE reads it; fp W (input 1)
+ * rows of K (check_quantized_tile checks qW and its scales). */
 static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
                                  const AmkParamTable *pt, const char *pattern,
-                                 bool have_k, int64_t k) {
+                                 bool quantized, bool have_k, int64_t k) {
   int64_t head_dim, n_heads;
   bool ok = pattern_param(v, t, pt, pattern, AMK_PARAM_head_dim, 1, &head_dim);
   ok = pattern_param(v, t, pt, pattern, AMK_PARAM_n_heads, 1, &n_heads) && ok;
@@ -304,15 +305,16 @@ static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
   if (have_k && k != n_heads * head_dim)
     bound_error(v, t, "pattern %s: K=%" PRId64 " is not n_heads*head_dim=%" PRId64,
                 pattern, k, n_heads * head_dim);
+  uint32_t more = AMK_COMBINE_MORE_PARTIALS(quantized);
   for (uint32_t i = 0; i < t->n_inputs; i++) {
-    if (i == 1 || i == 2)
-      continue; /* W, r */
+    if (i > 0 && i < more)
+      continue; /* W, r; or qW, scales, r */
     char what[32];
-    snprintf(what, sizeof what, "partial %u", i ? i - 2 : 0);
+    snprintf(what, sizeof what, "partial %u", i ? i - (more - 1) : 0);
     require_numel(v, t, what, n_heads * (head_dim + 2), "n_heads*(head_dim+2)",
                   shape_of(v, t->inputs[i]));
   }
-  if (have_k)
+  if (have_k && !quantized)
     require_width(v, t, "weight", "K", k, shape_of(v, t->inputs[1]));
 }
 
@@ -395,6 +397,8 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   /* check_tile reported a quantized tile of another pattern. */
   uint32_t extra = quantized ? 1 : 0, slot = 2 + extra; /* the operand */
   uint32_t min = pattern_inputs[pattern].min + extra, max = pattern_inputs[pattern].max + extra;
+  if (max > AMK_MAX_INPUTS)
+    max = AMK_MAX_INPUTS; /* combine_residual's partials fill what is left */
   if (t->n_inputs < min || t->n_inputs > max) {
     char expected[32];
     if (min == max)
@@ -431,7 +435,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
     require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_COMBINE_RESIDUAL:
-    check_combine_inputs(v, t, pt, name, have_k, k);
+    check_combine_inputs(v, t, pt, name, quantized, have_k, k);
     require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_MLP:
@@ -662,7 +666,7 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   if (quantized && fused && !quantized_inputs(flags >> AMK_PATTERN_SHIFT)) {
     const char *pattern = amk_gemv_pattern_name(flags >> AMK_PATTERN_SHIFT);
     bound_error(v, t, "quantized weights (qdtype=%" PRId64 ") take the plain, norm, "
-                "residual, silu or silu_residual pattern, not %s",
+                "residual, silu, silu_residual or combine_residual pattern, not %s",
                 qdtype, pattern ? pattern : "an unknown one");
     return;
   }

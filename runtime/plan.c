@@ -261,8 +261,9 @@ static bool plan_tasks(PlanStorage *s, AmkDiagEngine *diag) {
 /* Whether input `input` of task `c` is a split-KV partial that `c`
  * combines, and as which partition of how many: input i of an
  * ATTENTION_COMBINE is partition i of n_inputs; a combine_residual GEMV
- * reads partition 0 as input 0 and partition k - 2 as input k >= 3, of
- * n_inputs - 2 (inputs 1 and 2 are W and r). */
+ * reads partition 0 as input 0 and partition k - (M - 1) as input k >= M,
+ * of n_inputs - (M - 1), M = AMK_COMBINE_MORE_PARTIALS (inputs 1 .. M - 1
+ * are W and r, or qW, scales and r). */
 static bool combines_partial(const AmkPlanTask *c, uint32_t input, int64_t *index,
                              int64_t *count) {
   if (c->op == AMK_OP_ATTENTION_COMBINE) {
@@ -270,11 +271,12 @@ static bool combines_partial(const AmkPlanTask *c, uint32_t input, int64_t *inde
     *count = c->n_inputs;
     return true;
   }
+  uint32_t more = AMK_COMBINE_MORE_PARTIALS(amk_inst_param_has(&c->params, AMK_PARAM_qdtype));
   if (c->op != AMK_OP_GEMV_TILE || pattern_of(&c->params) != AMK_PATTERN_COMBINE_RESIDUAL ||
-      input == 1 || input == 2 || c->n_inputs < 3)
+      (input > 0 && input < more) || c->n_inputs < more)
     return false;
-  *index = input ? input - 2 : 0;
-  *count = c->n_inputs - 2;
+  *index = input ? input - (more - 1) : 0;
+  *count = c->n_inputs - (more - 1);
   return true;
 }
 

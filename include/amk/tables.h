@@ -198,8 +198,12 @@
  * AMK_OPS allows, except combine_residual and the weight-only quantized
  * forms of norm, residual and silu_residual, which read their scales at
  * input 2 and the pattern's operand at input 3, and mlp, which reads four
- * (amk_op_max_inputs). */
+ * (amk_op_max_inputs). A quantized combine_residual tile reads
+ * p0, qW, scales, r, p1.. */
 #define AMK_PATTERN_SHIFT 16
+/* The input where a combine_residual tile's partials after p0 start: after
+ * W and r, or after qW, scales and r when its weights are quantized. */
+#define AMK_COMBINE_MORE_PARTIALS(quantized) ((quantized) ? 4u : 3u)
 #define AMK_GEMV_PATTERNS(X)                                                   \
   X(PLAIN, 0, "plain", "x, W", "out[cols] = x @ W[cols]^T")                   \
   X(NORM, 1, "norm", "x, W, g",                                               \

@@ -712,6 +712,65 @@ static void test_combine_residual(UnitCounts *c, AmkDType dt, uint32_t n) {
   DROP_ALL(&w, &r, &attn, &want, &got);
 }
 
+/* Quantized weights, [p0, qW, scales, r, p1..] with `n` partials (at most 5
+ * fit): exactly ATTENTION_COMBINE into an attn vector of dt followed by the
+ * quantized residual tiles [attn, qW, scales, r] over it (one partial
+ * against two whose second is wholly empty, as test_combine_residual). */
+static void test_combine_residual_quantized(UnitCounts *c, AmkDType dt, uint32_t n, int qdtype) {
+  uint32_t seed = 81 + n + (uint32_t)qdtype;
+  char err[256];
+  const int64_t group = 16; /* K = 24: a full group and a short one */
+  T partials[AMK_MAX_INPUTS];
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    partials[i] = make_partial(i == 1 ? (n == 1 ? (1u << CNH) - 1 : 2u) : 0u, &seed);
+  T q, scales;
+  make_quantized(qdtype, CN, CK, group, &seed, &q, &scales);
+  T r = mat(dt, 1, CN, 4.0f, &seed), attn = mat(dt, 1, CK, 0, &seed);
+  T want = mat(dt, 1, CN, 0, &seed), got = mat(dt, 1, CN, 0, &seed);
+  AmkInstParams cp = {0};
+  set_int(&cp, "head_dim", CHD);
+  set_int(&cp, "n_heads", CNH);
+  AmkTensorView in[AMK_MAX_INPUTS];
+  uint32_t n_unfused = n == 1 ? 2 : n;
+  for (uint32_t i = 0; i < n_unfused; i++)
+    in[i] = partials[i].v;
+  CHECK(c, exec(AMK_OP_ATTENTION_COMBINE, &cp, in, n_unfused, &attn, NULL, err, sizeof err) ==
+               0);
+  for (int64_t off = 0; off < CN; off += TILE) {
+    int64_t cols = CN - off < TILE ? CN - off : TILE;
+    AmkInstParams rp = gemv_params(AMK_PATTERN_RESIDUAL, CK, off, cols);
+    set_int(&rp, "qdtype", qdtype);
+    set_int(&rp, "group", group);
+    AmkTensorView rin[4] = {attn.v, q.v, scales.v, r.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &rp, rin, 4, &want, NULL, err, sizeof err) == 0);
+  }
+  for (int64_t off = 0; off < CN; off += TILE) {
+    int64_t cols = CN - off < TILE ? CN - off : TILE;
+    AmkInstParams fp = combine_params(off, cols);
+    set_int(&fp, "qdtype", qdtype);
+    set_int(&fp, "group", group);
+    in[0] = partials[0].v;
+    in[1] = q.v;
+    in[2] = scales.v;
+    in[3] = r.v;
+    for (uint32_t i = 1; i < n; i++)
+      in[3 + i] = partials[i].v;
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &fp, in, n + 3, &got, NULL, err, sizeof err) == 0);
+  }
+  CHECK(c, same(&want, &got));
+  /* Without its residual it is an arity error. */
+  AmkInstParams bad = combine_params(0, TILE);
+  set_int(&bad, "qdtype", qdtype);
+  set_int(&bad, "group", group);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &bad, in, 3, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: combine_residual takes 4 to 8 inputs (p0, qW, scales, r, p1..), "
+                    "got 3");
+  for (uint32_t i = 0; i < AMK_MAX_INPUTS; i++)
+    drop(&partials[i]);
+  DROP_ALL(&q, &scales, &r, &attn, &want, &got);
+}
+
 /* Bad inputs and params are errors that write nothing. */
 static void test_combine_residual_errors(UnitCounts *c) {
   uint32_t seed = 71;
@@ -743,13 +802,13 @@ static void test_combine_residual_errors(UnitCounts *c) {
   CHECK(c, exec(AMK_OP_GEMV_TILE, &residual, in, 4, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_ARITY);
   CHECK_STR(c, err, "gemv_tile: residual takes 3 inputs (x, W, r), got 4");
-  /* combine_residual has no quantized form. */
+  /* A quantized tile's inputs are [p0, qW, scales, r, p1..]: fp W in qW's
+   * place is refused by its DEQUANT step. */
   n_in = combine_inputs(partials, 2, &w, &r, in);
   AmkInstParams quantized = combine_params(0, TILE);
   set_int(&quantized, "qdtype", 6);
-  CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, in, n_in, &got, NULL, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
-  CHECK_STR(c, err, "gemv_tile: combine_residual takes fp weights, not qdtype 6");
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, in, n_in, &got, NULL, err, sizeof err) != 0);
+  CHECK(c, strstr(err, "gemv_tile: combine_residual:") == err);
   /* K is the combined vector's n_heads x head_dim. */
   n_in = combine_inputs(partials, 2, &w, &r, in);
   AmkInstParams bad_k = combine_params(0, TILE);
@@ -1092,6 +1151,10 @@ int main(void) {
         test_attention(&c, dt, rope, partial);
     for (uint32_t n = 1; n <= AMK_MAX_INPUTS - 2; n++)
       test_combine_residual(&c, dt, n);
+    for (uint32_t n = 1; n <= AMK_MAX_INPUTS - 3; n++) {
+      test_combine_residual_quantized(&c, dt, n, AMK_QDTYPE_INT8);
+      test_combine_residual_quantized(&c, dt, n, AMK_QDTYPE_INT4);
+    }
     const int64_t gemv_patterns[4] = {AMK_PATTERN_NORM, AMK_PATTERN_RESIDUAL,
                                       AMK_PATTERN_SILU, AMK_PATTERN_SILU_RESIDUAL};
     for (int i = 0; i < 4; i++) {
