@@ -50,6 +50,15 @@ typedef struct {
   /* The longest weight row of a GEMV tile the weight ring could stream
    * (decode, rows of whole 16-byte vectors); sizes the ring's slots. */
   int64_t max_stream_row_bytes;
+  /* The hybrid stream's candidates for the ring (16-bit decode GEMV and
+   * combine tiles of at most one row a thread): the longest tile of each
+   * row length and stack, which size the ring (stream_geometry). */
+  struct RingTile {
+    int64_t row_bytes, stack, rows;
+  } ring_tiles[16];
+  int n_ring_tiles;
+  bool hybrid; /* AMK_WEIGHT_STREAM_HYBRID: size tiles' shared memory for the ring's reader */
+  bool gemv_mma; /* AMK_GEMV_MMA: size small GEMV tiles' shared memory for their warps' sums */
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
   bool qgemv_mma; /* quantized GEMV tiles may use the tensor-core path */
   int qgemv_stages; /* AMK_QGEMV_STAGES: the staged quantized GEMV's ring depth (0: off) */
@@ -200,6 +209,7 @@ enum {
   STREAM_OFF = 0,
   STREAM_L2 = 1,
   STREAM_RING = 2,
+  STREAM_HYBRID = 3, /* small tiles whole into the ring, the others to L2 */
   RING_MIN_SLOT_BYTES = 16384,
   RING_MAX_SLOT_BYTES = 65536,
   RING_MAX_SLOTS = 64,
@@ -212,6 +222,7 @@ enum {
   QGEMV_STAGED_KB_I8 = 384, /* the fewest weight KiB of a staged tile (gen_gemv_quant) */
   QGEMV_STAGED_KB_I4 = 128,
   QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
+  GEMV_MMA_MAX_ROWS = 64, /* AMK_GEMV_MMA_MAX_ROWS: the largest tile on the tensor cores */
 };
 
 typedef struct {
@@ -220,6 +231,25 @@ typedef struct {
   size_t slot_bytes, offset, total_smem;
   int64_t lookahead, l2_ahead_bytes;
 } StreamGeometry;
+
+/* A tile the hybrid stream may ring (amk_gemv_resident_ok and
+ * amk_stream_describe's other conditions, megakernel.cuh). */
+static void note_ring_tile(Gen *g, const BufInfo *w, int64_t row_bytes, int64_t stack,
+                           int64_t n_tile) {
+  if ((w->dtype != AMK_DTYPE_BF16 && w->dtype != AMK_DTYPE_F16) || row_bytes % 16 != 0 ||
+      row_bytes > RING_MIN_SLOT_BYTES || stack * n_tile > g->nt || n_tile <= 0)
+    return;
+  for (int i = 0; i < g->n_ring_tiles; i++) {
+    struct RingTile *t = &g->ring_tiles[i];
+    if (t->row_bytes == row_bytes && t->stack == stack) {
+      if (n_tile > t->rows)
+        t->rows = n_tile;
+      return;
+    }
+  }
+  if (g->n_ring_tiles < (int)(sizeof g->ring_tiles / sizeof g->ring_tiles[0]))
+    g->ring_tiles[g->n_ring_tiles++] = (struct RingTile){row_bytes, stack, n_tile};
+}
 
 static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt,
                                       int64_t lookahead) {
@@ -233,7 +263,7 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
   size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE;
   if (r.offset + STREAM_HEADER_BYTES > budget)
     return r;
-  if (want != AMK_WEIGHT_STREAM_RING) {
+  if (want != AMK_WEIGHT_STREAM_RING && want != AMK_WEIGHT_STREAM_HYBRID) {
     r.mode = STREAM_L2;
     r.total_smem = r.offset + STREAM_HEADER_BYTES;
     return r;
@@ -249,9 +279,30 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
     slots = (size_t)max_slots;
   if (slots > RING_MAX_SLOTS)
     slots = RING_MAX_SLOTS;
+  if (want == AMK_WEIGHT_STREAM_HYBRID) {
+    /* Room for the largest tile that fits and one more of its size (the
+     * next task's, copied while it runs), no more: shared memory taken
+     * from L1 slows the tiles that stream from their own loads (H100,
+     * twenty-first session). Nothing fits: the L2 stream alone. */
+    size_t most = 0;
+    for (int i = 0; i < g->n_ring_tiles; i++) {
+      const struct RingTile *t = &g->ring_tiles[i];
+      size_t per = r.slot_bytes / (size_t)t->row_bytes;
+      size_t chunks = (size_t)t->stack * (((size_t)t->rows + per - 1) / per);
+      if (chunks <= slots && chunks > most)
+        most = chunks;
+    }
+    if (!(opt && opt->ring_slots > 0) && slots > 2 * most)
+      slots = 2 * most;
+    if (most == 0 || slots < 2) {
+      r.mode = STREAM_L2;
+      r.total_smem = r.offset + STREAM_HEADER_BYTES;
+      return r;
+    }
+  }
   if (slots < 2)
     return r;
-  r.mode = STREAM_RING;
+  r.mode = want == AMK_WEIGHT_STREAM_HYBRID ? STREAM_HYBRID : STREAM_RING;
   r.slots = (int)slots;
   r.total_smem = r.offset + STREAM_HEADER_BYTES + slots * r.slot_bytes;
   return r;
@@ -634,8 +685,19 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
   if (!gemm && m_rows == 1 && row_bytes % 16 == 0 && row_bytes <= RING_MAX_SLOT_BYTES) {
     if (row_bytes > g->max_stream_row_bytes)
       g->max_stream_row_bytes = row_bytes;
-    /* A streamed tile stages its residual or bias values after `red`. */
+    /* A streamed tile stages its residual or bias values after `red`; a
+     * ringed one (hybrid) its warps' sums after them, up to 8 a row, past
+     * the padded input. */
     need_smem(g, xs + (size_t)(g->nt / 32) + (size_t)(stack * n_tile));
+    /* A tile on the tensor cores (amk_gemv_rows_mma): its warps' sums after
+     * `red`, past the padded input. */
+    if (g->gemv_mma && (w.dtype == AMK_DTYPE_BF16 || w.dtype == AMK_DTYPE_F16) && k % 32 == 0 &&
+        stack * n_tile <= GEMV_MMA_MAX_ROWS)
+      need_smem(g, xs + (size_t)(k / 2) + (size_t)(g->nt / 32) * (1 + (size_t)(stack * n_tile)));
+    if (g->hybrid) {
+      need_smem(g, xs + (size_t)(k / 2) + (size_t)(g->nt / 32) + 8 * (size_t)(stack * n_tile));
+      note_ring_tile(g, &w, row_bytes, stack, n_tile);
+    }
   }
   EMIT(inst, gemv, pattern, x.dtype, w.dtype, o.dtype, t->n_inputs > 2 ? (int)a.dtype : 0, k,
        n_out, stack, m_rows, bias ? 1 : 0, gemm ? 1 : 0, g->tagged & 2);
@@ -718,8 +780,16 @@ static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
                       " weight rows or %" PRId64 " output columns",
                 n_off, n_off + n_tile, w.numel / k, n_out);
   int64_t parts = (int64_t)t->n_inputs - 2;
-  /* xs, then the combine's per-head weights and denominators. */
+  /* xs, then the combine's per-head weights and denominators (or, ringed
+   * in the hybrid stream, the tile's residual values and warps' sums). */
   need_smem(g, (size_t)(k + nh * parts + nh + g->nt / 32));
+  if (g->gemv_mma && (w.dtype == AMK_DTYPE_BF16 || w.dtype == AMK_DTYPE_F16) && k % 32 == 0 &&
+      n_tile <= GEMV_MMA_MAX_ROWS) /* amk_gemv_rows_mma's sums after xs */
+    need_smem(g, (size_t)k + (size_t)(g->nt / 32) * (size_t)n_tile);
+  if (g->hybrid) {
+    need_smem(g, (size_t)k + (size_t)(g->nt / 32) + 8 * (size_t)n_tile);
+    note_ring_tile(g, &w, amk_dtype_nbytes(w.dtype, k), 1, n_tile);
+  }
   EMIT(inst, gemv_combine, p0.dtype, w.dtype, o.dtype, r.dtype, hd, nh, parts, n_out, g->tagged);
   return true;
 }
@@ -1333,9 +1403,11 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
       o->weight_stream = AMK_WEIGHT_STREAM_L2;
     else if (strcmp(mode, "ring") == 0)
       o->weight_stream = AMK_WEIGHT_STREAM_RING;
+    else if (strcmp(mode, "hybrid") == 0)
+      o->weight_stream = AMK_WEIGHT_STREAM_HYBRID;
     else {
       AmkLoc none = {0, 0};
-      amk_error(diag, none, "AMK_CUDA_STREAM must be off, l2 or ring, not '%s'", mode);
+      amk_error(diag, none, "AMK_CUDA_STREAM must be off, l2, ring or hybrid, not '%s'", mode);
       return false;
     }
   }
@@ -1430,6 +1502,7 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
       !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
       !env_switch_off("AMK_CUDA_ATTN_K_STAGE", &o->no_attn_k_stage, diag) ||
+      !env_switch("AMK_CUDA_GEMV_MMA", &o->gemv_mma, diag) ||
       !env_switch_off("AMK_CUDA_TP_RELAXED_FLAGS", &o->tp_release_flags, diag) ||
       !env_switch("AMK_CUDA_TAGGED", &o->tagged, diag) ||
       !env_switch_off("AMK_CUDA_GEMM_MMA", &o->no_gemm_mma, diag))
@@ -1497,7 +1570,9 @@ static void emit_attention_switch(AmkStrBuf *s, char **keys, int n_keys, const c
 bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodegen *out,
                       AmkDiagEngine *diag) {
   memset(out, 0, sizeof *out);
-  Gen g = {.m = m, .nt = 256, .gemm_mma = !(opt && opt->no_gemm_mma),
+  Gen g = {.m = m, .nt = 256, .hybrid = opt && opt->weight_stream == AMK_WEIGHT_STREAM_HYBRID,
+           .gemv_mma = opt && opt->gemv_mma,
+           .gemm_mma = !(opt && opt->no_gemm_mma),
            .qgemv_mma = opt && opt->qgemv_mma,
            .qgemv_staged_kb = opt ? opt->qgemv_staged_kb : 0,
            .qgemv_stage_rows = opt && opt->qgemv_stage_rows > 0 ? opt->qgemv_stage_rows
@@ -1620,6 +1695,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_ATTN_KEY_SPLIT 1\n");
   if (opt && opt->no_attn_k_stage)
     amk_sb_puts(&s, "#define AMK_ATTN_K_STAGE 0\n");
+  if (opt && opt->gemv_mma)
+    amk_sb_puts(&s, "#define AMK_GEMV_MMA 1\n");
   if (opt && opt->transfers && opt->transfers->n_hops > 0)
     amk_sb_puts(&s, "#define AMK_TAGGED 1\n");
   if (opt && opt->pump_warp > 0)
@@ -1657,7 +1734,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
    * they bring their cache rows to L2 themselves (AMK_KV_PREFETCH 1, or 2
    * without the L2 stream, which otherwise carries those rows). */
   int kv_mode = opt && opt->kv_prefetch > 0 ? opt->kv_prefetch - 1 : 2;
-  bool kv_at_arrival = kv_mode == 1 || (kv_mode == 2 && ring.mode != STREAM_L2);
+  bool kv_at_arrival =
+      kv_mode == 1 || (kv_mode == 2 && ring.mode != STREAM_L2 && ring.mode != STREAM_HYBRID);
   uint64_t prewait_mask = 0;
   for (int k = 0; k < n_keys && k < 64; k++)
     if (kv_at_arrival && strncmp(keys[k], "amk_attention<", 14) == 0)

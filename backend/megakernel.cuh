@@ -515,10 +515,18 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
 //      from the slots, releasing and refilling each once read. Slots are
 //      filled and consumed in one order, so a chunk's sequence number gives
 //      its slot (seq % slots) and the mbarrier phase ((seq / slots) & 1).
+//   3  both (hybrid): a small GEMV tile, whose chunks all fit the ring at
+//      once, is copied into the ring whole and read from it with no round
+//      trip after its waits (amk_gemv_resident); the others (the mlp and
+//      lm_head tiles, which stream at the bandwidth floor from their own
+//      loads) get mode 1's L2 prefetches.
 // The generated part defines the mode, its geometry and amk_variant_stream.
 #ifndef AMK_STREAM_MODE
 #define AMK_STREAM_MODE 0
 #endif
+// Whether the stream prefetches whole tiles to L2, and whether it has a ring.
+#define AMK_STREAM_HAS_L2 (AMK_STREAM_MODE == 1 || AMK_STREAM_MODE == 3)
+#define AMK_STREAM_HAS_RING (AMK_STREAM_MODE == 2 || AMK_STREAM_MODE == 3)
 #ifndef AMK_RING_SLOTS
 #define AMK_RING_SLOTS 0
 #define AMK_RING_SLOT_BYTES 16384
@@ -552,9 +560,10 @@ __device__ bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char **base, 
 #endif
 
 // A variant's weights: `stack` ranges of rows of row_bytes, range s starting
-// at row s * nout + n_off of its weight input (row_bytes 0: not streamed).
+// at row s * nout + n_off of its weight input (row_bytes 0: not streamed);
+// ring: in mode 3, whether its body can read a tile from the ring.
 struct amk_stream_info_t {
-  int row_bytes, stack, nout;
+  int row_bytes, stack, nout, ring;
 };
 __device__ amk_stream_info_t amk_variant_stream(int variant);
 
@@ -562,7 +571,8 @@ __device__ amk_stream_info_t amk_variant_stream(int variant);
 struct AmkStreamDesc {
   const char *weights; // first row of range 0
   long long range_stride; // bytes from one range to the next
-  int row_bytes, rows, stack, chunks_per_range;
+  int row_bytes, rows, stack;
+  int chunks_per_range; // ring chunks a range (mode 3: 0 for a tile prefetched to L2)
   int prefetched; // L2 mode: bytes prefetched ahead of its turn
   int kv_bytes;   // an attention tile's cache span below pos at `weights` (L2 mode,
                   // AMK_KV_PREFETCH 2; row_bytes 0)
@@ -576,6 +586,7 @@ struct AmkStream {
   int desc_hi;          // positions below it are described (slot p % AMK_DESC_MAX)
   int load_k, load_chunk; // the loader's next queue position and chunk of it
   long long ahead_bytes;  // L2 mode: bytes prefetched for instructions not yet run
+  int ahead_k;            // mode 3: the last position whose prefetch left the budget
   AmkStreamDesc desc[AMK_DESC_MAX];
 };
 static_assert(sizeof(AmkStream) <= AMK_STREAM_HEADER_BYTES, "the stream header outgrew its room");
@@ -626,7 +637,12 @@ __device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to, int 
                   (long long)J.params.n_off.i * info.row_bytes;
       int rpc = AMK_RING_SLOT_BYTES / info.row_bytes;
       d.chunks_per_range = rpc > 0 ? (d.rows + rpc - 1) / rpc : 0;
-    } else if (AMK_KV_PREFETCH == 2 && AMK_STREAM_MODE == 1) {
+      // Mode 3 rings a tile only when its body reads the ring and all of
+      // its chunks fit at once (amk_gemv_resident holds them to its end).
+      if (AMK_STREAM_MODE == 3 && (!info.ring || d.chunks_per_range * d.stack > AMK_RING_SLOTS ||
+                                   d.rows * d.stack > AMK_NT))
+        d.chunks_per_range = 0;
+    } else if (AMK_KV_PREFETCH == 2 && AMK_STREAM_HAS_L2) {
       const char *base;
       unsigned bytes;
       if (amk_variant_kv_span(J, aux[idx], pos, &base, &bytes)) {
@@ -652,7 +668,8 @@ __device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin,
     S->desc_hi = hi;
     S->load_chunk = 0;
     S->ahead_bytes = 0;
-    if (AMK_STREAM_MODE == 2) {
+    S->ahead_k = begin - 1;
+    if (AMK_STREAM_HAS_RING) {
       for (int s = 0; s < AMK_RING_SLOTS; s++)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(amk_smem_addr(&S->full[s]))
                      : "memory");
@@ -664,7 +681,7 @@ __device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin,
 }
 // All threads, at the end of a queue (after a barrier).
 __device__ __forceinline__ void amk_stream_end(float *smem) {
-  if (AMK_STREAM_MODE != 2)
+  if (!AMK_STREAM_HAS_RING)
     return;
   AmkStream *S = amk_stream(smem);
   if (threadIdx.x == 0)
@@ -703,6 +720,58 @@ __device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k, in
 static_assert(AMK_PUMP_THREAD >= 0 && AMK_PUMP_THREAD < AMK_NT && AMK_PUMP_THREAD % 32 == 0,
               "the pump is lane 0 of one of the block's warps");
 
+// One L2-mode position's weights (a prefix of each range within the budget)
+// or an attention tile's cache span, prefetched; k is the running position.
+__device__ __forceinline__ void amk_stream_l2(AmkStream *S, AmkStreamDesc &d, int k) {
+  if (d.row_bytes > 0) {
+    // A prefix of each range, so that what is ahead stays within the
+    // budget (a tile larger than L2 would only evict itself).
+    long long range_bytes = (long long)d.rows * d.row_bytes;
+    long long room = (AMK_L2_AHEAD_BYTES - S->ahead_bytes) / d.stack;
+    long long bytes = range_bytes < room ? range_bytes : room & ~15ll;
+    if (bytes > 0)
+      for (int r = 0; r < d.stack; r++)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                         d.weights + r * d.range_stride),
+                     "r"((unsigned)bytes)
+                     : "memory");
+    d.prefetched = S->load_k > k ? (int)(bytes * d.stack) : 0;
+    S->ahead_bytes += d.prefetched;
+  } else if (d.kv_bytes > 0) {
+    // Outside the budget: a tile's cache span is small beside the weights,
+    // and the tile reads all of it.
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(d.weights),
+                 "r"((unsigned)d.kv_bytes)
+                 : "memory");
+  }
+}
+// The next ring chunk of the loader's position (a free slot is the
+// caller's to check); advances the loader past the position after its last.
+__device__ __forceinline__ void amk_stream_chunk(AmkStream *S, float *smem,
+                                                 const AmkStreamDesc &d) {
+  int n = d.chunks_per_range * d.stack;
+  int rpc = AMK_RING_SLOT_BYTES / d.row_bytes;
+  int c = S->load_chunk;
+  int range = c / d.chunks_per_range;
+  int r0 = (c - range * d.chunks_per_range) * rpc;
+  int rows = d.rows - r0 < rpc ? d.rows - r0 : rpc;
+  const char *src = d.weights + range * d.range_stride + (long long)r0 * d.row_bytes;
+  unsigned bytes = (unsigned)(rows * d.row_bytes);
+  int slot = S->issued % AMK_RING_MOD;
+  unsigned bar = amk_smem_addr(&S->full[slot]);
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+               "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_ring_slot(smem, slot))),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+  S->issued++;
+  if (++S->load_chunk == n) {
+    S->load_k++;
+    S->load_chunk = 0;
+  }
+}
+
 // AMK_PUMP_THREAD, before waiting on instruction k's counters (and, in ring
 // mode, after each chunk it consumes): move weights ahead.
 __device__ void amk_stream_pump(float *smem, int k) {
@@ -713,60 +782,40 @@ __device__ void amk_stream_pump(float *smem, int k) {
       S->ahead_bytes -= amk_desc(S, k).prefetched;
     while (S->load_k < S->end && S->load_k <= k + AMK_LOOKAHEAD &&
            S->ahead_bytes < AMK_L2_AHEAD_BYTES) {
-      AmkStreamDesc &d = S->desc[S->load_k % AMK_DESC_MAX];
-      if (d.row_bytes > 0) {
-        // A prefix of each range, so that what is ahead stays within the
-        // budget (a tile larger than L2 would only evict itself).
-        long long range_bytes = (long long)d.rows * d.row_bytes;
-        long long room = (AMK_L2_AHEAD_BYTES - S->ahead_bytes) / d.stack;
-        long long bytes = range_bytes < room ? range_bytes : room & ~15ll;
-        if (bytes > 0)
-          for (int r = 0; r < d.stack; r++)
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                             d.weights + r * d.range_stride),
-                         "r"((unsigned)bytes)
-                         : "memory");
-        d.prefetched = S->load_k > k ? (int)(bytes * d.stack) : 0;
-        S->ahead_bytes += d.prefetched;
-      } else if (d.kv_bytes > 0) {
-        // Outside the budget: a tile's cache span is small beside the
-        // weights, and the tile reads all of it.
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(d.weights),
-                     "r"((unsigned)d.kv_bytes)
-                     : "memory");
-      }
+      amk_stream_l2(S, S->desc[S->load_k % AMK_DESC_MAX], k);
       S->load_k++;
     }
   } else if (AMK_STREAM_MODE == 2) {
     while (S->issued - S->consumed < AMK_RING_SLOTS && S->load_k < S->end &&
            S->load_k <= k + AMK_LOOKAHEAD) {
       const AmkStreamDesc &d = amk_desc(S, S->load_k);
-      int n = d.chunks_per_range * d.stack;
-      if (d.row_bytes == 0 || n == 0) {
+      if (d.row_bytes == 0 || d.chunks_per_range * d.stack == 0) {
         S->load_k++;
         S->load_chunk = 0;
         continue;
       }
-      int rpc = AMK_RING_SLOT_BYTES / d.row_bytes;
-      int c = S->load_chunk;
-      int range = c / d.chunks_per_range;
-      int r0 = (c - range * d.chunks_per_range) * rpc;
-      int rows = d.rows - r0 < rpc ? d.rows - r0 : rpc;
-      const char *src = d.weights + range * d.range_stride + (long long)r0 * d.row_bytes;
-      unsigned bytes = (unsigned)(rows * d.row_bytes);
-      int slot = S->issued % AMK_RING_MOD;
-      unsigned bar = amk_smem_addr(&S->full[slot]);
-      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                   "r"(bytes)
-                   : "memory");
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                   "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_ring_slot(smem, slot))),
-                   "l"(src), "r"(bytes), "r"(bar)
-                   : "memory");
-      S->issued++;
-      if (++S->load_chunk == n) {
+      amk_stream_chunk(S, smem, d);
+    }
+  } else if (AMK_STREAM_MODE == 3) {
+    // Instruction k's prefetched bytes leave the budget once it runs (once:
+    // the ring's readers may pump again on the same position).
+    if (k > S->ahead_k && k < S->load_k) {
+      S->ahead_bytes -= amk_desc(S, k).prefetched;
+      S->ahead_k = k;
+    }
+    // In queue order: a ringed tile waits for free slots, an L2 one for
+    // room in the budget.
+    while (S->load_k < S->end && S->load_k <= k + AMK_LOOKAHEAD) {
+      AmkStreamDesc &d = S->desc[S->load_k % AMK_DESC_MAX];
+      if (d.row_bytes > 0 && d.chunks_per_range > 0) {
+        if (S->issued - S->consumed >= AMK_RING_SLOTS)
+          break;
+        amk_stream_chunk(S, smem, d);
+      } else {
+        if (d.row_bytes > 0 && S->ahead_bytes >= AMK_L2_AHEAD_BYTES)
+          break;
+        amk_stream_l2(S, d, k);
         S->load_k++;
-        S->load_chunk = 0;
       }
     }
   }
@@ -1079,6 +1128,133 @@ __device__ __forceinline__ void amk_gemv_store_pre(void *out, const float *pre, 
     amk_tag_put(o, amk_round<ODT>(acc));
 }
 
+// ---- small decode GEMV tiles on the tensor cores ----------------------------------
+//
+// A tile of a few dozen rows is not bound by its bytes but by its dots: on
+// the CUDA cores a 1B q/k/v tile (24 rows of 2048) took about 2 us of
+// multiply-adds with its weights already in shared memory (8 warps an SM
+// hide little latency; H100, twenty-first session). Here each warp takes a
+// share of K and every row of the tile through mma.sync m16n8k16: rows g
+// and g + 8 of an m-tile of 16 (g = lane / 4) are A's rows, and lane
+// g * 4 + t loads 16 bytes of each, the columns [32 s + 8 t, 32 s + 8 t + 8)
+// of segment s; as k is only a label, A's k = 2t, 2t + 1, 2t + 8, 2t + 9 of
+// one mma are the first four of them and of the next mma the last four,
+// and B holds the same columns of x in every one of its 8 columns (the
+// input staged exact in WDT: rounded to it by the prologue, or loaded from
+// it). D's column 0 is then each row's dot over the warp's segments; the
+// warps' sums meet in shared memory and thread i stores row i. The products
+// are exact in fp32 and summed in fp32, in another order than the CUDA-core
+// path (a difference of fp32 rounding). AMK_GEMV_MMA 0 turns it off.
+#ifndef AMK_GEMV_MMA
+#define AMK_GEMV_MMA 0
+#endif
+#ifndef AMK_GEMV_MMA_MAX_ROWS
+#define AMK_GEMV_MMA_MAX_ROWS 64
+#endif
+template <int WDT, int K> __device__ constexpr bool amk_gemv_mma_ok() {
+  return AMK_GEMV_MMA != 0 && (WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16) &&
+         K % 32 == 0 && AMK_GEMV_MMA_MAX_ROWS <= AMK_NT;
+}
+// A 16-byte weight load that allocates in L1 (amk_gemv_rows_mma: a line's
+// two halves come from two loads).
+__device__ __forceinline__ uint4 amk_ldg16(const void *p) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+template <int WDT> __device__ __forceinline__ unsigned amk_pack16x2(float lo, float hi) {
+  unsigned r;
+  if constexpr (WDT == AMK_ABI_DTYPE_BF16)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <int WDT>
+__device__ __forceinline__ void amk_mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                             unsigned a3, unsigned b0, unsigned b1) {
+  if constexpr (WDT == AMK_ABI_DTYPE_BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// Rows [0, STACK * n_tile) of a tile (at most AMK_GEMV_MMA_MAX_ROWS), x in
+// xs as amk_gemv stages it (XC: amk_xpad's gaps), the warps' sums in part
+// (rows x AMK_NWARPS floats); after the barrier that ends the staging.
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC, int TW>
+__device__ __forceinline__ void amk_gemv_rows_mma(const void *W, const void *aux, void *out,
+                                                  const float *xs, float *part, int n_off,
+                                                  int n_tile) {
+  constexpr int NSEG = K / 32, XS = 8 + (XC ? 4 : 0), SB = 8; // SB segments' loads in flight
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  int rows = STACK * n_tile;
+  auto wrow_of = [&](int i) {
+    int s = i / n_tile;
+    return (long long)s * NOUT + n_off + (i - s * n_tile);
+  };
+  // Row threadIdx.x's bias or residual, loaded before the weights.
+  AmkGemvExtra mine = {0.0f, 0.0f};
+  int me = threadIdx.x;
+  if (me < rows) {
+    int s = me / n_tile;
+    mine = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, wrow_of(me), n_off + (me - s * n_tile));
+  }
+  for (int m0 = 0; m0 < rows; m0 += 16) {
+    int ra = m0 + g, rb = ra + 8;
+    const char *pa = ra < rows ? (const char *)W + wrow_of(ra) * (K * 2) + t * 16 : nullptr;
+    const char *pb = rb < rows ? (const char *)W + wrow_of(rb) * (K * 2) + t * 16 : nullptr;
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // A warp takes segments in pairs (2w, 2w + 1), ...: a row's whole
+    // 128-byte line from its four lanes' two loads, which allocate in L1 so
+    // that the second half is a hit.
+    for (int s0 = 2 * warp; s0 < NSEG; s0 += AMK_NWARPS * SB) {
+      uint4 qa[SB], qb[SB];
+#pragma unroll
+      for (int u = 0; u < SB; u++) {
+        int sg = s0 + (u >> 1) * 2 * AMK_NWARPS + (u & 1);
+        qa[u] = pa && sg < NSEG ? amk_ldg16(pa + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
+        qb[u] = pb && sg < NSEG ? amk_ldg16(pb + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int u = 0; u < SB; u++) {
+        int sg = s0 + (u >> 1) * 2 * AMK_NWARPS + (u & 1);
+        if (sg < NSEG) { // warp-uniform
+          const float *xp = xs + (sg * 4 + t) * XS;
+          float4 x0 = *(const float4 *)xp, x1 = *(const float4 *)(xp + 4);
+          amk_mma16816<WDT>(d, qa[u].x, qb[u].x, qa[u].y, qb[u].y, amk_pack16x2<WDT>(x0.x, x0.y),
+                            amk_pack16x2<WDT>(x0.z, x0.w));
+          amk_mma16816<WDT>(d, qa[u].z, qb[u].z, qa[u].w, qb[u].w, amk_pack16x2<WDT>(x1.x, x1.y),
+                            amk_pack16x2<WDT>(x1.z, x1.w));
+        }
+      }
+    }
+    if (t == 0) {
+      if (ra < rows)
+        part[ra * AMK_NWARPS + warp] = d[0];
+      if (rb < rows)
+        part[rb * AMK_NWARPS + warp] = d[2];
+    }
+  }
+  __syncthreads();
+  if (me < rows) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < AMK_NWARPS; w++)
+      acc += part[me * AMK_NWARPS + w];
+    int s = me / n_tile;
+    amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, mine, acc, 0, wrow_of(me),
+                                                    n_off + (me - s * n_tile));
+  }
+}
+
 // All threads: the residual (or bias) value of each of a tile's STACK x
 // n_tile rows into pre (one row of input, M == 1), for amk_gemv_store_pre.
 // Callers synchronise before reading them.
@@ -1107,20 +1283,164 @@ template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_st
   constexpr long long esz = (WDT == AMK_ABI_DTYPE_F32) ? 4 : 2;
   return AMK_STREAM_MODE != 0 && !GEMM && M == 1 &&
          (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16) &&
-         (K * esz) % 16 == 0 && (AMK_STREAM_MODE == 1 || K * esz <= AMK_RING_SLOT_BYTES);
+         (K * esz) % 16 == 0 && (AMK_STREAM_HAS_L2 || K * esz <= AMK_RING_SLOT_BYTES);
+}
+// Mode 3: whether a GEMV variant reads ringed tiles (amk_gemv_resident):
+// 16-bit rows of whole 16-byte pieces that fit a slot, split over the
+// warps as AmkResident says.
+template <int WDT, int K> struct AmkResident {
+  static constexpr int ROWB = K * 2, VEC = 8, NV = ROWB / 16;
+  // Warps a row (WPR) and pieces a lane (P): at most 4 pieces, 32 inputs,
+  // in registers; RS rows at once.
+  static constexpr int WPR = NV <= 128 ? 1 : NV <= 256 ? 2 : NV <= 512 ? 4 : 8;
+  static constexpr int P = (NV + 32 * WPR - 1) / (32 * WPR);
+  static constexpr int RS = AMK_NWARPS / WPR;
+};
+template <int WDT, int K, int M, int GEMM> __device__ constexpr bool amk_gemv_resident_ok() {
+  return AMK_STREAM_MODE == 3 && amk_gemv_streams<WDT, K, M, GEMM>() &&
+         (WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16) && K * 2 <= AMK_RING_SLOT_BYTES &&
+         AmkResident<WDT, K>::WPR <= AMK_NWARPS && AMK_NWARPS % AmkResident<WDT, K>::WPR == 0;
 }
 // The loader's view of a GEMV variant (amk_variant_stream in the generated
 // part returns this for each GEMV variant).
 template <int PAT, int XDT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int M,
           int BIAS, int GEMM, int TAGGED = 0>
 __device__ amk_stream_info_t amk_gemv_stream() {
-  amk_stream_info_t info = {0, 0, 0};
+  amk_stream_info_t info = {0, 0, 0, 0};
   if constexpr (amk_gemv_streams<WDT, K, M, GEMM>()) {
     info.row_bytes = K * ((WDT == AMK_ABI_DTYPE_F32) ? 4 : 2);
     info.stack = STACK;
     info.nout = NOUT;
+    info.ring = amk_gemv_resident_ok<WDT, K, M, GEMM>() ? 1 : 0;
   }
   return info;
+}
+
+// Mode 3: a ringed tile's weights, in the ring since before its waits (the
+// pump copied every chunk ahead: amk_stream_describe rings only tiles whose
+// chunks all fit and whose rows are at most one a thread), read with no
+// round trip to L2. Each lane keeps the inputs of its P pieces of a row in
+// registers, so a row costs only its weight pieces from shared memory; WPR
+// warps share a row, a warp takes RB of its rows at once (independent sums,
+// their shuffles interleaved), the warps' sums meet in shared memory after
+// `red`, and thread i stores row i with its residual or bias value, loaded
+// into a register before the rows. One barrier; the tile's chunks are
+// released after it (the next task's pump refills them). Each lane sums its
+// pieces in order, so the result is the direct path's up to fp32 rounding.
+template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC, int TW>
+__device__ __forceinline__ void amk_gemv_resident(const void *aux, void *out, int n_off,
+                                                  int n_tile, const float *xs, float *red,
+                                                  float *smem) {
+  using R = AmkResident<WDT, K>;
+  constexpr int XS = R::VEC + (XC ? 4 : 0);
+  constexpr int RPC = AMK_RING_SLOT_BYTES / R::ROWB;
+  constexpr int RB = 4;
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int sub = warp % R::WPR, stream = warp / R::WPR;
+  AmkStream *S = amk_stream(smem);
+  int base = S->consumed; // moved only after this tile's barrier
+  int cpr = (n_tile + RPC - 1) / RPC, rows = STACK * n_tile, nch = cpr * STACK;
+  constexpr bool RES = PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
+  float mine = 0.0f; // row threadIdx.x's residual or bias value
+  if constexpr (RES || BIAS) {
+    int i = threadIdx.x;
+    if (i < rows) {
+      int s = i / n_tile, j = i - s * n_tile;
+      long long wrow = (long long)s * NOUT + n_off + j;
+      if constexpr (BIAS)
+        mine = amk_ld<ADT>(aux, wrow);
+      if constexpr (RES)
+        mine = amk_ld<ADT>(aux, STACK > 1 ? wrow : (long long)n_off + j);
+    }
+  }
+  float *part = red + AMK_NWARPS; // rows x WPR
+  float x[R::P][R::VEC];
+#pragma unroll
+  for (int u = 0; u < R::P; u++) {
+    int v = sub * 32 + lane + u * 32 * R::WPR;
+#pragma unroll
+    for (int e = 0; e < R::VEC; e += 4) {
+      float4 a = v < R::NV ? *(const float4 *)(xs + v * XS + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[u][e] = a.x;
+      x[u][e + 1] = a.y;
+      x[u][e + 2] = a.z;
+      x[u][e + 3] = a.w;
+    }
+  }
+  // Every chunk has landed (issued before the waits). One lane a warp asks:
+  // the block's 256 threads each asking was about 1 us of a 1B q/k/v tile.
+  for (int c = 0; c < nch; c++) {
+    int seq = base + c;
+    while (!amk_mbar_try_wait(amk_smem_addr(&S->full[seq % AMK_RING_MOD]),
+                              (unsigned)(seq / AMK_RING_MOD) & 1u)) {
+    }
+  }
+  for (int r0 = stream; r0 < rows; r0 += R::RS * RB) {
+    float sum[RB];
+#pragma unroll
+    for (int b = 0; b < RB; b++) {
+      int r = r0 + b * R::RS;
+      float a[R::P];
+#pragma unroll
+      for (int u = 0; u < R::P; u++)
+        a[u] = 0.0f;
+      if (r < rows) { // warp-uniform
+        int s = r / n_tile, j = r - s * n_tile;
+        int slot = (base + s * cpr + j / RPC) % AMK_RING_MOD;
+        const uint4 *wr = (const uint4 *)(amk_ring_slot(smem, slot) + (j % RPC) * R::ROWB);
+#pragma unroll
+        for (int u = 0; u < R::P; u++) {
+          int v = sub * 32 + lane + u * 32 * R::WPR;
+          if (v < R::NV)
+            a[u] = amk_dot16<WDT>(wr[v], x[u]);
+        }
+      }
+      sum[b] = a[0];
+#pragma unroll
+      for (int u = 1; u < R::P; u++)
+        sum[b] += a[u];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int b = 0; b < RB; b++)
+        sum[b] += __shfl_xor_sync(0xffffffffu, sum[b], o);
+    if (lane == 0) {
+#pragma unroll
+      for (int b = 0; b < RB; b++)
+        if (r0 + b * R::RS < rows)
+          part[(r0 + b * R::RS) * R::WPR + sub] = sum[b];
+    }
+  }
+  __syncthreads(); // every warp is done with the tile's chunks; the sums are in
+  int i = threadIdx.x;
+  if (i < rows) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int g = 0; g < R::WPR; g++)
+      acc += part[i * R::WPR + g];
+    int s = i / n_tile, j = i - s * n_tile;
+    long long o = STACK > 1 ? (long long)s * NOUT + n_off + j : (long long)n_off + j;
+    if constexpr (BIAS)
+      acc += mine;
+    if constexpr (RES)
+      acc = amk_round<ODT>(acc) + mine;
+    amk_st<ODT>(out, o, acc);
+    if constexpr (TW != 0)
+      amk_tag_put(o, amk_round<ODT>(acc));
+  }
+  if (threadIdx.x == AMK_PUMP_THREAD)
+    S->consumed = base + nch;
+}
+// Mode 3: whether the running tile was ringed (its descriptor says so).
+__device__ __forceinline__ bool amk_tile_ringed(float *smem) {
+  if constexpr (AMK_STREAM_MODE == 3) {
+    const AmkStream *S = amk_stream(smem);
+    const AmkStreamDesc &d = amk_desc(S, S->cur_k);
+    return d.row_bytes > 0 && d.chunks_per_range > 0;
+  } else {
+    return false;
+  }
 }
 
 // The GEMV body on streamed weights: chunk by chunk in ring order, rows of a
@@ -1440,6 +1760,12 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   void *out = amk_out(A, 0);
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
   int m_begin = 0, m_count = M;
+  constexpr bool X_EXACT =
+      (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
+       PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
+          ? ODT == WDT
+          : XDT == WDT;
+  constexpr bool MMA_OK = M == 1 && !GEMM && X_EXACT && amk_gemv_mma_ok<WDT, K>();
   if constexpr (GEMM) {
     m_begin = I.params.m_off.i;
     m_count = I.params.M_tile.i;
@@ -1461,7 +1787,7 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
   float *red = smem + M * K + (XC ? K / XC * 4 : 0); // AMK_NWARPS
   if constexpr (amk_gemv_early_ok<WDT, K, M, GEMM>() &&
                 !(AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>())) {
-    if (STACK * n_tile <= amk_early_rows<WDT, K>() * AMK_NWARPS) {
+    if (STACK * n_tile <= amk_early_rows<WDT, K>() * AMK_NWARPS && !amk_tile_ringed(smem)) {
       amk_gemv_early<PAT, XDT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(
           x, W, aux, out, I.params.eps.f, n_off, n_tile, xs, red);
       return;
@@ -1474,10 +1800,27 @@ __device__ void amk_gemv(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) 
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, M, XC>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
   amk_mark_staged();
+  if constexpr (amk_gemv_resident_ok<WDT, K, M, GEMM>()) {
+    if (amk_tile_ringed(smem)) {
+      amk_gemv_resident<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(aux, out, n_off, n_tile,
+                                                                         xs, red, smem);
+      return;
+    }
+  }
   if constexpr (AMK_STREAM_MODE == 2 && !XC && amk_gemv_streams<WDT, K, M, GEMM>()) {
     amk_gemv_streamed<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, TW>(P, aux, out, n_off, n_tile, xs,
                                                                 red, smem);
     return;
+  }
+  // (MMA_OK: the input is exact in WDT when the prologue rounded it to ODT
+  // (norm, SiLU) or it was loaded from XDT.)
+  if constexpr (MMA_OK) {
+    if (STACK * n_tile <= AMK_GEMV_MMA_MAX_ROWS) {
+      amk_gemv_rows_mma<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(W, aux, out, xs,
+                                                                          red + AMK_NWARPS, n_off,
+                                                                          n_tile);
+      return;
+    }
   }
   amk_gemv_rows<PAT, WDT, ODT, ADT, K, NOUT, STACK, BIAS, XC, TW>(W, aux, out, xs, n_off, n_tile,
                                                               m_begin, m_count);
@@ -1852,10 +2195,10 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 // memory.
 template <int XDT, int WDT, int GDT, int DDT, int K, int INTER, int TAGGED>
 __device__ amk_stream_info_t amk_gemv_mlp_stream() {
-  if constexpr (AMK_STREAM_MODE == 1 && amk_gemv_streams<WDT, K, 1, 0>())
-    return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER};
+  if constexpr (AMK_STREAM_HAS_L2 && amk_gemv_streams<WDT, K, 1, 0>())
+    return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER, 0};
   else
-    return amk_stream_info_t{0, 0, 0};
+    return amk_stream_info_t{0, 0, 0, 0};
 }
 
 // ---- GEMM tiles on the tensor cores (prefill) --------------------------------------
@@ -3794,7 +4137,7 @@ __device__ __forceinline__ bool amk_attention_kv_span(AmkI I, AmkA A, int pos, c
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
           int PARTIAL, int TAGGED>
 __device__ __forceinline__ void amk_attention_prewait(AmkI I, AmkA A, int pos) {
-  if constexpr (AMK_KV_PREFETCH == 1 || (AMK_KV_PREFETCH == 2 && AMK_STREAM_MODE != 1)) {
+  if constexpr (AMK_KV_PREFETCH == 1 || (AMK_KV_PREFETCH == 2 && !AMK_STREAM_HAS_L2)) {
     const char *base;
     unsigned bytes;
     if (amk_attention_kv_span<MODE, QDT, KDT, ODT, FDT, HD, NH, NKV, ROWS, PARTIAL, TAGGED>(I, A, pos,
@@ -4405,6 +4748,20 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   }
   __syncthreads();
   amk_mark_staged();
+  if constexpr (amk_gemv_resident_ok<WDT, K, 1, 0>()) {
+    if (amk_tile_ringed(smem)) { // the scratch after xs is free again
+      amk_gemv_resident<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0, 0, TAGGED & 2>(
+          res, out, n_off, n_tile, xs, smem + K, smem);
+      return;
+    }
+  }
+  if constexpr (ODT == WDT && amk_gemv_mma_ok<WDT, K>()) { // xs is rounded to ODT
+    if (n_tile <= AMK_GEMV_MMA_MAX_ROWS) { // the combine's scratch after xs is free again
+      amk_gemv_rows_mma<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0, 0, TAGGED & 2>(
+          W, res, out, xs, smem + K, n_off, n_tile);
+      return;
+    }
+  }
   amk_gemv_rows<AMK_ABI_PATTERN_RESIDUAL, WDT, ODT, ADT, K, NOUT, 1, 0, 0, TAGGED & 2>(
       W, res, out, xs, n_off, n_tile, 0, 1);
 }
@@ -4412,7 +4769,7 @@ __device__ void amk_gemv_combine(AmkP P, AmkI I, AmkA A, int idx, int pos, float
 template <int PDT, int WDT, int ODT, int ADT, int HD, int NH, int NP, int NOUT, int TAGGED>
 __device__ amk_stream_info_t amk_gemv_combine_stream() {
   if constexpr (AMK_STREAM_MODE == 2) // its rows are read from global memory, never the ring
-    return amk_stream_info_t{0, 0, 0};
+    return amk_stream_info_t{0, 0, 0, 0};
   else
     return amk_gemv_stream<AMK_ABI_PATTERN_RESIDUAL, PDT, WDT, ODT, ADT, NH * HD, NOUT, 1, 1, 0,
                            0>();

@@ -74,6 +74,7 @@ typedef enum {
   AMK_WEIGHT_STREAM_OFF,         /* only the per-thread L2 prefetch of the next task */
   AMK_WEIGHT_STREAM_L2,          /* bulk L2 prefetches of whole tiles, a budget ahead */
   AMK_WEIGHT_STREAM_RING,        /* bulk copies into a shared-memory ring */
+  AMK_WEIGHT_STREAM_HYBRID,      /* small tiles into the ring whole, the rest to L2 */
 } AmkWeightStream;
 
 typedef struct {
@@ -128,6 +129,9 @@ typedef struct {
   bool no_attn_k_stage; /* attention's key pass reads each key's row into registers (off:
                          * the default, the chunk's key rows are copied into shared memory
                          * with asynchronous copies first, one round trip) */
+  bool gemv_mma;        /* decode GEMV tiles of at most 64 rows on the tensor cores
+                         * (amk_gemv_rows_mma; off: the default, slower on an H100 so far:
+                         * docs/Performance.md, twenty-first session) */
   bool tp_release_flags; /* cross-rank all-reduce: each flag a release store (off: the flags
                           * stored relaxed after the one system fence, the default) */
   bool trace_phases;    /* traced launches also stamp when a task's inputs are staged and
@@ -148,7 +152,7 @@ typedef struct {
  * f32 on the GPU takes chunks of at most this many tokens. */
 enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
 
-/* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2 or ring),
+/* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2, ring or hybrid),
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_DEPTH (1 to 8),
  * AMK_CUDA_WAIT_GAP_NS,
@@ -162,7 +166,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
  * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1),
- * AMK_CUDA_PUMP_WARP (0 to 3), AMK_CUDA_ATTN_K_STAGE (0 or 1)
+ * AMK_CUDA_PUMP_WARP (0 to 3), AMK_CUDA_ATTN_K_STAGE (0 or 1), AMK_CUDA_GEMV_MMA (0 or 1)
  * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);

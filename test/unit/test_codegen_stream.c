@@ -56,6 +56,7 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_MLP_LOADS");
   unsetenv("AMK_CUDA_MLP_GU_ROWS");
   unsetenv("AMK_CUDA_GEMV_PAIR_MIN_ROWS");
+  unsetenv("AMK_CUDA_GEMV_MMA");
 }
 
 static void test_env(UnitCounts *c) {
@@ -73,11 +74,16 @@ static void test_env(UnitCounts *c) {
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.weight_stream == AMK_WEIGHT_STREAM_RING &&
                o.ring_slot_bytes == 32768 && o.ring_slots == 5 && o.override_lookahead &&
                o.lookahead == 0 && o.l2_ahead_kb == 64);
+  setenv("AMK_CUDA_STREAM", "hybrid", 1);
+  setenv("AMK_CUDA_GEMV_MMA", "1", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.weight_stream == AMK_WEIGHT_STREAM_HYBRID &&
+               o.gemv_mma);
+  unsetenv("AMK_CUDA_GEMV_MMA");
   setenv("AMK_CUDA_STREAM", "fast", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
   CHECK(c, amk_diag_captured_count(d) == 1 &&
-               strstr(amk_diag_captured(d, 0)->message, "AMK_CUDA_STREAM must be off, l2 or ring, "
-                                                       "not 'fast'"));
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_STREAM must be off, l2, ring or hybrid, not 'fast'"));
   setenv("AMK_CUDA_STREAM", "off", 1);
   setenv("AMK_CUDA_RING_SLOTS", "x3", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
@@ -346,9 +352,26 @@ static void test_modes(UnitCounts *c) {
                  strstr(r, "#define AMK_RING_SLOTS 3\n") &&
                  strstr(r, "#define AMK_RING_SLOT_BYTES 16384\n") &&
                  strstr(r, "#define AMK_LOOKAHEAD 5\n"));
+    /* Hybrid: only 16-bit rows are read from the ring, so this f32 program
+     * gets the L2 stream alone (the bf16 programs' rings:
+     * test/cuda/hybrid-stream-cubin.test). */
+    AmkCodegenOptions hy = {.weight_stream = AMK_WEIGHT_STREAM_HYBRID};
+    char *h = generate(m, &hy);
+    CHECK(c, h && strstr(h, "#define AMK_STREAM_MODE 1\n") &&
+                 strstr(h, "#define AMK_RING_SLOTS 0\n"));
+    AmkCodegenOptions hy1 = {.weight_stream = AMK_WEIGHT_STREAM_HYBRID, .ring_slots = 1};
+    char *h1 = generate(m, &hy1);
+    CHECK(c, h1 && strstr(h1, "#define AMK_STREAM_MODE 1\n"));
+    /* The tensor-core GEMV is a define of its own (off by default). */
+    AmkCodegenOptions mma = {.gemv_mma = true};
+    char *g = generate(m, &mma);
+    CHECK(c, g && strstr(g, "#define AMK_GEMV_MMA 1\n") && !strstr(dflt, "#define AMK_GEMV_MMA 1"));
     free(dflt);
     free(none);
     free(r);
+    free(h);
+    free(h1);
+    free(g);
   }
   amk_module_free(m);
   free(text);
