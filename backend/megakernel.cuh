@@ -1155,15 +1155,6 @@ template <int WDT, int K> __device__ constexpr bool amk_gemv_mma_ok() {
   return AMK_GEMV_MMA != 0 && (WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16) &&
          K % 32 == 0 && AMK_GEMV_MMA_MAX_ROWS <= AMK_NT;
 }
-// A 16-byte weight load that allocates in L1 (amk_gemv_rows_mma: a line's
-// two halves come from two loads).
-__device__ __forceinline__ uint4 amk_ldg16(const void *p) {
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 template <int WDT> __device__ __forceinline__ unsigned amk_pack16x2(float lo, float hi) {
   unsigned r;
   if constexpr (WDT == AMK_ABI_DTYPE_BF16)
@@ -1172,19 +1163,19 @@ template <int WDT> __device__ __forceinline__ unsigned amk_pack16x2(float lo, fl
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
-template <int WDT>
-__device__ __forceinline__ void amk_mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                             unsigned a3, unsigned b0, unsigned b1) {
-  if constexpr (WDT == AMK_ABI_DTYPE_BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+// c += a * b for one 16 x 8 x 16 product (DT: the inputs' dtype).
+template <int DT>
+__device__ __forceinline__ void amk_mma16816(float *c, const unsigned *a, const unsigned *b) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
   else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 // Rows [0, STACK * n_tile) of a tile (at most AMK_GEMV_MMA_MAX_ROWS), x in
 // xs as amk_gemv stages it (XC: amk_xpad's gaps), the warps' sums in part
@@ -1212,27 +1203,26 @@ __device__ __forceinline__ void amk_gemv_rows_mma(const void *W, const void *aux
     const char *pa = ra < rows ? (const char *)W + wrow_of(ra) * (K * 2) + t * 16 : nullptr;
     const char *pb = rb < rows ? (const char *)W + wrow_of(rb) * (K * 2) + t * 16 : nullptr;
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // A warp takes segments in pairs (2w, 2w + 1), ...: a row's whole
-    // 128-byte line from its four lanes' two loads, which allocate in L1 so
-    // that the second half is a hit.
-    for (int s0 = 2 * warp; s0 < NSEG; s0 += AMK_NWARPS * SB) {
+    for (int s0 = warp; s0 < NSEG; s0 += AMK_NWARPS * SB) {
       uint4 qa[SB], qb[SB];
 #pragma unroll
       for (int u = 0; u < SB; u++) {
-        int sg = s0 + (u >> 1) * 2 * AMK_NWARPS + (u & 1);
-        qa[u] = pa && sg < NSEG ? amk_ldg16(pa + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
-        qb[u] = pb && sg < NSEG ? amk_ldg16(pb + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
+        int sg = s0 + u * AMK_NWARPS;
+        qa[u] = pa && sg < NSEG ? amk_ldw16(pa + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
+        qb[u] = pb && sg < NSEG ? amk_ldw16(pb + sg * 64) : make_uint4(0u, 0u, 0u, 0u);
       }
 #pragma unroll
       for (int u = 0; u < SB; u++) {
-        int sg = s0 + (u >> 1) * 2 * AMK_NWARPS + (u & 1);
+        int sg = s0 + u * AMK_NWARPS;
         if (sg < NSEG) { // warp-uniform
           const float *xp = xs + (sg * 4 + t) * XS;
           float4 x0 = *(const float4 *)xp, x1 = *(const float4 *)(xp + 4);
-          amk_mma16816<WDT>(d, qa[u].x, qb[u].x, qa[u].y, qb[u].y, amk_pack16x2<WDT>(x0.x, x0.y),
-                            amk_pack16x2<WDT>(x0.z, x0.w));
-          amk_mma16816<WDT>(d, qa[u].z, qb[u].z, qa[u].w, qb[u].w, amk_pack16x2<WDT>(x1.x, x1.y),
-                            amk_pack16x2<WDT>(x1.z, x1.w));
+          unsigned a1[4] = {qa[u].x, qb[u].x, qa[u].y, qb[u].y};
+          unsigned b1[2] = {amk_pack16x2<WDT>(x0.x, x0.y), amk_pack16x2<WDT>(x0.z, x0.w)};
+          amk_mma16816<WDT>(d, a1, b1);
+          unsigned a2[4] = {qa[u].z, qb[u].z, qa[u].w, qb[u].w};
+          unsigned b2[2] = {amk_pack16x2<WDT>(x1.x, x1.y), amk_pack16x2<WDT>(x1.z, x1.w)};
+          amk_mma16816<WDT>(d, a2, b2);
         }
       }
     }
@@ -2240,20 +2230,6 @@ __device__ __forceinline__ void amk_ldmatrix_x4(unsigned *r, unsigned addr) {
                : "r"(addr)
                : "memory");
 }
-// c += a * b for one 16 x 8 x 16 product (DT: the inputs' dtype).
-template <int DT>
-__device__ __forceinline__ void amk_mma16816(float *c, const unsigned *a, const unsigned *b) {
-  if constexpr (DT == AMK_ABI_DTYPE_BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // Rows [row0, row0 + ROWS) x columns [k0, k0 + BK) of a [*, K] matrix
 // into one stage's part; rows at or past `rows` and columns at or past K
@@ -2930,16 +2906,8 @@ __device__ __forceinline__ void amk_qmma_stage(const float *xs, unsigned short *
 template <int MDT>
 __device__ __forceinline__ void amk_qmma(float *d, unsigned a0, unsigned a1, unsigned a2,
                                          unsigned a3, unsigned b0, unsigned b1) {
-  if constexpr (MDT == AMK_ABI_DTYPE_BF16)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  const unsigned a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+  amk_mma16816<MDT>(d, a, b);
 }
 // a * m + c on 16-bit pairs (exact here: small integers).
 template <int MDT> __device__ __forceinline__ unsigned amk_fma2(unsigned a, unsigned m, unsigned c) {
