@@ -232,11 +232,19 @@ typedef struct {
   int64_t lookahead, l2_ahead_bytes;
 } StreamGeometry;
 
+static bool is_16bit_float(AmkDType dt) { return dt == AMK_DTYPE_BF16 || dt == AMK_DTYPE_F16; }
+
+/* A decode tile of rows x K of weights w that amk_gemv_rows_mma takes
+ * (AMK_CUDA_GEMV_MMA=1; megakernel.cuh's amk_gemv_mma_ok). */
+static bool gemv_mma_tile(const Gen *g, const BufInfo *w, int64_t k, int64_t rows) {
+  return g->gemv_mma && is_16bit_float(w->dtype) && k % 32 == 0 && rows <= GEMV_MMA_MAX_ROWS;
+}
+
 /* A tile the hybrid stream may ring (amk_gemv_resident_ok and
  * amk_stream_describe's other conditions, megakernel.cuh). */
 static void note_ring_tile(Gen *g, const BufInfo *w, int64_t row_bytes, int64_t stack,
                            int64_t n_tile) {
-  if ((w->dtype != AMK_DTYPE_BF16 && w->dtype != AMK_DTYPE_F16) || row_bytes % 16 != 0 ||
+  if (!is_16bit_float(w->dtype) || row_bytes % 16 != 0 ||
       row_bytes > RING_MIN_SLOT_BYTES || stack * n_tile > g->nt || n_tile <= 0)
     return;
   for (int i = 0; i < g->n_ring_tiles; i++) {
@@ -691,8 +699,7 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
     need_smem(g, xs + (size_t)(g->nt / 32) + (size_t)(stack * n_tile));
     /* A tile on the tensor cores (amk_gemv_rows_mma): its warps' sums after
      * `red`, past the padded input. */
-    if (g->gemv_mma && (w.dtype == AMK_DTYPE_BF16 || w.dtype == AMK_DTYPE_F16) && k % 32 == 0 &&
-        stack * n_tile <= GEMV_MMA_MAX_ROWS)
+    if (gemv_mma_tile(g, &w, k, stack * n_tile))
       need_smem(g, xs + (size_t)(k / 2) + (size_t)(g->nt / 32) * (1 + (size_t)(stack * n_tile)));
     if (g->hybrid) {
       need_smem(g, xs + (size_t)(k / 2) + (size_t)(g->nt / 32) + 8 * (size_t)(stack * n_tile));
@@ -783,8 +790,7 @@ static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
   /* xs, then the combine's per-head weights and denominators (or, ringed
    * in the hybrid stream, the tile's residual values and warps' sums). */
   need_smem(g, (size_t)(k + nh * parts + nh + g->nt / 32));
-  if (g->gemv_mma && (w.dtype == AMK_DTYPE_BF16 || w.dtype == AMK_DTYPE_F16) && k % 32 == 0 &&
-      n_tile <= GEMV_MMA_MAX_ROWS) /* amk_gemv_rows_mma's sums after xs */
+  if (gemv_mma_tile(g, &w, k, n_tile)) /* amk_gemv_rows_mma's sums after xs */
     need_smem(g, (size_t)k + (size_t)(g->nt / 32) * (size_t)n_tile);
   if (g->hybrid) {
     need_smem(g, (size_t)k + (size_t)(g->nt / 32) + 8 * (size_t)n_tile);
