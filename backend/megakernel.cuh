@@ -1313,8 +1313,8 @@ __device__ amk_stream_info_t amk_gemv_stream() {
 // registers, so a row costs only its weight pieces from shared memory; WPR
 // warps share a row, a warp takes RB of its rows at once (independent sums,
 // their shuffles interleaved), the warps' sums meet in shared memory after
-// `red`, and thread i stores row i with its residual or bias value, loaded
-// into a register before the rows. One barrier; the tile's chunks are
+// `red`, and thread i stores row i (amk_gemv_store) with its residual or
+// bias value, loaded before the rows. One barrier; the tile's chunks are
 // released after it (the next task's pump refills them). Each lane sums its
 // pieces in order, so the result is the direct path's up to fp32 rounding.
 template <int PAT, int WDT, int ODT, int ADT, int K, int NOUT, int STACK, int BIAS, int XC, int TW>
@@ -1330,18 +1330,12 @@ __device__ __forceinline__ void amk_gemv_resident(const void *aux, void *out, in
   AmkStream *S = amk_stream(smem);
   int base = S->consumed; // moved only after this tile's barrier
   int cpr = (n_tile + RPC - 1) / RPC, rows = STACK * n_tile, nch = cpr * STACK;
-  constexpr bool RES = PAT == AMK_ABI_PATTERN_RESIDUAL || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
-  float mine = 0.0f; // row threadIdx.x's residual or bias value
-  if constexpr (RES || BIAS) {
-    int i = threadIdx.x;
-    if (i < rows) {
-      int s = i / n_tile, j = i - s * n_tile;
-      long long wrow = (long long)s * NOUT + n_off + j;
-      if constexpr (BIAS)
-        mine = amk_ld<ADT>(aux, wrow);
-      if constexpr (RES)
-        mine = amk_ld<ADT>(aux, STACK > 1 ? wrow : (long long)n_off + j);
-    }
+  // Row threadIdx.x's residual or bias value, loaded before the rows.
+  AmkGemvExtra mine = {0.0f, 0.0f};
+  if (threadIdx.x < rows) {
+    int s = threadIdx.x / n_tile, j = threadIdx.x - s * n_tile;
+    mine = amk_gemv_extra<PAT, ADT, NOUT, STACK, BIAS>(aux, 0, (long long)s * NOUT + n_off + j,
+                                                       n_off + j);
   }
   float *part = red + AMK_NWARPS; // rows x WPR
   float x[R::P][R::VEC];
@@ -1410,14 +1404,8 @@ __device__ __forceinline__ void amk_gemv_resident(const void *aux, void *out, in
     for (int g = 0; g < R::WPR; g++)
       acc += part[i * R::WPR + g];
     int s = i / n_tile, j = i - s * n_tile;
-    long long o = STACK > 1 ? (long long)s * NOUT + n_off + j : (long long)n_off + j;
-    if constexpr (BIAS)
-      acc += mine;
-    if constexpr (RES)
-      acc = amk_round<ODT>(acc) + mine;
-    amk_st<ODT>(out, o, acc);
-    if constexpr (TW != 0)
-      amk_tag_put(o, amk_round<ODT>(acc));
+    amk_gemv_store<PAT, ODT, NOUT, STACK, BIAS, TW>(out, mine, acc, 0,
+                                                    (long long)s * NOUT + n_off + j, n_off + j);
   }
   if (threadIdx.x == AMK_PUMP_THREAD)
     S->consumed = base + nch;
