@@ -59,6 +59,8 @@ typedef struct {
   int n_ring_tiles;
   bool hybrid; /* AMK_WEIGHT_STREAM_HYBRID: size tiles' shared memory for the ring's reader */
   bool gemv_mma; /* AMK_GEMV_MMA: size small GEMV tiles' shared memory for their warps' sums */
+  bool norm_stage; /* norm weights staged during the waits (AMK_CUDA_NORM_STAGE=0: not) */
+  size_t norm_stage_bytes; /* AMK_NORM_STAGE_BYTES: the largest such weight (0: none) */
   bool gemm_mma; /* bf16/f16 GEMM tiles may use the tensor-core template */
   bool qgemv_mma; /* quantized GEMV tiles may use the tensor-core path */
   int qgemv_stages; /* AMK_QGEMV_STAGES: the staged quantized GEMV's ring depth (0: off) */
@@ -199,6 +201,7 @@ static void need_smem(Gen *g, size_t floats) {
     g->smem = bytes;
 }
 
+
 /* The weight stream (backend/megakernel.cuh): off, bulk L2 prefetches, or a
  * ring of shared-memory slots. Ring slots are at least 16 KiB, as large as
  * the longest streamed row, at most 64 KiB; as many as the shared memory
@@ -214,6 +217,7 @@ enum {
   RING_MAX_SLOT_BYTES = 65536,
   RING_MAX_SLOTS = 64,
   STREAM_HEADER_BYTES = 12288, /* AMK_STREAM_HEADER_BYTES: the descriptor table */
+  STREAM_HEADER_NORM_BYTES = 16384, /* the same, its entries naming norm weights to stage */
   MAX_LOOKAHEAD = 64,
   SMEM_LIMIT_BYTES = 227 * 1024,
   STATIC_SMEM_RESERVE = 2048, /* the staged records (megakernel.cuh) and a few flags */
@@ -223,14 +227,27 @@ enum {
   QGEMV_STAGED_KB_I4 = 128,
   QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
   GEMV_MMA_MAX_ROWS = 64, /* AMK_GEMV_MMA_MAX_ROWS: the largest tile on the tensor cores */
+  NORM_STAGE_MAX_BYTES = 32768, /* the largest norm weight staged (AMK_CUDA_NORM_STAGE) */
 };
 
 typedef struct {
   int mode;  /* STREAM_* */
+  size_t mlp_head_bytes; /* L2 mode: AMK_MLP_HEAD_BYTES, after the header (0: none) */
   int slots; /* ring mode */
   size_t slot_bytes, offset, total_smem;
   int64_t lookahead, l2_ahead_bytes;
 } StreamGeometry;
+
+/* A norm-fused one-row tile whose input x is not of its weight gw's type
+ * stages gw in shared memory during its waits (unless AMK_CUDA_NORM_STAGE=0;
+ * megakernel.cuh's amk_norm_stage_bytes decides the same per variant). */
+static void note_norm_stage(Gen *g, AmkDType x, AmkDType gw, int64_t k) {
+  if (!g->norm_stage || x == gw || !is_float(gw))
+    return;
+  size_t bytes = (size_t)amk_dtype_nbytes(gw, k);
+  if (bytes % 16 == 0 && bytes <= NORM_STAGE_MAX_BYTES && bytes > g->norm_stage_bytes)
+    g->norm_stage_bytes = bytes;
+}
 
 static bool is_16bit_float(AmkDType dt) { return dt == AMK_DTYPE_BF16 || dt == AMK_DTYPE_F16; }
 
@@ -259,21 +276,34 @@ static void note_ring_tile(Gen *g, const BufInfo *w, int64_t row_bytes, int64_t 
     g->ring_tiles[g->n_ring_tiles++] = (struct RingTile){row_bytes, stack, n_tile};
 }
 
+/* The stream header's bytes: its descriptors grow by the norm weight to
+ * stage where any is (AMK_NORM_STAGE_BYTES). */
+static size_t stream_header_bytes(const Gen *g, const AmkCodegenOptions *opt) {
+  return g->norm_stage_bytes > 0 || (opt && opt->mlp_head_kb > 0) ? STREAM_HEADER_NORM_BYTES
+                                                                  : STREAM_HEADER_BYTES;
+}
+
 static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt,
                                       int64_t lookahead) {
-  StreamGeometry r = {STREAM_OFF, 0, RING_MIN_SLOT_BYTES, 0, g->smem, 0, 0};
+  const size_t header = stream_header_bytes(g, opt);
+  StreamGeometry r = {STREAM_OFF, 0, 0, RING_MIN_SLOT_BYTES, 0, g->smem, 0, 0};
   AmkWeightStream want = opt ? opt->weight_stream : AMK_WEIGHT_STREAM_DEFAULT;
   if (want == AMK_WEIGHT_STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
     return r;
   r.lookahead = lookahead > MAX_LOOKAHEAD ? MAX_LOOKAHEAD : lookahead;
   r.l2_ahead_bytes = (int64_t)(opt && opt->l2_ahead_kb > 0 ? opt->l2_ahead_kb : 64) * 1024;
   r.offset = (g->smem + 127) / 128 * 128;
-  size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE;
-  if (r.offset + STREAM_HEADER_BYTES > budget)
+  size_t budget = SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - g->norm_stage_bytes;
+  if (r.offset + header > budget)
     return r;
   if (want != AMK_WEIGHT_STREAM_RING && want != AMK_WEIGHT_STREAM_HYBRID) {
     r.mode = STREAM_L2;
-    r.total_smem = r.offset + STREAM_HEADER_BYTES;
+    r.total_smem = r.offset + header;
+    size_t head = opt && opt->mlp_head_kb > 0 ? (size_t)opt->mlp_head_kb * 1024 : 0;
+    if (head > 0 && r.total_smem + head <= budget) {
+      r.mlp_head_bytes = head;
+      r.total_smem += head;
+    }
     return r;
   }
   if (opt && opt->ring_slot_bytes > 0)
@@ -281,7 +311,7 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
   if ((size_t)g->max_stream_row_bytes > r.slot_bytes)
     r.slot_bytes = (size_t)g->max_stream_row_bytes;
   r.slot_bytes = (r.slot_bytes + 15) / 16 * 16;
-  size_t slots = (budget - r.offset - STREAM_HEADER_BYTES) / r.slot_bytes;
+  size_t slots = (budget - r.offset - header) / r.slot_bytes;
   long max_slots = opt && opt->ring_slots > 0 ? opt->ring_slots : RING_MAX_SLOTS;
   if (slots > (size_t)max_slots)
     slots = (size_t)max_slots;
@@ -304,7 +334,7 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
       slots = 2 * most;
     if (most == 0 || slots < 2) {
       r.mode = STREAM_L2;
-      r.total_smem = r.offset + STREAM_HEADER_BYTES;
+      r.total_smem = r.offset + header;
       return r;
     }
   }
@@ -312,7 +342,7 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
     return r;
   r.mode = want == AMK_WEIGHT_STREAM_HYBRID ? STREAM_HYBRID : STREAM_RING;
   r.slots = (int)slots;
-  r.total_smem = r.offset + STREAM_HEADER_BYTES + slots * r.slot_bytes;
+  r.total_smem = r.offset + header + slots * r.slot_bytes;
   return r;
 }
 
@@ -578,6 +608,8 @@ static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkSt
    * projection's per-thread sums go to xs's K floats once it is done with. */
   need_smem(g, (size_t)k + (size_t)(k / 2) + (size_t)((g->nt / 32 + 3) & ~3) +
                    (size_t)(2 * n_tile));
+  if (!(g->tagged & 1))
+    note_norm_stage(g, x.dtype, gw.dtype, k);
   EMIT(inst, gemv_mlp, x.dtype, wgu.dtype, gw.dtype, wd.dtype, k, inter, g->tagged & 1);
   return true;
 }
@@ -706,6 +738,8 @@ static bool gen_gemv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf
       note_ring_tile(g, &w, row_bytes, stack, n_tile);
     }
   }
+  if (norm && m_rows == 1 && !gemm)
+    note_norm_stage(g, x.dtype, a.dtype, k);
   EMIT(inst, gemv, pattern, x.dtype, w.dtype, o.dtype, t->n_inputs > 2 ? (int)a.dtype : 0, k,
        n_out, stack, m_rows, bias ? 1 : 0, gemm ? 1 : 0, g->tagged & 2);
   return true;
@@ -1419,6 +1453,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   }
   bool set, lookahead_set;
   if (!env_int("AMK_CUDA_L2_AHEAD_KB", 1 << 20, &o->l2_ahead_kb, &set, diag) ||
+      !env_int("AMK_CUDA_L2_HOLD_KB", 1 << 20, &o->l2_hold_kb, &set, diag) ||
+      !env_int("AMK_CUDA_MLP_HEAD_KB", 200, &o->mlp_head_kb, &set, diag) ||
       !env_int("AMK_CUDA_RING_SLOT_BYTES", RING_MAX_SLOT_BYTES, &o->ring_slot_bytes, &set,
                diag) ||
       !env_int("AMK_CUDA_RING_SLOTS", RING_MAX_SLOTS, &o->ring_slots, &set, diag) ||
@@ -1434,7 +1470,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (!env_int("AMK_CUDA_WAIT_GAP_NS", 100000, &o->wait_gap_ns, &set, diag) ||
       !env_int("AMK_CUDA_WAIT_DEPTH", 8, &o->wait_depth, &set, diag) ||
       !env_switch_off("AMK_CUDA_WAIT_CACHE", &o->no_wait_cache, diag) ||
-      !env_switch_off("AMK_CUDA_GEMV_XS_VEC", &o->gemv_xs_scalar, diag))
+      !env_switch_off("AMK_CUDA_GEMV_XS_VEC", &o->gemv_xs_scalar, diag) ||
+      !env_switch_off("AMK_CUDA_NORM_STAGE", &o->no_norm_stage, diag))
     return false;
   if (!env_int("AMK_CUDA_GEMV_PAIR_BYTES", 1 << 20, &o->gemv_pair_max_bytes, &set, diag))
     return false;
@@ -1578,6 +1615,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   memset(out, 0, sizeof *out);
   Gen g = {.m = m, .nt = 256, .hybrid = opt && opt->weight_stream == AMK_WEIGHT_STREAM_HYBRID,
            .gemv_mma = opt && opt->gemv_mma,
+           .norm_stage = !(opt && opt->no_norm_stage),
            .gemm_mma = !(opt && opt->no_gemm_mma),
            .qgemv_mma = opt && opt->qgemv_mma,
            .qgemv_staged_kb = opt ? opt->qgemv_staged_kb : 0,
@@ -1650,6 +1688,9 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   int64_t lookahead = opt && opt->override_lookahead ? opt->lookahead
                      : m->config                         ? m->config->pipelining_depth
                                                          : 2;
+  /* The staged norm weight is static shared memory beside the variants'. */
+  if (g.smem + g.norm_stage_bytes + STATIC_SMEM_RESERVE > SMEM_LIMIT_BYTES)
+    g.norm_stage_bytes = 0;
   StreamGeometry ring = stream_geometry(&g, opt, lookahead);
   AmkStrBuf s;
   amk_sb_init(&s);
@@ -1718,6 +1759,13 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   if (opt && opt->gemv_row_pairs != AMK_GEMV_ROW_PAIRS_AUTO)
     amk_sb_printf(&s, "#define AMK_GEMV_ROW_PAIRS %d\n",
                   opt->gemv_row_pairs == AMK_GEMV_ROW_PAIRS_ALWAYS ? 1 : 0);
+  /* The pump stages norm weights: only with a stream. */
+  if (ring.mode != STREAM_OFF && g.norm_stage_bytes > 0)
+    amk_sb_printf(&s, "#define AMK_NORM_STAGE_BYTES %zu\n", g.norm_stage_bytes);
+  if (ring.mlp_head_bytes > 0)
+    amk_sb_printf(&s, "#define AMK_MLP_HEAD_BYTES %zu\n", ring.mlp_head_bytes);
+  if (ring.mode == STREAM_L2 && opt && opt->l2_hold_kb > 0)
+    amk_sb_printf(&s, "#define AMK_L2_HOLD_BYTES %lld\n", (long long)opt->l2_hold_kb * 1024);
   if (ring.mode != STREAM_OFF)
     amk_sb_printf(&s,
                   "#define AMK_STREAM_MODE %d\n#define AMK_STREAM_OFFSET %zu\n"
@@ -1725,7 +1773,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                   "#define AMK_RING_SLOTS %d\n#define AMK_RING_SLOT_BYTES %zu\n"
                   "#define AMK_STREAM_HEADER_BYTES %d\n",
                   ring.mode, ring.offset, ring.lookahead, ring.l2_ahead_bytes, ring.slots,
-                  ring.slot_bytes, (int)STREAM_HEADER_BYTES);
+                  ring.slot_bytes, (int)stream_header_bytes(&g, opt));
   amk_sb_printf(&s, "#define AMK_QGEMV_STAGES %d\n", g.qgemv_stages);
   if (opt && opt->qgemv_early > 0)
     amk_sb_printf(&s, "#define AMK_QGEMV_EARLY %d\n", opt->qgemv_early - 1);
@@ -1766,7 +1814,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     else if (strncmp(keys[k], "amk_gemv_mlp<", 13) == 0)
       amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
   }
-  amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0};\n  }\n}\n");
+  amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0, 0, 0};\n  }\n}\n");
   /* What a variant reads ahead of its waits, and the cache span it reads
    * below pos (the weight stream's KV prefetch): attention tiles. */
   emit_attention_switch(&s, keys, n_keys,

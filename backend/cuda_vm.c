@@ -373,6 +373,22 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   if (vm->smem > 48 * 1024)
     CU(vm->drv.cuFuncSetAttribute(vm->kernel, AMK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)vm->smem),
        "cuFuncSetAttribute(max dynamic shared memory)");
+  /* AMK_CUDA_SMEM_CARVEOUT=P: the percentage of the SM's L1 and shared
+   * memory to make shared memory (a measurement knob: how much the tasks
+   * depend on the L1 left beside the kernel's shared memory). */
+  const char *carveout = getenv("AMK_CUDA_SMEM_CARVEOUT");
+  if (carveout && *carveout) {
+    char *end;
+    long pct = strtol(carveout, &end, 10);
+    if (*end || pct < 0 || pct > 100) {
+      amk_error(diag, no_loc(), "AMK_CUDA_SMEM_CARVEOUT must be a percentage in [0, 100], not '%s'",
+                carveout);
+      goto fail;
+    }
+    CU(vm->drv.cuFuncSetAttribute(vm->kernel, AMK_CU_FUNC_ATTR_PREFERRED_SHARED_CARVEOUT,
+                                  (int)pct),
+       "cuFuncSetAttribute(preferred shared memory carveout)");
+  }
   int per_sm = 0, regs = 0, local = 0;
   CU(vm->drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, vm->kernel, vm->threads,
                                                          vm->smem),

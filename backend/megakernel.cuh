@@ -540,6 +540,31 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
 #ifndef AMK_L2_AHEAD_BYTES
 #define AMK_L2_AHEAD_BYTES 262144
 #endif
+// L2 mode: a tile of more weight bytes than this (0: no limit) holds the
+// stream until it has run. Its own reads stream more than L2 keeps (a 1B
+// mlp tile: 780 KiB a block, 100 MB a layer for 50 MB of L2), so what
+// were prefetched behind it would be evicted before its turn: the next
+// layer's q/k/v tiles, prefetched as the mlp tile began.
+#ifndef AMK_L2_HOLD_BYTES
+#define AMK_L2_HOLD_BYTES 0
+#endif
+// AMK_NORM_STAGE_BYTES (0: off; AMK_CUDA_NORM_STAGE=1): a norm-fused GEMV
+// or mlp tile whose input is not of its norm weight's type (the 1B's f32
+// residual against a bf16 weight: amk_gemv_prologue's element path) loads
+// the weight after the norm's reduction, a second round trip on the
+// layer's chain. Thread 0 copies it into shared memory instead, one bulk
+// copy before the tile's waits, while its producers finish.
+#ifndef AMK_NORM_STAGE_BYTES
+#define AMK_NORM_STAGE_BYTES 0
+#endif
+// AMK_MLP_HEAD_BYTES (0: off; AMK_CUDA_MLP_HEAD_KB): an mlp tile's first
+// gate rows, up to this many bytes, are copied into shared memory (after
+// the stream header) by the pump when it reaches the tile, lookahead
+// positions ahead, while the layer's attention half leaves the DRAM mostly
+// idle; the tile reads them from there and streams only the rest.
+#ifndef AMK_MLP_HEAD_BYTES
+#define AMK_MLP_HEAD_BYTES 0
+#endif
 // Where an attention tile's cache rows below pos (written by earlier steps,
 // constant in this one) go to L2: 0 nowhere; 1 at the tile's arrival, by
 // thread 0 before its waits (amk_attention_prewait); 2 with the weight
@@ -564,6 +589,8 @@ __device__ bool amk_variant_kv_span(AmkI I, AmkA A, int pos, const char **base, 
 // ring: in mode 3, whether its body can read a tile from the ring.
 struct amk_stream_info_t {
   int row_bytes, stack, nout, ring;
+  int norm_bytes; // its norm weight's bytes that the pump stages (amk_norm_stage_bytes)
+  int head;       // an mlp variant that reads its first rows from the head buffer
 };
 __device__ amk_stream_info_t amk_variant_stream(int variant);
 
@@ -576,6 +603,13 @@ struct AmkStreamDesc {
   int prefetched; // L2 mode: bytes prefetched ahead of its turn
   int kv_bytes;   // an attention tile's cache span below pos at `weights` (L2 mode,
                   // AMK_KV_PREFETCH 2; row_bytes 0)
+#if AMK_NORM_STAGE_BYTES > 0
+  const void *norm; // its norm weight to stage, or null
+  int norm_bytes;
+#endif
+#if AMK_MLP_HEAD_BYTES > 0
+  int head_bytes; // an mlp tile's first gate rows copied to the head buffer (0: none)
+#endif
 };
 
 struct AmkStream {
@@ -586,6 +620,9 @@ struct AmkStream {
   int desc_hi;          // positions below it are described (slot p % AMK_DESC_MAX)
   int load_k, load_chunk; // the loader's next queue position and chunk of it
   long long ahead_bytes;  // L2 mode: bytes prefetched for instructions not yet run
+  int hold_k;             // L2 mode: the last position prefetched past AMK_L2_HOLD_BYTES
+  int norm_k;             // the last position whose norm weight was staged (or not)
+  int head_k;             // the position whose mlp head is in (or on its way to) the buffer
   int ahead_k;            // mode 3: the last position whose prefetch left the budget
   AmkStreamDesc desc[AMK_DESC_MAX];
 };
@@ -624,10 +661,17 @@ __device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to, int 
   const amk_instruction_t *insts = (const amk_instruction_t *)P.instructions;
   const amk_inst_aux_t *aux = (const amk_inst_aux_t *)P.aux;
   for (int k = from + (int)threadIdx.x; k < to; k += AMK_NT) {
-    AmkStreamDesc d = {nullptr, 0, 0, 0, 0, 0, 0, 0};
+    AmkStreamDesc d = {};
     int idx = q[k];
     amk_stream_info_t info = amk_variant_stream(aux[idx].variant);
     const amk_instruction_t &J = insts[idx];
+#if AMK_NORM_STAGE_BYTES > 0
+    if (info.norm_bytes > 0 && J.n_inputs > 2 &&
+        ((unsigned long long)aux[idx].io[2] & 15ull) == 0) {
+      d.norm = (const void *)aux[idx].io[2];
+      d.norm_bytes = info.norm_bytes;
+    }
+#endif
     if (info.row_bytes > 0 && J.params.N_tile.i > 0) {
       d.row_bytes = info.row_bytes;
       d.rows = J.params.N_tile.i;
@@ -642,6 +686,12 @@ __device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to, int 
       if (AMK_STREAM_MODE == 3 && (!info.ring || d.chunks_per_range * d.stack > AMK_RING_SLOTS ||
                                    d.rows * d.stack > AMK_NT))
         d.chunks_per_range = 0;
+#if AMK_MLP_HEAD_BYTES > 0
+      int head_rows = AMK_MLP_HEAD_BYTES / info.row_bytes;
+      head_rows = head_rows < d.rows ? head_rows : d.rows;
+      if (info.head && AMK_STREAM_MODE == 1 && ((unsigned long long)d.weights & 15ull) == 0)
+        d.head_bytes = head_rows * info.row_bytes;
+#endif
     } else if (AMK_KV_PREFETCH == 2 && AMK_STREAM_HAS_L2) {
       const char *base;
       unsigned bytes;
@@ -669,6 +719,9 @@ __device__ __forceinline__ void amk_stream_begin(AmkP P, float *smem, int begin,
     S->load_chunk = 0;
     S->ahead_bytes = 0;
     S->ahead_k = begin - 1;
+    S->hold_k = begin - 1;
+    S->norm_k = begin - 1;
+    S->head_k = begin - 1;
     if (AMK_STREAM_HAS_RING) {
       for (int s = 0; s < AMK_RING_SLOTS; s++)
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(amk_smem_addr(&S->full[s]))
@@ -707,6 +760,154 @@ __device__ __forceinline__ void amk_stream_window(AmkP P, float *smem, int k, in
   if (threadIdx.x == 0)
     S->desc_hi = to;
   __syncthreads();
+}
+
+// ---- a norm weight staged during the waits ------------------------------------
+
+#if AMK_NORM_STAGE_BYTES > 0
+__shared__ __align__(16) unsigned char amk_norm_buf[AMK_NORM_STAGE_BYTES];
+__shared__ unsigned long long amk_norm_bar;
+__shared__ const void *amk_norm_src;     // the weight staged for the running task, or null
+__shared__ unsigned int amk_norm_copies; // copies issued (the mbarrier's phases)
+#endif
+#if AMK_MLP_HEAD_BYTES > 0
+__shared__ unsigned long long amk_head_bar; // the mlp head's copy (AMK_MLP_HEAD_BYTES)
+__shared__ unsigned int amk_head_copies;
+#endif
+
+template <int PAT, int XDT, int ADT, int K, int M, int GEMM>
+__device__ constexpr unsigned amk_norm_stage_bytes() {
+  constexpr unsigned long long bytes =
+      (unsigned long long)K * (ADT == AMK_ABI_DTYPE_F32 ? 4 : 2);
+  return PAT == AMK_ABI_PATTERN_NORM && M == 1 && !GEMM && XDT != ADT &&
+                 (ADT == AMK_ABI_DTYPE_F32 || ADT == AMK_ABI_DTYPE_BF16 ||
+                  ADT == AMK_ABI_DTYPE_F16) &&
+                 bytes % 16 == 0 && bytes <= AMK_NORM_STAGE_BYTES
+             ? (unsigned)bytes
+             : 0u;
+}
+
+// Thread 0, once at the kernel's start.
+__device__ __forceinline__ void amk_norm_stage_init() {
+#if AMK_NORM_STAGE_BYTES > 0
+  amk_norm_src = nullptr;
+  amk_norm_copies = 0;
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(amk_smem_addr(&amk_norm_bar))
+               : "memory");
+#endif
+#if AMK_MLP_HEAD_BYTES > 0
+  amk_head_copies = 0;
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(amk_smem_addr(&amk_head_bar))
+               : "memory");
+#endif
+#if AMK_NORM_STAGE_BYTES > 0 || AMK_MLP_HEAD_BYTES > 0
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// The pump thread, before instruction k's waits: its norm weight into
+// amk_norm_buf.
+__device__ __forceinline__ void amk_norm_stage_issue(AmkStream *S, int k) {
+#if AMK_NORM_STAGE_BYTES > 0
+  const AmkStreamDesc &d = amk_desc(S, k);
+  if (d.norm) {
+    unsigned bar = amk_smem_addr(&amk_norm_bar);
+    // One copy in flight: the previous one has landed (its task waited for
+    // it, unless it stopped before its prologue).
+    if (amk_norm_copies > 0)
+      while (!amk_mbar_try_wait(bar, (amk_norm_copies - 1) & 1u)) {
+      }
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                 "r"(d.norm_bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                 "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_norm_buf)),
+                 "l"(d.norm), "r"(d.norm_bytes), "r"(bar)
+                 : "memory");
+    amk_norm_copies++;
+  }
+  amk_norm_src = d.norm;
+#else
+  (void)S;
+  (void)k;
+#endif
+}
+
+// All threads, in a norm prologue: whether thread 0 staged the running
+// task's norm weight g (then amk_norm_landed gives the copy).
+__device__ __forceinline__ bool amk_norm_is_staged(const void *g) {
+#if AMK_NORM_STAGE_BYTES > 0
+  return g != nullptr && g == amk_norm_src;
+#else
+  (void)g;
+  return false;
+#endif
+}
+// The staged norm weight, once it has landed.
+__device__ __forceinline__ const void *amk_norm_landed() {
+#if AMK_NORM_STAGE_BYTES > 0
+  unsigned bar = amk_smem_addr(&amk_norm_bar);
+  unsigned parity = (amk_norm_copies - 1) & 1u;
+  while (!amk_mbar_try_wait(bar, parity)) {
+  }
+  return amk_norm_buf;
+#else
+  return nullptr;
+#endif
+}
+
+// ---- an mlp tile's head in shared memory (AMK_MLP_HEAD_BYTES) -------------------
+
+__device__ __forceinline__ char *amk_mlp_head(float *smem) {
+  return (char *)smem + AMK_STREAM_OFFSET + AMK_STREAM_HEADER_BYTES;
+}
+
+// The pump, reaching position p while k runs: p's head into the buffer
+// when the buffer's last tile has run (else p reads all its rows from
+// global memory).
+__device__ __forceinline__ void amk_mlp_head_issue(AmkStream *S, float *smem, AmkStreamDesc &d,
+                                                   int p, int k) {
+#if AMK_MLP_HEAD_BYTES > 0
+  if (d.head_bytes <= 0 || S->head_k >= k)
+    return;
+  unsigned bar = amk_smem_addr(&amk_head_bar);
+  if (amk_head_copies > 0)
+    while (!amk_mbar_try_wait(bar, (amk_head_copies - 1) & 1u)) {
+    }
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+               "r"(d.head_bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+               "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_mlp_head(smem))),
+               "l"(d.weights), "r"(d.head_bytes), "r"(bar)
+               : "memory");
+  amk_head_copies++;
+  S->head_k = p;
+#else
+  (void)S;
+  (void)smem;
+  (void)d;
+  (void)p;
+  (void)k;
+#endif
+}
+
+// All threads, in an mlp tile: its head's rows in the buffer (0: none),
+// once they have landed.
+__device__ __forceinline__ int amk_mlp_head_rows(float *smem, int row_bytes) {
+#if AMK_MLP_HEAD_BYTES > 0
+  AmkStream *S = amk_stream(smem);
+  if (S->head_k != S->cur_k)
+    return 0;
+  unsigned bar = amk_smem_addr(&amk_head_bar);
+  while (!amk_mbar_try_wait(bar, (amk_head_copies - 1) & 1u)) {
+  }
+  return amk_desc(S, S->cur_k).head_bytes / row_bytes;
+#else
+  (void)smem;
+  (void)row_bytes;
+  return 0;
+#endif
 }
 
 // The thread that moves weights ahead: lane 0 of warp 1 by default
@@ -776,13 +977,25 @@ __device__ __forceinline__ void amk_stream_chunk(AmkStream *S, float *smem,
 // mode, after each chunk it consumes): move weights ahead.
 __device__ void amk_stream_pump(float *smem, int k) {
   AmkStream *S = amk_stream(smem);
+  if (AMK_NORM_STAGE_BYTES > 0 && S->norm_k != k) {
+    S->norm_k = k;
+    amk_norm_stage_issue(S, k);
+  }
   if (AMK_STREAM_MODE == 1) {
     // Instruction k's prefetched bytes no longer count as ahead once it runs.
     if (k < S->load_k)
       S->ahead_bytes -= amk_desc(S, k).prefetched;
     while (S->load_k < S->end && S->load_k <= k + AMK_LOOKAHEAD &&
            S->ahead_bytes < AMK_L2_AHEAD_BYTES) {
-      amk_stream_l2(S, S->desc[S->load_k % AMK_DESC_MAX], k);
+      // Nothing past a large tile until it has run (AMK_L2_HOLD_BYTES).
+      if (AMK_L2_HOLD_BYTES > 0 && S->hold_k >= k)
+        break;
+      AmkStreamDesc &d = S->desc[S->load_k % AMK_DESC_MAX];
+      amk_mlp_head_issue(S, smem, d, S->load_k, k);
+      amk_stream_l2(S, d, k);
+      if (AMK_L2_HOLD_BYTES > 0 &&
+          (long long)d.rows * d.row_bytes * d.stack > (long long)AMK_L2_HOLD_BYTES)
+        S->hold_k = S->load_k;
       S->load_k++;
     }
   } else if (AMK_STREAM_MODE == 2) {
@@ -900,6 +1113,16 @@ __device__ __forceinline__ AmkWindow amk_window(AmkI I, AmkA A, int pos) {
   return w;
 }
 
+// Element i of a staged (shared-memory) float buffer of dtype DT.
+template <int DT> __device__ __forceinline__ float amk_ld_shared(const void *p, long long i) {
+  if constexpr (DT == AMK_ABI_DTYPE_F32)
+    return ((const float *)p)[i];
+  else if constexpr (DT == AMK_ABI_DTYPE_F16)
+    return amk_h2f(((const unsigned short *)p)[i]);
+  else
+    return amk_bf2f(((const unsigned short *)p)[i]);
+}
+
 // ---- GEMV tiles (plain and the fused patterns 1-4) -----------------------------
 
 // The 16 bytes of a row as 16/ESZ floats.
@@ -1008,7 +1231,7 @@ __device__ constexpr int amk_gemv_tail(int nv, int u) {
 
 // N pieces of each of G rows from piece v of every row, all loads issued
 // before the first sum.
-template <int WDT, int XS, int G, int N>
+template <int WDT, int XS, int G, int N, bool SHARED = false>
 __device__ __forceinline__ void amk_rows_batch(const char *const *base, int v, const float *xs,
                                                float *acc) {
   uint4 q[G][N];
@@ -1016,7 +1239,8 @@ __device__ __forceinline__ void amk_rows_batch(const char *const *base, int v, c
   for (int g = 0; g < G; g++)
 #pragma unroll
     for (int u = 0; u < N; u++)
-      q[g][u] = amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
+      q[g][u] = SHARED ? *(const uint4 *)(base[g] + (long long)(v + 32 * u) * 16)
+                       : amk_ldw16(base[g] + (long long)(v + 32 * u) * 16);
 #pragma unroll
   for (int g = 0; g < G; g++)
 #pragma unroll
@@ -1034,7 +1258,8 @@ template <int WDT, int K> __device__ constexpr bool amk_rows_dot_ok() {
   return K % (16 / ESZ) == 0 &&
          (WDT == AMK_ABI_DTYPE_F32 || WDT == AMK_ABI_DTYPE_BF16 || WDT == AMK_ABI_DTYPE_F16);
 }
-template <int WDT, int K, int XC, int G>
+// (SHARED: W is in shared memory.)
+template <int WDT, int K, int XC, int G, bool SHARED = false>
 __device__ __forceinline__ void amk_rows_dot(const void *W, const long long *rows,
                                              const float *xs, float *out) {
   int lane = threadIdx.x & 31;
@@ -1052,15 +1277,17 @@ __device__ __forceinline__ void amk_rows_dot(const void *W, const long long *row
   }
   int v = lane;
   for (; v + 32 * (U - 1) < NV; v += 32 * U)
-    amk_rows_batch<WDT, XS, G, U>(base, v, xs, acc);
+    amk_rows_batch<WDT, XS, G, U, SHARED>(base, v, xs, acc);
   constexpr int UT = amk_gemv_tail(NV, U);
   if constexpr (UT > 0) {
-    amk_rows_batch<WDT, XS, G, UT>(base, v, xs, acc);
+    amk_rows_batch<WDT, XS, G, UT, SHARED>(base, v, xs, acc);
   } else {
     for (; v < NV; v += 32)
 #pragma unroll
       for (int g = 0; g < G; g++)
-        acc[g] += amk_dotx<WDT>(amk_ldw16(base[g] + (long long)v * 16), xs + v * XS);
+        acc[g] += amk_dotx<WDT>(SHARED ? *(const uint4 *)(base[g] + (long long)v * 16)
+                                       : amk_ldw16(base[g] + (long long)v * 16),
+                                xs + v * XS);
   }
 #pragma unroll
   for (int g = 0; g < G; g++)
@@ -1303,6 +1530,7 @@ __device__ amk_stream_info_t amk_gemv_stream() {
     info.nout = NOUT;
     info.ring = amk_gemv_resident_ok<WDT, K, M, GEMM>() ? 1 : 0;
   }
+  info.norm_bytes = (int)amk_norm_stage_bytes<PAT, XDT, ADT, K, M, GEMM>();
   return info;
 }
 
@@ -1554,9 +1782,16 @@ __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux
       }
       ss = amk_block_sum(ss, red);
       float inv = 1.0f / sqrtf(ss / (float)K + eps);
-      for (int k = threadIdx.x; k < K; k += AMK_NT)
-        xs[m * K + amk_xpad<XCOLS>(k)] =
-            amk_round<ODT>(xs[m * K + amk_xpad<XCOLS>(k)] * inv * amk_ld<ADT>(aux, k));
+      if (M == 1 && amk_norm_is_staged(aux)) {
+        const void *staged = amk_norm_landed();
+        for (int k = threadIdx.x; k < K; k += AMK_NT)
+          xs[amk_xpad<XCOLS>(k)] =
+              amk_round<ODT>(xs[amk_xpad<XCOLS>(k)] * inv * amk_ld_shared<ADT>(staged, k));
+      } else {
+        for (int k = threadIdx.x; k < K; k += AMK_NT)
+          xs[m * K + amk_xpad<XCOLS>(k)] =
+              amk_round<ODT>(xs[m * K + amk_xpad<XCOLS>(k)] * inv * amk_ld<ADT>(aux, k));
+      }
     }
   } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
     for (int k = threadIdx.x; k < K; k += AMK_NT) {
@@ -2037,15 +2272,25 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
     constexpr int G = AMK_MLP_GU_ROWS > 0                                   ? AMK_MLP_GU_ROWS
                       : RB >= 8192 || (AMK_GEMV_ROW_PAIRS != 0 && RB <= AMK_GEMV_PAIR_MAX_BYTES) ? 2
                                                                             : 1;
+    // The first head_rows gate rows are in the head buffer (AMK_MLP_HEAD_BYTES).
+    int head_rows = AMK_MLP_HEAD_BYTES > 0 && AMK_STREAM_MODE == 1 ? amk_mlp_head_rows(smem, RB)
+                                                                   : 0;
     for (int r = warp; r < rows; r += G * AMK_NWARPS) {
       long long wrow[G];
       float sum[G];
+      if (AMK_MLP_HEAD_BYTES > 0 && r + (G - 1) * AMK_NWARPS < head_rows) {
 #pragma unroll
-      for (int g = 0; g < G; g++) {
-        int rg = r + g * AMK_NWARPS < rows ? r + g * AMK_NWARPS : r;
-        wrow[g] = (long long)(rg / n_tile) * INTER + n_off + rg % n_tile;
+        for (int g = 0; g < G; g++)
+          wrow[g] = r + g * AMK_NWARPS;
+        amk_rows_dot<WDT, K, XC, G, true>(amk_mlp_head(smem), wrow, xs, sum);
+      } else {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+          int rg = r + g * AMK_NWARPS < rows ? r + g * AMK_NWARPS : r;
+          wrow[g] = (long long)(rg / n_tile) * INTER + n_off + rg % n_tile;
+        }
+        amk_rows_dot<WDT, K, XC, G>(Wgu, wrow, xs, sum);
       }
-      amk_rows_dot<WDT, K, XC, G>(Wgu, wrow, xs, sum);
       if (lane == 0) {
 #pragma unroll
         for (int g = 0; g < G; g++)
@@ -2173,10 +2418,14 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
 // memory.
 template <int XDT, int WDT, int GDT, int DDT, int K, int INTER, int TAGGED>
 __device__ amk_stream_info_t amk_gemv_mlp_stream() {
+  // (The tagged prologue reads its norm weight from global memory.)
+  constexpr int NORM_BYTES =
+      (TAGGED & 1) ? 0 : (int)amk_norm_stage_bytes<AMK_ABI_PATTERN_NORM, XDT, GDT, K, 1, 0>();
   if constexpr (AMK_STREAM_HAS_L2 && amk_gemv_streams<WDT, K, 1, 0>())
-    return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER, 0};
+    return amk_stream_info_t{K * AmkVec<WDT>::ESZ, 2, INTER, 0, NORM_BYTES,
+                             amk_rows_dot_ok<WDT, K>() ? 1 : 0};
   else
-    return amk_stream_info_t{0, 0, 0, 0};
+    return amk_stream_info_t{0, 0, 0, 0, NORM_BYTES};
 }
 
 // ---- GEMM tiles on the tensor cores (prefill) --------------------------------------
@@ -5582,14 +5831,24 @@ __device__ void amk_variant_prewait(AmkI I, AmkA A, int pos);
 // counters, run, signal. No grid-wide barrier. With a trace table, thread 0
 // stamps each instruction's arrival, start and end (%globaltimer).
 extern "C" __global__ void __launch_bounds__(AMK_NT, 1)
-    amk_megakernel(const amk_program_t P, int pos, const amk_decode_t D) {
+    amk_megakernel(const amk_program_t P_param, int pos, const amk_decode_t D) {
   extern __shared__ float4 amk_smem4[];
   float *smem = (float *)amk_smem4;
+  // The program's record in shared memory: the variants take it by
+  // reference, and a reference to the parameter made the kernel copy it to
+  // local memory, whose lines live in L1 and were evicted as shared memory
+  // took more of it (every P.field read then a round trip to L2).
+  __shared__ amk_program_t amk_program_shared;
+  if (threadIdx.x == 0)
+    amk_program_shared = P_param;
+  __syncthreads();
+  const amk_program_t &P = amk_program_shared;
   if (D.state)
     pos = (int)((volatile unsigned int *)D.state)[2];
   if (threadIdx.x == 0) {
     amk_seen_reset();
     amk_tag_now = P.launch_tag;
+    amk_norm_stage_init();
   }
   const int *qo = (const int *)P.queue_offsets;
   const int *q = (const int *)P.queue;

@@ -81,6 +81,10 @@ typedef struct {
   int threads_per_block; /* 0: the program's config, else 256 */
   AmkWeightStream weight_stream;
   int l2_ahead_kb;       /* L2: bytes per block prefetched ahead (0: 64 KiB) */
+  int l2_hold_kb;        /* L2: nothing is prefetched past a tile of more weight KiB than
+                          * this until it has run (0: off) */
+  int mlp_head_kb;       /* L2: up to this many KiB of an mlp tile's first gate rows are
+                          * copied into shared memory lookahead positions ahead (0: off) */
   int ring_slot_bytes;   /* ring: slot size (0: 16 KiB; at least the longest row) */
   int ring_slots;        /* ring: at most this many slots (0: as many as fit, up to 64) */
   bool override_lookahead; /* else the schedule's pipelining_depth */
@@ -129,6 +133,9 @@ typedef struct {
   bool no_attn_k_stage; /* attention's key pass reads each key's row into registers (off:
                          * the default, the chunk's key rows are copied into shared memory
                          * with asynchronous copies first, one round trip) */
+  bool no_norm_stage;   /* norm-fused decode tiles whose input is not of their norm weight's
+                         * type load that weight after the norm's reduction (off: the default,
+                         * the stream's pump copies it into shared memory during their waits) */
   bool gemv_mma;        /* decode GEMV tiles of at most 64 rows on the tensor cores
                          * (amk_gemv_rows_mma; off: the default, slower on an H100 so far:
                          * docs/Performance.md, twenty-first session) */
@@ -153,7 +160,8 @@ typedef struct {
 enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
 
 /* Tuning from the environment, over *o: AMK_CUDA_STREAM (off, l2, ring or hybrid),
- * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
+ * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_L2_HOLD_KB, AMK_CUDA_MLP_HEAD_KB (up to 200),
+ * AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_DEPTH (1 to 8),
  * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
@@ -166,8 +174,8 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
  * AMK_CUDA_ATTN_KEY_SPLIT (0 or 1), AMK_CUDA_TP_RELAXED_FLAGS (0 or 1), AMK_CUDA_TAGGED (0 or 1),
- * AMK_CUDA_PUMP_WARP (0 to 3), AMK_CUDA_ATTN_K_STAGE (0 or 1), AMK_CUDA_GEMV_MMA (0 or 1)
- * and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
+ * AMK_CUDA_PUMP_WARP (0 to 3), AMK_CUDA_ATTN_K_STAGE (0 or 1), AMK_CUDA_GEMV_MMA (0 or 1),
+ * AMK_CUDA_NORM_STAGE (0 or 1) and AMK_CUDA_THREADS (128, 256, 512 or 1024 threads per block). False after
  * reporting a value it cannot use. */
 bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag);
 

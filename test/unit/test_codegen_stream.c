@@ -33,6 +33,9 @@ static char *generate(const AmkModule *m, const AmkCodegenOptions *opt) {
 static void clear_env(void) {
   unsetenv("AMK_CUDA_STREAM");
   unsetenv("AMK_CUDA_L2_AHEAD_KB");
+  unsetenv("AMK_CUDA_L2_HOLD_KB");
+  unsetenv("AMK_CUDA_MLP_HEAD_KB");
+  unsetenv("AMK_CUDA_NORM_STAGE");
   unsetenv("AMK_CUDA_RING_SLOT_BYTES");
   unsetenv("AMK_CUDA_RING_SLOTS");
   unsetenv("AMK_CUDA_LOOKAHEAD");
@@ -377,4 +380,75 @@ static void test_modes(UnitCounts *c) {
   free(text);
 }
 
-UNIT_MAIN("test_codegen_stream", test_env, test_wait_knobs, test_row_knobs, test_modes)
+/* How many times `needle` occurs in `hay`. */
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* The stream's staging knobs: the norm weight staged during the waits (on
+ * by default, AMK_CUDA_NORM_STAGE=0 off), the L2 hold and the mlp head
+ * (off by default): read from the environment, refused out of range, and
+ * emitted as megakernel.cuh's defines. The bf16 programs whose norms are
+ * staged: test/cuda/norm-stage-cubin.test. */
+static void test_stage_knobs(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  amk_diag_set_capture(d, 1);
+  clear_env();
+  AmkCodegenOptions o = {0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && !o.no_norm_stage && o.l2_hold_kb == 0 &&
+               o.mlp_head_kb == 0);
+  setenv("AMK_CUDA_NORM_STAGE", "0", 1);
+  setenv("AMK_CUDA_L2_HOLD_KB", "256", 1);
+  setenv("AMK_CUDA_MLP_HEAD_KB", "128", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.no_norm_stage && o.l2_hold_kb == 256 &&
+               o.mlp_head_kb == 128);
+  setenv("AMK_CUDA_MLP_HEAD_KB", "201", 1);
+  setenv("AMK_CUDA_NORM_STAGE", "2", 1);
+  AmkCodegenOptions bad = {0};
+  CHECK(c, !amk_codegen_options_from_env(&bad, d));
+  CHECK(c, amk_diag_captured_count(d) == 1 &&
+               strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_MLP_HEAD_KB must be an integer in [0, 200], not '201'"));
+  setenv("AMK_CUDA_MLP_HEAD_KB", "0", 1);
+  CHECK(c, !amk_codegen_options_from_env(&bad, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 1)->message, "AMK_CUDA_NORM_STAGE"));
+  clear_env();
+  amk_diag_free(d);
+
+  char *text = NULL;
+  AmkModule *m = load(AMK_SOURCE_DIR "/examples/llama-tiny.amkir", &text);
+  CHECK(c, m != NULL);
+  if (m) {
+    /* An f32 program: its norms read f32 inputs, so none is staged and the
+     * stream header keeps its size. */
+    char *dflt = generate(m, NULL);
+    /* (megakernel.cuh's fallbacks are each one define of 0.) */
+    CHECK(c, dflt && count_of(dflt, "#define AMK_NORM_STAGE_BYTES ") == 1 &&
+                 count_of(dflt, "#define AMK_L2_HOLD_BYTES ") == 1 &&
+                 count_of(dflt, "#define AMK_MLP_HEAD_BYTES ") == 1 &&
+                 strstr(dflt, "#define AMK_STREAM_HEADER_BYTES 12288\n"));
+    AmkCodegenOptions knobs = {.l2_hold_kb = 256, .mlp_head_kb = 64};
+    char *k = generate(m, &knobs);
+    CHECK(c, k && strstr(k, "#define AMK_L2_HOLD_BYTES 262144\n") &&
+                 strstr(k, "#define AMK_MLP_HEAD_BYTES 65536\n") &&
+                 strstr(k, "#define AMK_STREAM_HEADER_BYTES 16384\n"));
+    /* Neither applies without the L2 stream. */
+    AmkCodegenOptions ring = {.weight_stream = AMK_WEIGHT_STREAM_RING, .l2_hold_kb = 256,
+                              .mlp_head_kb = 64};
+    char *r = generate(m, &ring);
+    CHECK(c, r && count_of(r, "#define AMK_L2_HOLD_BYTES ") == 1 &&
+                 count_of(r, "#define AMK_MLP_HEAD_BYTES ") == 1);
+    free(dflt);
+    free(k);
+    free(r);
+  }
+  amk_module_free(m);
+  free(text);
+}
+
+UNIT_MAIN("test_codegen_stream", test_env, test_wait_knobs, test_row_knobs, test_modes,
+          test_stage_knobs)
