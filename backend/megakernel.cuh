@@ -649,6 +649,36 @@ __device__ __forceinline__ bool amk_mbar_try_wait(unsigned bar, unsigned parity)
                : "memory");
   return ok != 0;
 }
+// One thread: `bytes` from global src into shared dst, completing on the
+// mbarrier at shared address bar (its expected bytes raised first).
+__device__ __forceinline__ void amk_bulk_copy(void *dst, const void *src, unsigned bytes,
+                                              unsigned bar) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+               "[%1], %2, [%3];" ::"r"(amk_smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// A one-buffer stage (the staged norm weight, the mlp head): one mbarrier,
+// one copy in flight. The issuing thread: copy number *copies, once the
+// one before it has landed (its task waited for it, unless it stopped
+// before reading it).
+__device__ __forceinline__ void amk_stage_copy(unsigned long long *bar, unsigned *copies,
+                                               void *dst, const void *src, unsigned bytes) {
+  unsigned b = amk_smem_addr(bar);
+  if (*copies > 0)
+    while (!amk_mbar_try_wait(b, (*copies - 1) & 1u)) {
+    }
+  amk_bulk_copy(dst, src, bytes, b);
+  ++*copies;
+}
+// Any thread: the stage's last copy has landed.
+__device__ __forceinline__ void amk_stage_landed(unsigned long long *bar, unsigned copies) {
+  unsigned b = amk_smem_addr(bar);
+  while (!amk_mbar_try_wait(b, (copies - 1) & 1u)) {
+  }
+}
 __device__ __forceinline__ const AmkStreamDesc &amk_desc(const AmkStream *S, int k) {
   return S->desc[k % AMK_DESC_MAX];
 }
@@ -810,22 +840,8 @@ __device__ __forceinline__ void amk_norm_stage_init() {
 __device__ __forceinline__ void amk_norm_stage_issue(AmkStream *S, int k) {
 #if AMK_NORM_STAGE_BYTES > 0
   const AmkStreamDesc &d = amk_desc(S, k);
-  if (d.norm) {
-    unsigned bar = amk_smem_addr(&amk_norm_bar);
-    // One copy in flight: the previous one has landed (its task waited for
-    // it, unless it stopped before its prologue).
-    if (amk_norm_copies > 0)
-      while (!amk_mbar_try_wait(bar, (amk_norm_copies - 1) & 1u)) {
-      }
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                 "r"(d.norm_bytes)
-                 : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                 "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_norm_buf)),
-                 "l"(d.norm), "r"(d.norm_bytes), "r"(bar)
-                 : "memory");
-    amk_norm_copies++;
-  }
+  if (d.norm)
+    amk_stage_copy(&amk_norm_bar, &amk_norm_copies, amk_norm_buf, d.norm, d.norm_bytes);
   amk_norm_src = d.norm;
 #else
   (void)S;
@@ -846,10 +862,7 @@ __device__ __forceinline__ bool amk_norm_is_staged(const void *g) {
 // The staged norm weight, once it has landed.
 __device__ __forceinline__ const void *amk_norm_landed() {
 #if AMK_NORM_STAGE_BYTES > 0
-  unsigned bar = amk_smem_addr(&amk_norm_bar);
-  unsigned parity = (amk_norm_copies - 1) & 1u;
-  while (!amk_mbar_try_wait(bar, parity)) {
-  }
+  amk_stage_landed(&amk_norm_bar, amk_norm_copies);
   return amk_norm_buf;
 #else
   return nullptr;
@@ -870,18 +883,7 @@ __device__ __forceinline__ void amk_mlp_head_issue(AmkStream *S, float *smem, Am
 #if AMK_MLP_HEAD_BYTES > 0
   if (d.head_bytes <= 0 || S->head_k >= k)
     return;
-  unsigned bar = amk_smem_addr(&amk_head_bar);
-  if (amk_head_copies > 0)
-    while (!amk_mbar_try_wait(bar, (amk_head_copies - 1) & 1u)) {
-    }
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-               "r"(d.head_bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-               "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_mlp_head(smem))),
-               "l"(d.weights), "r"(d.head_bytes), "r"(bar)
-               : "memory");
-  amk_head_copies++;
+  amk_stage_copy(&amk_head_bar, &amk_head_copies, amk_mlp_head(smem), d.weights, d.head_bytes);
   S->head_k = p;
 #else
   (void)S;
@@ -899,9 +901,7 @@ __device__ __forceinline__ int amk_mlp_head_rows(float *smem, int row_bytes) {
   AmkStream *S = amk_stream(smem);
   if (S->head_k != S->cur_k)
     return 0;
-  unsigned bar = amk_smem_addr(&amk_head_bar);
-  while (!amk_mbar_try_wait(bar, (amk_head_copies - 1) & 1u)) {
-  }
+  amk_stage_landed(&amk_head_bar, amk_head_copies);
   return amk_desc(S, S->cur_k).head_bytes / row_bytes;
 #else
   (void)smem;
@@ -959,13 +959,7 @@ __device__ __forceinline__ void amk_stream_chunk(AmkStream *S, float *smem,
   const char *src = d.weights + range * d.range_stride + (long long)r0 * d.row_bytes;
   unsigned bytes = (unsigned)(rows * d.row_bytes);
   int slot = S->issued % AMK_RING_MOD;
-  unsigned bar = amk_smem_addr(&S->full[slot]);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-               "[%1], %2, [%3];" ::"r"(amk_smem_addr(amk_ring_slot(smem, slot))),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
+  amk_bulk_copy(amk_ring_slot(smem, slot), src, bytes, amk_smem_addr(&S->full[slot]));
   S->issued++;
   if (++S->load_chunk == n) {
     S->load_k++;
