@@ -548,11 +548,12 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
 #ifndef AMK_L2_HOLD_BYTES
 #define AMK_L2_HOLD_BYTES 0
 #endif
-// AMK_NORM_STAGE_BYTES (0: off; AMK_CUDA_NORM_STAGE=1): a norm-fused GEMV
+// AMK_NORM_STAGE_BYTES (0: off, AMK_CUDA_NORM_STAGE=0; codegen sets it to the
+// program's largest such weight by default): a norm-fused GEMV
 // or mlp tile whose input is not of its norm weight's type (the 1B's f32
 // residual against a bf16 weight: amk_gemv_prologue's element path) loads
 // the weight after the norm's reduction, a second round trip on the
-// layer's chain. Thread 0 copies it into shared memory instead, one bulk
+// layer's chain. The pump copies it into shared memory instead, one bulk
 // copy before the tile's waits, while its producers finish.
 #ifndef AMK_NORM_STAGE_BYTES
 #define AMK_NORM_STAGE_BYTES 0
@@ -849,7 +850,7 @@ __device__ __forceinline__ void amk_norm_stage_issue(AmkStream *S, int k) {
 #endif
 }
 
-// All threads, in a norm prologue: whether thread 0 staged the running
+// All threads, in a norm prologue: whether the pump staged the running
 // task's norm weight g (then amk_norm_landed gives the copy).
 __device__ __forceinline__ bool amk_norm_is_staged(const void *g) {
 #if AMK_NORM_STAGE_BYTES > 0
