@@ -980,6 +980,68 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
   return true;
 }
 
+/* Pattern attention_o (docs/Fusion.md): inputs qkv, Wot [n_heads *
+ * head_dim, hidden], inv_freq, kv_cache, x; one query head's attention
+ * (attention_rope with row pos from qkv), then the tile's share of the o
+ * projection added into an f32 accumulator of hidden elements. */
+static bool gen_attention_o(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
+  int64_t hd = 0, nh = 0, nkv = 0;
+  if (!head_params(g, t, p, &hd, &nh, &nkv))
+    return false;
+  if (!amk_inst_param_has(p, AMK_PARAM_scale) || !amk_inst_param_has(p, AMK_PARAM_kv_start) ||
+      !amk_inst_param_has(p, AMK_PARAM_kv_len) || !amk_inst_param_has(p, AMK_PARAM_n_off) ||
+      !amk_inst_param_has(p, AMK_PARAM_N_tile))
+    return fail(g, t, "attention_o needs params scale, kv_start, kv_len, n_off and N_tile");
+  if (amk_inst_param_has(p, AMK_PARAM_qdtype))
+    return fail(g, t, "attention_o takes fp weights, not quantized ones");
+  if (!amk_inst_param_has(p, AMK_PARAM_flags) || !(p->flags.i & AMK_FLAG_KV_FROM_QKV) ||
+      (p->flags.i & 2))
+    return fail(g, t, "attention_o takes row pos from qkv (flags bit 2) and writes no partial");
+  if (t->n_inputs != 5 || t->n_outputs != 1)
+    return fail(g, t, "attention_o reads qkv, Wot, inv_freq, kv_cache, x and writes one "
+                      "accumulator");
+  BufInfo q, w, f, c, x, o;
+  if (!buf_info(g, t, t->inputs[0], &q) || !buf_info(g, t, t->inputs[1], &w) ||
+      !buf_info(g, t, t->inputs[2], &f) || !buf_info(g, t, t->inputs[3], &c) ||
+      !buf_info(g, t, t->inputs[4], &x) || !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  if (!is_float(q.dtype) || !is_float(w.dtype) || !is_float(x.dtype) || !is_float(f.dtype) ||
+      !need_numeric(g, t, &c, "the KV cache"))
+    return fail(g, t, "attention_o reads f32, f16 or bf16 qkv, Wot, inv_freq and x");
+  if (o.dtype != AMK_DTYPE_F32)
+    return fail(g, t, "attention_o adds into an f32 accumulator, not %s",
+                amk_dtype_text_name(o.dtype));
+  if (hd % 2 != 0)
+    return fail(g, t, "head_dim %" PRId64 " is odd", hd);
+  if (q.numel != (nh + 2 * nkv) * hd)
+    return fail(g, t, "qkv has %" PRId64 " elements, want %" PRId64, q.numel,
+                (nh + 2 * nkv) * hd);
+  if (f.numel < hd / 2)
+    return fail(g, t, "inv_freq needs %" PRId64 " elements", hd / 2);
+  int64_t hidden = o.numel, cols = nh * hd;
+  if (hidden <= 0 || hidden > (1 << 20) || x.numel != hidden || w.numel != cols * hidden)
+    return fail(g, t, "attention_o wants x and the accumulator of %" PRId64
+                      " elements and Wot of %" PRId64 " x %" PRId64,
+                hidden, cols, hidden);
+  int64_t n_off = p->n_off.i, n_tile = p->N_tile.i;
+  if (n_off < 0 || n_tile <= 0 || n_off / hd != (n_off + n_tile - 1) / hd || n_off + n_tile > cols)
+    return fail(g, t, "columns [%" PRId64 ", %" PRId64 ") are not inside one head of %" PRId64,
+                n_off, n_off + n_tile, hd);
+  /* [max_seq, 2, head_dim]: the per-head cache of the tile's KV head. */
+  bool per_head = nkv > 1 && c.width == hd;
+  int64_t kvw = per_head ? hd : nkv * hd;
+  if (c.numel % (2 * kvw) != 0 || c.numel / (2 * kvw) > INT32_MAX)
+    return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
+  int64_t rows = c.numel / (2 * kvw);
+  /* The head's output, then the attention's scratch for one query head
+   * (as gen_attention's) or the share's hidden sums, whichever is larger. */
+  size_t attn = (size_t)(hd + ATTN_CHUNK + g->nt / 32 + g->nt * 8 + hd + 2 * hd);
+  need_smem(g, (size_t)hd + (attn > (size_t)hidden ? attn : (size_t)hidden));
+  EMIT(inst, attention_o, q.dtype, c.dtype, f.dtype, w.dtype, x.dtype, hd, nh, nkv, rows,
+       per_head ? 1 : 0, hidden);
+  return true;
+}
+
 static bool gen_rope_kv(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
   int64_t hd = 0, nh = 0, nkv = 0;
   if (!head_params(g, t, p, &hd, &nh, &nkv))
@@ -1152,6 +1214,8 @@ static bool gen_task(Gen *g, const AmkTask *t, AmkStrBuf *inst) {
       return gen_gemv_combine(g, t, &p, inst);
     case AMK_PATTERN_MLP:
       return gen_gemv_mlp(g, t, &p, inst);
+    case AMK_PATTERN_ATTENTION_O:
+      return gen_attention_o(g, t, &p, inst);
     case AMK_PATTERN_COUNT:
       break;
     }
@@ -1813,6 +1877,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_combine_stream%s();\n", k, keys[k] + 16);
     else if (strncmp(keys[k], "amk_gemv_mlp<", 13) == 0)
       amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
+    else if (strncmp(keys[k], "amk_attention_o<", 16) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_attention_o_stream%s();\n", k, keys[k] + 15);
   }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0, 0, 0};\n  }\n}\n");
   /* What a variant reads ahead of its waits, and the cache span it reads

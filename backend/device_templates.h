@@ -23,6 +23,7 @@
   X(gemm_mma_quant, "iiiiiiiii")                                               \
   X(gemm_quant, "iiiiiiii")                                                    \
   X(attention, "iiiiiiiiiii")                                                  \
+  X(attention_o, "iiiiiiiiiii")                                                \
   X(attention_rows, "iiiiiiiii")                                                \
   X(attention_rows_mma, "iiiiiiii")                                             \
   X(combine, "iiiii")                                                          \

@@ -2220,6 +2220,94 @@ __device__ __forceinline__ void amk_norm_prologue_tagged(AmkP P, int idx,
   }
 }
 
+// A split-K tile's share (mlp's down projection, attention_o's o
+// projection): part[n] = the fp32 sum over c < n_tile, in increasing c, of
+// act[c] * Wt[c, n] for n in [0, K), `rows` the tile's n_tile rows of Wt
+// (K elements each). part must be zero (atomic adds when a row's 16-byte
+// columns are fewer than the threads); callers synchronise after.
+template <int DDT, int K>
+__device__ __forceinline__ void amk_share_rows(const char *rows, const float *act, int n_tile,
+                                               float *part) {
+  constexpr int DE = AmkVec<DDT>::ESZ, DV = AmkVec<DDT>::VE;
+  constexpr bool VEC = AmkVec<DDT>::OK && (K * DE) % 16 == 0;
+  if (VEC && ((unsigned long long)rows & 15ull) == 0) {
+    constexpr int NB = K / DV;                                  // 16-byte columns of a row
+    constexpr int CP = NB < AMK_NT ? AMK_NT / NB : 1;           // row phases
+    constexpr int U = AMK_MLP_DOWN_UNROLL;
+    int phase = threadIdx.x / NB;
+    if (phase < CP) {
+      for (int col = threadIdx.x % NB; col < NB; col += (CP == 1 ? AMK_NT : NB)) {
+        float acc[DV];
+#pragma unroll
+        for (int e = 0; e < DV; e++)
+          acc[e] = 0.0f;
+        const char *base = rows + (long long)col * 16;
+        for (int c0 = phase; c0 < n_tile; c0 += CP * U) {
+          uint4 q[U];
+#pragma unroll
+          for (int u = 0; u < U; u++) {
+            int c = c0 + u * CP;
+            q[u] = c < n_tile ? amk_ldw16(base + (long long)c * K * DE) : make_uint4(0u, 0u, 0u, 0u);
+          }
+#pragma unroll
+          for (int u = 0; u < U; u++) {
+            int c = c0 + u * CP;
+            amk_axpy16<DDT>(q[u], c < n_tile ? act[c] : 0.0f, acc);
+          }
+        }
+        if constexpr (CP == 1) {
+#pragma unroll
+          for (int e = 0; e < DV; e++)
+            part[col * DV + e] = acc[e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < DV; e++)
+            atomicAdd(&part[col * DV + e], acc[e]);
+        }
+      }
+    }
+  } else {
+    for (int n = threadIdx.x; n < K; n += AMK_NT) {
+      float acc = 0.0f;
+      for (int c = 0; c < n_tile; c++)
+        acc += act[c] * amk_ld<DDT>(rows, (long long)c * K + n);
+      part[n] = acc;
+    }
+  }
+}
+
+// out[n] += part[n] for n in [0, K), plus the residual (res4(v): elements
+// 4v .. 4v + 3, res1(n): element n) where `first`: float4 atomics from a
+// rotated start (tiles spread over the accumulator's lines), else one float
+// at a time.
+template <int K, class Res4, class Res1>
+__device__ __forceinline__ void amk_share_add(float *out, const float *part, bool first,
+                                              int n_off, int n_tile, Res4 &res4, Res1 &res1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (K % 4 == 0) {
+    if (((unsigned long long)out & 15ull) == 0) {
+      constexpr int NV4 = K / 4;
+      int rot = (int)(((unsigned)(n_off / (n_tile > 0 ? n_tile : 1)) * 64u) % (unsigned)NV4);
+      for (int i = threadIdx.x; i < NV4; i += AMK_NT) {
+        int v = i + rot < NV4 ? i + rot : i + rot - NV4;
+        float4 s = *(const float4 *)(part + 4 * v);
+        if (first) {
+          float4 r = res4(v);
+          s.x += r.x;
+          s.y += r.y;
+          s.z += r.z;
+          s.w += r.w;
+        }
+        atomicAdd((float4 *)out + v, s);
+      }
+      return;
+    }
+  }
+#endif
+  for (int n = threadIdx.x; n < K; n += AMK_NT)
+    atomicAdd(out + n, first ? part[n] + res1(n) : part[n]);
+}
+
 // TAGGED bit 0: x (h_attn) comes from its shadow (launch-tagged transfers).
 template <int XDT, int WDT, int GDT, int DDT, int K, int INTER, int TAGGED>
 __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
@@ -2231,7 +2319,7 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
   if (!amk_tile_rows_ok(P, idx, n_off, n_tile, INTER))
     return;
-  constexpr int DE = AmkVec<DDT>::ESZ, DV = AmkVec<DDT>::VE;
+  constexpr int DE = AmkVec<DDT>::ESZ;
   const char *down = (const char *)Wdt + (long long)n_off * K * DE; // the tile's rows
   if constexpr (AMK_MLP_PREFETCH_BYTES > 0) {
     long long bytes = (long long)n_tile * K * DE;
@@ -2310,101 +2398,36 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   for (int n = threadIdx.x; n < K; n += AMK_NT)
     part[n] = 0.0f;
   __syncthreads();
-  constexpr bool VEC = AmkVec<DDT>::OK && (K * DE) % 16 == 0;
-  if (VEC && ((unsigned long long)Wdt & 15ull) == 0) {
-    constexpr int NB = K / DV;                                  // 16-byte columns of a row
-    constexpr int CP = NB < AMK_NT ? AMK_NT / NB : 1;           // row phases
-    constexpr int U = AMK_MLP_DOWN_UNROLL;
-    int phase = threadIdx.x / NB;
-    if (phase < CP) {
-      for (int col = threadIdx.x % NB; col < NB; col += (CP == 1 ? AMK_NT : NB)) {
-        float acc[DV];
-#pragma unroll
-        for (int e = 0; e < DV; e++)
-          acc[e] = 0.0f;
-        const char *base = down + (long long)col * 16;
-        for (int c0 = phase; c0 < n_tile; c0 += CP * U) {
-          uint4 q[U];
-#pragma unroll
-          for (int u = 0; u < U; u++) {
-            int c = c0 + u * CP;
-            q[u] = c < n_tile ? amk_ldw16(base + (long long)c * K * DE) : make_uint4(0u, 0u, 0u, 0u);
-          }
-#pragma unroll
-          for (int u = 0; u < U; u++) {
-            int c = c0 + u * CP;
-            amk_axpy16<DDT>(q[u], c < n_tile ? act[c] : 0.0f, acc);
-          }
-        }
-        if constexpr (CP == 1) {
-#pragma unroll
-          for (int e = 0; e < DV; e++)
-            part[col * DV + e] = acc[e];
-        } else {
-#pragma unroll
-          for (int e = 0; e < DV; e++)
-            atomicAdd(&part[col * DV + e], acc[e]);
-        }
-      }
-    }
-  } else {
-    for (int n = threadIdx.x; n < K; n += AMK_NT) {
-      float acc = 0.0f;
-      for (int c = 0; c < n_tile; c++)
-        acc += act[c] * amk_ld<DDT>(Wdt, (long long)(n_off + c) * K + n);
-      part[n] = acc;
-    }
-  }
+  amk_share_rows<DDT, K>(down, act, n_tile, part);
   __syncthreads();
   // The tile at column 0 adds the residual x too, unless the program is a
   // tensor-parallel rank's other than 0 (its all-reduce takes x once).
   bool first = n_off == 0 && !(I.params.flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (K % 4 == 0) {
-    if (((unsigned long long)out & 15ull) == 0) {
-      constexpr int NV4 = K / 4;
-      int rot = (int)(((unsigned)(n_off / (n_tile > 0 ? n_tile : 1)) * 64u) % (unsigned)NV4);
-      for (int i = threadIdx.x; i < NV4; i += AMK_NT) {
-        int v = i + rot < NV4 ? i + rot : i + rot - NV4;
-        float4 s = *(const float4 *)(part + 4 * v);
-        if (first) {
-          if constexpr (TR) {
-            const unsigned long long *wp[2] = {xsh + 4 * v, xsh + 4 * v + 2};
-            unsigned long long w[4];
-            ulonglong2 a = amk_tag_ld2(wp[0]), b = amk_tag_ld2(wp[1]);
-            w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
-            amk_tag_settle<2, true>(P, idx, wp, w);
-            s.x += amk_tag_value(w[0]);
-            s.y += amk_tag_value(w[1]);
-            s.z += amk_tag_value(w[2]);
-            s.w += amk_tag_value(w[3]);
-          } else {
-            s.x += amk_ld<XDT>(x, 4 * v);
-            s.y += amk_ld<XDT>(x, 4 * v + 1);
-            s.z += amk_ld<XDT>(x, 4 * v + 2);
-            s.w += amk_ld<XDT>(x, 4 * v + 3);
-          }
-        }
-        atomicAdd((float4 *)out + v, s);
-      }
-      return;
+  auto res4 = [&](int v) {
+    if constexpr (TR) {
+      const unsigned long long *wp[2] = {xsh + 4 * v, xsh + 4 * v + 2};
+      unsigned long long w[4];
+      ulonglong2 a = amk_tag_ld2(wp[0]), b = amk_tag_ld2(wp[1]);
+      w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y;
+      amk_tag_settle<2, true>(P, idx, wp, w);
+      return make_float4(amk_tag_value(w[0]), amk_tag_value(w[1]), amk_tag_value(w[2]),
+                         amk_tag_value(w[3]));
+    } else {
+      return make_float4(amk_ld<XDT>(x, 4 * v), amk_ld<XDT>(x, 4 * v + 1),
+                         amk_ld<XDT>(x, 4 * v + 2), amk_ld<XDT>(x, 4 * v + 3));
     }
-  }
-#endif
-  for (int n = threadIdx.x; n < K; n += AMK_NT) {
-    float r = 0.0f;
-    if (first) {
-      if constexpr (TR) {
-        const unsigned long long *wp[1] = {xsh + n};
-        unsigned long long w[1] = {amk_tag_ld(wp[0])};
-        amk_tag_settle<1, false>(P, idx, wp, w);
-        r = amk_tag_value(w[0]);
-      } else {
-        r = amk_ld<XDT>(x, n);
-      }
+  };
+  auto res1 = [&](int n) {
+    if constexpr (TR) {
+      const unsigned long long *wp[1] = {xsh + n};
+      unsigned long long w[1] = {amk_tag_ld(wp[0])};
+      amk_tag_settle<1, false>(P, idx, wp, w);
+      return amk_tag_value(w[0]);
+    } else {
+      return amk_ld<XDT>(x, n);
     }
-    atomicAdd(out + n, first ? part[n] + r : part[n]);
-  }
+  };
+  amk_share_add<K>(out, part, first, n_off, n_tile, res4, res1);
 }
 
 // The weight stream's view of an mlp variant: in L2 mode its gate and up
@@ -3903,20 +3926,28 @@ static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
 // pass over the keys and values: scores one key per thread (16-byte loads),
 // chunked online softmax, then the V pass with each thread owning 16 bytes
 // of a value row for a strided subset of the keys.
+// ONE (an attention_o tile, MODE 4 or 5): the one query head holding
+// attention columns n_off.. (inputs qkv, Wot, inv_freq, kv_cache, x), its
+// output rounded to ODT into sout[0, HD) instead of global memory.
 template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
-          int PARTIAL, int TAGGED>
-__device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+          int PARTIAL, int TAGGED, bool ONE>
+__device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int idx, int pos,
+                                                  float *smem, float *sout) {
   const void *qsrc = amk_in(A, 0);
   constexpr bool ROPE = MODE >= 2, PH = MODE == 3 || MODE == 5, FRESH = MODE >= 4;
   static_assert((TAGGED & 1) == 0 || ROPE,
                 "only the rotating attention reads its query through a shadow");
-  const void *kc = ROPE ? amk_in(A, 2) : amk_in(A, 1);
+  static_assert(!ONE || (FRESH && !PARTIAL && TAGGED == 0), "attention_o: row pos from qkv");
+  const void *kc = ONE ? amk_in(A, 3) : ROPE ? amk_in(A, 2) : amk_in(A, 1);
   const void *vc = ROPE ? kc : amk_in(A, 2);
-  const void *freq = ROPE ? amk_in(A, 1) : nullptr;
-  void *out = amk_out(A, 0);
+  const void *freq = ONE ? amk_in(A, 2) : ROPE ? amk_in(A, 1) : nullptr;
+  void *out = ONE ? nullptr : amk_out(A, 0);
   AmkWindow win = amk_window(I, A, pos);
   int h_first = 0, h_count = NH;
-  if constexpr (MODE != 0) {
+  if constexpr (ONE) {
+    h_first = I.params.n_off.i / HD;
+    h_count = 1;
+  } else if constexpr (MODE != 0) {
     h_first = I.params.n_off.i;
     h_count = I.params.N_tile.i;
   }
@@ -3947,7 +3978,7 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
   constexpr int KVW = PH ? HD : NKV * HD;             // one plane of a cache row
   constexpr long long RSTRIDE = ROPE ? 2 * KVW : KVW;
   constexpr long long VOFF = ROPE ? KVW : 0;
-  constexpr int GQ = GROUP < AMK_ATTN_GQ_MAX ? GROUP : AMK_ATTN_GQ_MAX;
+  constexpr int GQ = ONE ? 1 : GROUP < AMK_ATTN_GQ_MAX ? GROUP : AMK_ATTN_GQ_MAX;
   constexpr int ESZ = AmkVec<KDT>::ESZ;
   constexpr bool VECV = AmkVec<KDT>::OK && HD % AmkVec<KDT>::VE == 0;
   constexpr int VE = VECV ? AmkVec<KDT>::VE : 1;
@@ -4293,6 +4324,8 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
               amk_tag_put(o + HD + 1, amk_round<ODT>(run_l[qq]));
             }
           }
+        } else if constexpr (ONE) {
+          sout[d] = amk_round<ODT>(run_l[qq] > 0.0f ? a / run_l[qq] : 0.0f);
         } else {
           float v = run_l[qq] > 0.0f ? a / run_l[qq] : 0.0f;
           amk_st<ODT>(out, (long long)h * HD + d, v);
@@ -4303,6 +4336,74 @@ __device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *s
     }
     h0 += nb;
   }
+}
+template <int MODE, int QDT, int KDT, int ODT, int FDT, int HD, int NH, int NKV, int ROWS,
+          int PARTIAL, int TAGGED>
+__device__ void amk_attention(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  amk_attention_run<MODE, QDT, KDT, ODT, FDT, HD, NH, NKV, ROWS, PARTIAL, TAGGED, false>(
+      P, I, A, idx, pos, smem, nullptr);
+}
+
+// Pattern attention_o (docs/Fusion.md): the attention of the one query
+// head holding columns [n_off, n_off + n_tile) of the attention output
+// (attention_rope with row pos from qkv, rounded to qkv's dtype), then the
+// tile's share of the o projection, Wot's rows n_off.. (the weight
+// transposed, [NH * HD, HIDDEN]), added into the f32 accumulator; the tile
+// at column 0 adds the residual x too. One task and one hop a layer fewer
+// than attention tiles and o_proj tiles.
+template <int QDT, int KDT, int FDT, int WDT, int XDT, int HD, int NH, int NKV, int ROWS, int PH,
+          int HIDDEN>
+__device__ void amk_attention_o(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  const void *Wot = amk_in(A, 1);
+  const void *x = amk_in(A, 4);
+  float *out = (float *)amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NH * HD))
+    return;
+  int d0 = n_off % HD;
+  if (n_tile <= 0 || d0 + n_tile > HD) { // the columns of one head
+    if (threadIdx.x == 0)
+      amk_fail(P, AMK_STATUS_SHAPE, idx, n_off, n_tile);
+    return;
+  }
+  // Without the L2 stream (which carries them), the rows to L2 while the
+  // attention runs.
+  if constexpr (AMK_MLP_PREFETCH_BYTES > 0 && !AMK_STREAM_HAS_L2) {
+    long long bytes = (long long)n_tile * HIDDEN * AmkVec<WDT>::ESZ;
+    bytes = bytes < AMK_MLP_PREFETCH_BYTES ? bytes : AMK_MLP_PREFETCH_BYTES;
+    bytes &= ~15ll;
+    const char *rows = (const char *)Wot + (long long)n_off * HIDDEN * AmkVec<WDT>::ESZ;
+    if (threadIdx.x == 0 && bytes > 0 && ((unsigned long long)rows & 15ull) == 0)
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(rows), "r"((unsigned)bytes)
+                   : "memory");
+  }
+  float *head = smem;      // HD: the head's attention output
+  float *work = smem + HD; // the attention's scratch, then the share's HIDDEN sums
+  amk_attention_run<PH ? 5 : 4, QDT, KDT, QDT, FDT, HD, NH, NKV, ROWS, 0, 0, true>(
+      P, I, A, idx, pos, work, head);
+  __syncthreads();
+  for (int n = threadIdx.x; n < HIDDEN; n += AMK_NT)
+    work[n] = 0.0f;
+  __syncthreads();
+  const char *rows = (const char *)Wot + (long long)n_off * HIDDEN * AmkVec<WDT>::ESZ;
+  amk_share_rows<WDT, HIDDEN>(rows, head + d0, n_tile, work);
+  __syncthreads();
+  auto res4 = [&](int v) {
+    return make_float4(amk_ld<XDT>(x, 4 * v), amk_ld<XDT>(x, 4 * v + 1),
+                       amk_ld<XDT>(x, 4 * v + 2), amk_ld<XDT>(x, 4 * v + 3));
+  };
+  auto res1 = [&](int n) { return amk_ld<XDT>(x, n); };
+  amk_share_add<HIDDEN>(out, work, n_off == 0, n_off, n_tile, res4, res1);
+}
+// The weight stream's view of an attention_o variant: in L2 mode its rows
+// of Wot; never the ring.
+template <int QDT, int KDT, int FDT, int WDT, int XDT, int HD, int NH, int NKV, int ROWS, int PH,
+          int HIDDEN>
+__device__ amk_stream_info_t amk_attention_o_stream() {
+  if constexpr (AMK_STREAM_HAS_L2 && amk_gemv_streams<WDT, HIDDEN, 1, 0>())
+    return amk_stream_info_t{HIDDEN * AmkVec<WDT>::ESZ, 1, NH * HD, 0, 0, 0};
+  else
+    return amk_stream_info_t{0, 0, 0, 0, 0};
 }
 
 // The cache rows an attention tile reads that earlier steps wrote (below

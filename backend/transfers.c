@@ -62,7 +62,8 @@ static bool writes_shadow(const AmkPlan *plan, uint32_t t) {
 
 /* Whether C's variant can read input k through a shadow: the query of a
  * rotating attention tile, the partials of an o_proj tile with the combine
- * (an even head_dim: it reads them in pairs), the input of an mlp tile. */
+ * (an even head_dim: it reads them in pairs), the input of an mlp tile.
+ * An attention_o tile reads none (its qkv straight from the buffer). */
 static bool reads_shadow(const AmkPlan *plan, uint32_t t, uint32_t k) {
   const AmkPlanTask *pt = &plan->tasks[t];
   if (pt->op != AMK_OP_GEMV_TILE || !amk_inst_param_has(&pt->params, AMK_PARAM_flags))
@@ -75,6 +76,8 @@ static bool reads_shadow(const AmkPlan *plan, uint32_t t, uint32_t k) {
            amk_inst_param_has(&pt->params, AMK_PARAM_head_dim) && pt->params.head_dim.i % 2 == 0;
   case AMK_PATTERN_MLP:
     return k == 0 && amk_inst_param_has(&pt->params, AMK_PARAM_K) && pt->params.K.i % 8 == 0;
+  case AMK_PATTERN_ATTENTION_O:
+    return false;
   default:
     return false;
   }

@@ -1,18 +1,19 @@
 /* Fused GEMV patterns (docs/Fusion.md): a GEMV_TILE whose flags bits 16-31
  * name a pattern (norm, residual, silu, silu_residual, rope_kv, attention,
- * attention_rope, combine_residual, mlp), and amk_kernel_GEMV_TILE, which
- * picks the plain tile (gemv.c) or one of them.
+ * attention_rope, combine_residual, mlp, attention_o), and
+ * amk_kernel_GEMV_TILE, which picks the plain tile (gemv.c) or one of them.
  *
  * Each pattern runs the kernels of its unfused steps (RMSNORM, SILU_MUL,
  * the plain GEMV, ADD over the tile's columns, ROPE, the shared attention
  * loop, ATTENTION_COMBINE) over transient scratch whose dtype is that of the unfused
  * intermediate buffer: the program dtype, i.e. the output's dtype (the
- * qkv vector's for rotated q and k; x's for mlp, whose output is an f32
- * accumulator). So a fused program gives exactly the bits of its unfused
- * form, except mlp's split-K down projection, which adds its tile's share
- * into the accumulator in fp32 (the order of the tiles' sums is the
- * engine's). Every shape, head range and position is checked before the
- * first write to the output.
+ * qkv vector's for rotated q and k and for attention_o's attention output;
+ * x's for mlp; both of those write an f32 accumulator). So a fused program
+ * gives exactly the bits of its unfused form, except the accumulating
+ * patterns' split-K projections (mlp's down, attention_o's o), which add
+ * their tile's share into the accumulator in fp32 (the order of the tiles'
+ * sums is the engine's). Every shape, head range and position is checked
+ * before the first write to the output.
  *
  * norm, residual, silu and silu_residual also take weight-only quantized
  * weights (params qdtype, group): inputs [x, qW, scales(, operand)], the
@@ -95,8 +96,8 @@ static uint32_t weight_inputs(const AmkInstCall *call) {
   return quantized(call) ? 3 : 2;
 }
 
-/* mlp takes fp weights only (its inputs after W hold the norm weight and
- * the transposed down weight, no scales). */
+/* mlp and attention_o take fp weights only (their inputs after W hold
+ * operands, no scales). */
 static int require_fp_weights(const AmkInstCall *call, int64_t pattern) {
   if (quantized(call))
     return inst_fail(call, AMK_INST_ERR_PARAM,
@@ -265,6 +266,18 @@ typedef struct {
   int64_t head_dim, n_heads, n_kv, first, count; /* heads [first, first+count) */
 } HeadTile;
 
+/* head_dim (positive, even), n_heads and n_kv_heads of *t. */
+static int check_head_counts(const AmkInstCall *call, int64_t pattern, const HeadTile *t) {
+  if (t->head_dim <= 0 || t->head_dim % 2 != 0 || t->n_heads <= 0 ||
+      t->n_kv <= 0 || t->n_heads % t->n_kv != 0)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s: head_dim %" PRId64 " (positive, even), n_heads %" PRId64
+                     ", n_kv_heads %" PRId64
+                     " (positive, n_kv_heads dividing n_heads)",
+                     pattern_text(pattern), t->head_dim, t->n_heads, t->n_kv);
+  return AMK_INST_OK;
+}
+
 /* head_dim (positive, even), n_heads, n_kv_heads and the tile's heads
  * [n_off, n_off + N_tile) within `limit` (KV heads or query heads). */
 static int head_tile(const AmkInstCall *call, int64_t pattern, bool kv_heads,
@@ -282,13 +295,8 @@ static int head_tile(const AmkInstCall *call, int64_t pattern, bool kv_heads,
                   .n_kv = p->n_kv_heads.i,
                   .first = p->n_off.i,
                   .count = p->N_tile.i};
-  if (t->head_dim <= 0 || t->head_dim % 2 != 0 || t->n_heads <= 0 ||
-      t->n_kv <= 0 || t->n_heads % t->n_kv != 0)
-    return inst_fail(call, AMK_INST_ERR_PARAM,
-                     "%s: head_dim %" PRId64 " (positive, even), n_heads %" PRId64
-                     ", n_kv_heads %" PRId64
-                     " (positive, n_kv_heads dividing n_heads)",
-                     pattern_text(pattern), t->head_dim, t->n_heads, t->n_kv);
+  if ((rc = check_head_counts(call, pattern, t)))
+    return rc;
   int64_t limit = kv_heads ? t->n_kv : t->n_heads;
   if (t->first < 0 || t->count < 0 || t->first > limit - t->count)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
@@ -557,7 +565,7 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
   return rc;
 }
 
-/* ---- mlp ------------------------------------------------------------------- */
+/* ---- mlp (and the split-K projection attention_o shares) -------------------- */
 
 /* The shapes of an mlp tile; sets *inter to I, the intermediate's width. */
 static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
@@ -614,30 +622,33 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
   return AMK_INST_OK;
 }
 
-/* out[n] += p[n] for every n in [0, K) (the tile at n_off 0: x[n] + p[n]),
- * p[n] the fp32 sum over the tile's columns c, in increasing c from 0, of
- * act[c] * Wdt[n_off + c, n]: the plain GEMV's arithmetic (gemv.c) on the
- * transposed weight, so the sum of every tile's p is the unfused down GEMV
- * split along K. */
-static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act) {
-  const AmkTensorView *x = &call->in[0], *wdt = &call->in[3];
+/* The split-K projection of an accumulating tile (mlp's down, attention_o's
+ * o): out[n] += p[n] for every n of the output (plus r[n] when
+ * `add_residual`: the residual, the tile at n_off 0's), p[n] the fp32 sum
+ * over the tile's columns c, in increasing c from 0, of act[c] *
+ * Wt[n_off + c, n], Wt the transposed weight at input `weight` (rows of the
+ * output's width) and r the residual at input `residual`. The plain GEMV's
+ * arithmetic (gemv.c) on the transposed weight, so the sum of every tile's
+ * p is the unfused GEMV split along its K. The caller checked the shapes. */
+static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act,
+                            uint32_t weight, uint32_t residual, bool add_residual) {
+  const AmkTensorView *r = &call->in[residual], *wt = &call->in[weight];
   AmkTensorView *out = &call->out[0];
-  int64_t k = call->p->K.i, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
-  float *a = malloc((size_t)(n_tile + 2 * k + 1) * sizeof *a);
+  int64_t width = out->numel, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  float *a = malloc((size_t)(n_tile + 2 * width + 1) * sizeof *a);
   if (!a)
     return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
-  float *p = a + n_tile, *w = p + k;
+  float *p = a + n_tile, *w = p + width;
   inst_load_row(act, 0, n_tile, a);
-  for (int64_t n = 0; n < k; n++)
+  for (int64_t n = 0; n < width; n++)
     p[n] = 0.0f;
   for (int64_t c = 0; c < n_tile; c++) { /* row by row: the order of c is each p[n]'s */
-    inst_load_row(wdt, (n_off + c) * k, k, w);
-    for (int64_t n = 0; n < k; n++)
+    inst_load_row(wt, (n_off + c) * width, width, w);
+    for (int64_t n = 0; n < width; n++)
       p[n] += a[c] * w[n];
   }
-  bool residual = n_off == 0 && !(call->p->flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
-  for (int64_t n = 0; n < k; n++) {
-    float add = residual ? inst_load(x, n) + p[n] : p[n];
+  for (int64_t n = 0; n < width; n++) {
+    float add = add_residual ? inst_load(r, n) + p[n] : p[n];
     inst_store(out, n, inst_load(out, n) + add);
   }
   free(a);
@@ -648,7 +659,8 @@ static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act) {
  * [n_off, n_off + N_tile): xn = RMSNORM(x, g) as run_norm, the stacked
  * gate|up GEMV of those columns into a [2, I] scratch, SILU_MUL of them
  * (all scratch of x's dtype, the unfused intermediates'), then the tile's
- * share of the down projection added into the output (add_down_partial).
+ * share of the down projection (Wdt, input 3) added into the output with x
+ * (input 0) as the residual (add_down_partial).
  * The engine zeroes the accumulator before each step and must not let two
  * tiles add at once. */
 static int run_mlp(const AmkInstCall *call, int64_t pattern) {
@@ -675,11 +687,136 @@ static int run_mlp(const AmkInstCall *call, int64_t pattern) {
         !(rc = gemv_step(call, pattern, &xn, &gu)) &&
         !(rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves, 2,
                     &act)))
-      rc = add_down_partial(call, &act);
+      rc = add_down_partial(call, &act, 3, 0,
+                            n_off == 0 && !(call->p->flags.i & AMK_FLAG_MLP_NO_RESIDUAL));
   }
   free(xn.data);
   free(gu.data);
   free(act.data);
+  return rc;
+}
+
+/* ---- attention_o ------------------------------------------------------------ */
+
+/* The shapes and params of an attention_o tile; sets *head to its query head
+ * h = n_off / head_dim. What only the attention reads (inv_freq, the cache,
+ * the window, the position) run_attention_rope checks when it runs, still
+ * before anything is added to the output. */
+static int check_attention_o(const AmkInstCall *call, int64_t pattern, int64_t *head) {
+  static const AmkParamField required[] = {
+      AMK_PARAM_K,       AMK_PARAM_N_tile,     AMK_PARAM_n_off,    AMK_PARAM_head_dim,
+      AMK_PARAM_n_heads, AMK_PARAM_n_kv_heads, AMK_PARAM_kv_start, AMK_PARAM_kv_len,
+      AMK_PARAM_scale,   AMK_PARAM_flags};
+  int rc;
+  if ((rc = require_fp_weights(call, pattern)) ||
+      (rc = require_inputs(call, pattern, 5, "qkv, Wot, inv_freq, kv_cache, x")) ||
+      (rc = inst_require_all(call, required, sizeof required / sizeof required[0])))
+    return rc;
+  const char *name = pattern_text(pattern);
+  const AmkInstParams *p = call->p;
+  /* Bit 2 alone: the tile takes row pos from qkv (nothing orders it after
+   * rope_kv's store), attends over the whole window (no partial, bit 1) and
+   * always adds the residual at n_off 0 (no mlp-style bit 0). */
+  int64_t low = (uint32_t)p->flags.i & ((UINT32_C(1) << AMK_PATTERN_SHIFT) - 1);
+  if (low != AMK_FLAG_KV_FROM_QKV)
+    return inst_fail(call, AMK_INST_ERR_PARAM,
+                     "%s: flags bits 0-15 are %" PRId64 ", want %d (bit 2 alone: row pos "
+                     "from qkv, the whole window)",
+                     name, low, AMK_FLAG_KV_FROM_QKV);
+  HeadTile t = {.head_dim = p->head_dim.i, .n_heads = p->n_heads.i, .n_kv = p->n_kv_heads.i};
+  if ((rc = check_head_counts(call, pattern, &t)))
+    return rc;
+  /* n_off / N_tile count columns of the attention output, inside one head. */
+  int64_t cols = t.n_heads * t.head_dim, n_off = p->n_off.i, n_tile = p->N_tile.i;
+  if (n_tile < 1)
+    return inst_fail(call, AMK_INST_ERR_SHAPE, "%s: N_tile is %" PRId64 ", want at least 1",
+                     name, n_tile);
+  if (n_off < 0 || n_off > cols - n_tile)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: columns [%" PRId64 ", %" PRId64 ") are outside the attention "
+                     "output's %" PRId64 " (n_heads x head_dim)",
+                     name, n_off, n_off + n_tile, cols);
+  if (n_off % t.head_dim + n_tile > t.head_dim)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: columns [%" PRId64 ", %" PRId64 ") cross the end of head %" PRId64
+                     " (head_dim %" PRId64 "); a tile's columns lie inside one head",
+                     name, n_off, n_off + n_tile, n_off / t.head_dim, t.head_dim);
+  const AmkTensorView *qkv = &call->in[0], *wot = &call->in[1], *x = &call->in[4],
+                      *out = &call->out[0];
+  if ((rc = check_qkv(call, pattern, &t, qkv)) ||
+      (rc = inst_require_numeric(call, wot, "Wot")) ||
+      (rc = inst_require_numeric(call, x, "x")))
+    return rc;
+  /* Float operands only: qkv's dtype is the attention output's (an integer
+   * one would truncate it), and Wot and x are the fp weight and residual. */
+  const AmkTensorView *floats[3] = {qkv, wot, x};
+  const char *roles[3] = {"qkv", "Wot", "x"};
+  for (int i = 0; i < 3; i++)
+    if (inst_dtype_is_integer(floats[i]->dtype))
+      return inst_fail(call, AMK_INST_ERR_DTYPE, "%s: %s is %s, want a float dtype", name,
+                       roles[i], amk_dtype_text_name(floats[i]->dtype));
+  if (p->K.i != qkv->numel || inst_width(qkv) != qkv->numel)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: qkv has %" PRId64 " elements of width %" PRId64
+                     ", want one row of K = %d",
+                     name, qkv->numel, inst_width(qkv), (int)p->K.i);
+  int64_t hidden = inst_width(wot);
+  if (hidden <= 0 || wot->numel != cols * hidden)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: Wot has %" PRId64 " elements of width %" PRId64
+                     ", want [n_heads x head_dim, hidden] with %" PRId64 " rows",
+                     name, wot->numel, hidden, cols);
+  if (x->numel != hidden)
+    return inst_fail(call, AMK_INST_ERR_SHAPE,
+                     "%s: x has %" PRId64 " elements, want hidden = %" PRId64 " (Wot's width)",
+                     name, x->numel, hidden);
+  if (out->dtype != AMK_DTYPE_F32 || out->numel != hidden)
+    return inst_fail(call, out->dtype != AMK_DTYPE_F32 ? AMK_INST_ERR_DTYPE : AMK_INST_ERR_SHAPE,
+                     "%s: output is %s with %" PRId64 " elements, want the f32 accumulator "
+                     "[1, hidden] with hidden = %" PRId64,
+                     name, amk_dtype_text_name(out->dtype), out->numel, hidden);
+  *head = n_off / t.head_dim;
+  return AMK_INST_OK;
+}
+
+/* qkv, Wot, inv_freq, kv_cache, x -> the f32 accumulator [1, hidden], for
+ * attention columns [n_off, n_off + N_tile) of query head h: o = exactly
+ * the attention_rope tile of head h alone (n_off h, N_tile 1, the same
+ * params and flags bit 2, the caller's position) into scratch of qkv's
+ * dtype, the unfused attention output's; then the tile's share of the o
+ * projection (Wot, input 1) added into the output with x (input 4) as the
+ * residual (add_down_partial). Every tile of a head recomputes its
+ * attention: each is one task, with no wait between its two halves. */
+static int run_attention_o(const AmkInstCall *call, int64_t pattern) {
+  int64_t head = 0;
+  int rc = check_attention_o(call, pattern, &head);
+  if (rc)
+    return rc;
+  const AmkTensorView *qkv = &call->in[0];
+  int64_t n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  AmkInstParams one_head = *call->p;
+  one_head.n_off.i = (int32_t)head;
+  one_head.N_tile.i = 1;
+  one_head.flags.i = AMK_PATTERN_ATTENTION_ROPE << AMK_PATTERN_SHIFT | AMK_FLAG_KV_FROM_QKV;
+  int64_t o_shape[1] = {(int64_t)one_head.n_heads.i * one_head.head_dim.i};
+  AmkTensorView o;
+  if ((rc = scratch(call, qkv->dtype, 1, o_shape, &o)))
+    return rc;
+  /* The attention runs as this call (its extra, its error text, this
+   * pattern's name) over attention_rope's inputs and the scratch. */
+  AmkTensorView attention_in[3] = {*qkv, call->in[2], call->in[3]};
+  AmkInstCall attention = *call;
+  attention.p = &one_head;
+  attention.in = attention_in;
+  attention.n_in = 3;
+  attention.out = &o;
+  attention.n_out = 1;
+  rc = run_attention_rope(&attention, pattern);
+  if (!rc) {
+    AmkTensorView act = slice(&o, n_off, n_tile);
+    rc = add_down_partial(call, &act, 1, 4, n_off == 0);
+  }
+  free(o.data);
   return rc;
 }
 
@@ -714,6 +851,8 @@ int amk_kernel_GEMV_TILE(const AmkInstCall *call) {
     return run_combine_residual(call, pattern);
   case AMK_PATTERN_MLP:
     return run_mlp(call, pattern);
+  case AMK_PATTERN_ATTENTION_O:
+    return run_attention_o(call, pattern);
   case AMK_PATTERN_COUNT:
     break;
   }

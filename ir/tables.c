@@ -163,7 +163,33 @@ int amk_op_max_inputs(AmkOp op, int64_t flags) {
       (pattern == AMK_PATTERN_NORM || pattern == AMK_PATTERN_RESIDUAL ||
        pattern == AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_MLP))
     return 4;
+  if (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ATTENTION_O)
+    return 5;
   return (unsigned)op < AMK_OP_COUNT ? op_table[op].max_inputs : 0;
+}
+
+bool amk_gemv_pattern_accumulates(int64_t pattern) {
+  if (pattern < 0 || pattern >= AMK_PATTERN_COUNT)
+    return false;
+  /* Every pattern has a case: a new one fails to compile until it says. */
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_PLAIN:
+  case AMK_PATTERN_NORM:
+  case AMK_PATTERN_RESIDUAL:
+  case AMK_PATTERN_SILU:
+  case AMK_PATTERN_SILU_RESIDUAL:
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_ATTENTION_ROPE:
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+    return false;
+  case AMK_PATTERN_MLP:
+  case AMK_PATTERN_ATTENTION_O:
+    return true;
+  case AMK_PATTERN_COUNT:
+    break;
+  }
+  return false;
 }
 
 /* ---- schedule policies ------------------------------------------------------ */

@@ -18,8 +18,8 @@
  * and happens-before is transitive, so a new buffer only needs to be ordered
  * after a page's last occupant.
  *
- * Exception: an accumulator (a buffer an mlp tile writes, docs/Fusion.md)
- * gets a page of its own under every policy that makes pages, whatever the
+ * Exception: an accumulator (a buffer an accumulating tile writes: mlp,
+ * attention_o, docs/Fusion.md) gets a page of its own under every policy that makes pages, whatever the
  * ordering says, and never moves on-chip: the engine zeroes it before each
  * step and the tiles add to it, which would clobber any other occupant (or
  * start the sum from its bytes). The validator rejects a shared one.
@@ -43,7 +43,7 @@ typedef struct {
   uint32_t first_write_pos;
   int64_t nbytes;
   int32_t sm;           /* the one SM all its users run on, or -1 */
-  bool accumulator;     /* an mlp tile adds to it: a page of its own */
+  bool accumulator;     /* an accumulating tile adds to it: a page of its own */
 } Candidate;
 
 typedef struct {
@@ -74,11 +74,12 @@ static bool ordered_before(AmkTaskGraph *g, const Candidate *a, const Candidate 
   return true;
 }
 
-/* Whether `t` is an mlp tile, which adds into its output (an accumulator). */
-static bool is_mlp_tile(const AmkTask *t) {
+/* Whether `t` is an accumulating tile (mlp, attention_o), which adds into
+ * its output (an accumulator). */
+static bool is_accumulating_tile(const AmkTask *t) {
   int64_t flags;
   return t->op == AMK_OP_GEMV_TILE && amk_task_param_int(t, "flags", &flags) && flags >= 0 &&
-         flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+         amk_gemv_pattern_accumulates(flags >> AMK_PATTERN_SHIFT);
 }
 
 /* One buffer reference of a task. */
@@ -149,7 +150,7 @@ static uint32_t collect_candidates(const AmkModule *m, const AmkTaskGraph *g,
       cand->uses[cand->n_uses++] = t;
     if (is_output && (cand->n_writers == 0 || cand->writers[cand->n_writers - 1] != t))
       cand->writers[cand->n_writers++] = t;
-    if (is_output && is_mlp_tile(&m->tasks[t]))
+    if (is_output && is_accumulating_tile(&m->tasks[t]))
       cand->accumulator = true;
     uint32_t pos = g->topo_pos[t];
     if (pos < cand->min_use_pos)

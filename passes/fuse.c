@@ -27,6 +27,16 @@
  *                    the gate|up tiles, which add their share of it (and,
  *                    one of them, the residual) into an f32 accumulator
  *                    (mlp); needs the MLP fusions, gemv+add and rmsnorm+gemv
+ *   split_o          (off by default) the o projection splits along the
+ *                    attention's columns into per-query-head attention
+ *                    tiles, which add their share of it (and, one of them,
+ *                    the residual) into an f32 accumulator (attention_o);
+ *                    needs the attention block fusions (row pos from qkv),
+ *                    gemv+add and split_down, and unpartitioned attention
+ *                    (tile then picks one KV partition by itself)
+ *
+ * The groups, their spellings and the AMK_FUSE_* switches are in
+ * fusion_groups.c (tile asks it whether split_o will run).
  *
  * Every rewrite is checked against the dataflow before it is made (the
  * intermediate buffer has exactly the expected writers and readers, its
@@ -44,178 +54,10 @@
 #include <string.h>
 
 #include "amk/rope.h"
+#include "fusion_groups.h"
 #include "schedule_rewrite.h"
 
 static const AmkLoc no_loc = {0, 0};
-
-/* ---- fusion groups ------------------------------------------------------------ */
-
-/* X(NAME, spelling, on by default: without --fusion, and with an empty
- * config.fusion_grouping; `--fusion=all` turns on every group). split_down
- * by default applies only where it measured faster (SPLIT_DOWN_MIN_COLS). */
-#define FUSION_GROUPS(X)                                                       \
-  X(NORM, "rmsnorm+gemv", 1)                                                   \
-  X(RESIDUAL, "gemv+add", 1)                                                   \
-  X(GATE_UP, "gate+up", 1)                                                     \
-  X(SILU, "silu_mul+gemv", 1)                                                  \
-  X(QKV, "qkv", 1)                                                             \
-  X(ROPE_KV, "rope+kv_append", 1)                                              \
-  X(ATTENTION_ROPE, "rope+attention", 1)                                       \
-  X(COMBINE, "combine+gemv", 1)                                                \
-  X(SPLIT_DOWN, "split_down", 1)
-
-typedef enum {
-#define X(name, text, by_default) FUSION_##name,
-  FUSION_GROUPS(X)
-#undef X
-      FUSION_COUNT
-} FusionGroup;
-
-static const char *const group_names[] = {
-#define X(name, text, by_default) text,
-    FUSION_GROUPS(X)
-#undef X
-};
-static const bool group_by_default[] = {
-#define X(name, text, by_default) by_default,
-    FUSION_GROUPS(X)
-#undef X
-};
-
-/* Op spellings accepted in a group, mapped to the names above. */
-static const char *canonical_op(const char *op) {
-  if (strcmp(op, "gemv_tile") == 0)
-    return "gemv";
-  if (strcmp(op, "attention_tile") == 0)
-    return "attention";
-  if (strcmp(op, "attention_combine") == 0)
-    return "combine";
-  return op;
-}
-
-/* Sorted '+'-joined spelling of a group, for an order-free comparison. */
-static void group_key(const char *const *ops, size_t n, char *out, size_t size) {
-  const char *sorted[8];
-  size_t k = n < 8 ? n : 8;
-  for (size_t i = 0; i < k; i++)
-    sorted[i] = canonical_op(ops[i]);
-  for (size_t i = 1; i < k; i++)
-    for (size_t j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
-      const char *tmp = sorted[j];
-      sorted[j] = sorted[j - 1];
-      sorted[j - 1] = tmp;
-    }
-  size_t at = 0;
-  out[0] = '\0';
-  for (size_t i = 0; i < k && at < size; i++)
-    at += (size_t)snprintf(out + at, size - at, "%s%s", i ? "+" : "", sorted[i]);
-}
-
-/* The group named by `ops`, or -1. "q+k+v" is another spelling of qkv. */
-static int lookup_group(const char *const *ops, size_t n) {
-  char want[256], have[256];
-  if (n == 0 || n > 8)
-    return -1;
-  group_key(ops, n, want, sizeof want);
-  if (strcmp(want, "k+q+v") == 0)
-    return FUSION_QKV;
-  for (int g = 0; g < FUSION_COUNT; g++) {
-    char copy[64];
-    const char *parts[8];
-    size_t np = 0;
-    snprintf(copy, sizeof copy, "%s", group_names[g]);
-    for (char *tok = strtok(copy, "+"); tok && np < 8; tok = strtok(NULL, "+"))
-      parts[np++] = tok;
-    group_key(parts, np, have, sizeof have);
-    if (strcmp(want, have) == 0)
-      return g;
-  }
-  return -1;
-}
-
-static void known_groups(char *out, size_t size) {
-  size_t at = 0;
-  for (int g = 0; g < FUSION_COUNT && at < size; g++)
-    at += (size_t)snprintf(out + at, size - at, "%s%s", g ? ", " : "", group_names[g]);
-}
-
-static bool parse_fusion_option(const char *text, bool *on, AmkPassContext *ctx) {
-  char known[256];
-  known_groups(known, sizeof known);
-  if (strcmp(text, "all") == 0) {
-    for (int g = 0; g < FUSION_COUNT; g++)
-      on[g] = true;
-    return true;
-  }
-  if (strcmp(text, "none") == 0)
-    return true;
-  size_t len = strlen(text);
-  char *copy = amk_xstrdup(text);
-  bool ok = len > 0;
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ",", &save); item && ok;
-       item = strtok_r(NULL, ",", &save)) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", item);
-    const char *ops[8];
-    size_t n = 0;
-    char *save2 = NULL;
-    for (char *op = strtok_r(buf, "+", &save2); op && n < 8; op = strtok_r(NULL, "+", &save2))
-      ops[n++] = op;
-    int g = lookup_group(ops, n);
-    if (g < 0) {
-      amk_error(ctx->diag, no_loc,
-                "fuse: unknown fusion group '%s' in --fusion (known: %s; or all, none)",
-                item, known);
-      ok = false;
-    } else {
-      on[g] = true;
-    }
-  }
-  if (len == 0)
-    amk_error(ctx->diag, no_loc, "fuse: --fusion is empty (give all, none or groups: %s)",
-              known);
-  free(copy);
-  return ok;
-}
-
-static bool parse_fusion_config(const AmkValue *grouping, bool *on, AmkPassContext *ctx) {
-  char known[256], repr[128];
-  known_groups(known, sizeof known);
-  if (grouping->kind != AMK_VALUE_LIST) {
-    amk_value_repr(grouping, repr, sizeof repr);
-    amk_error(ctx->diag, no_loc,
-              "fuse: config.fusion_grouping must be a list of lists of op names, not %s",
-              repr);
-    return false;
-  }
-  if (grouping->count == 0) { /* an empty grouping asks for the default fusions */
-    for (int g = 0; g < FUSION_COUNT; g++)
-      on[g] = group_by_default[g];
-    return true;
-  }
-  for (uint32_t i = 0; i < grouping->count; i++) {
-    const AmkValue *item = &grouping->as.items[i];
-    const char *ops[8];
-    size_t n = 0;
-    bool strings = item->kind == AMK_VALUE_LIST && item->count <= 8;
-    for (uint32_t j = 0; strings && j < item->count; j++) {
-      strings = item->as.items[j].kind == AMK_VALUE_STRING;
-      if (strings)
-        ops[n++] = item->as.items[j].as.s;
-    }
-    int g = strings ? lookup_group(ops, n) : -1;
-    if (g < 0) {
-      amk_value_repr(item, repr, sizeof repr);
-      amk_error(ctx->diag, no_loc,
-                "fuse: unknown fusion group %s in config.fusion_grouping (known: %s)",
-                repr, known);
-      return false;
-    }
-    on[g] = true;
-  }
-  return true;
-}
 
 /* ---- the dataflow index ------------------------------------------------------- */
 
@@ -361,7 +203,7 @@ typedef struct {
   AmkPassContext *ctx;
   AmkRwEdit edit;
   Index ix;
-  int64_t done[FUSION_COUNT];
+  int64_t done[AMK_FUSION_COUNT];
   bool kv_from_qkv; /* attention_rope tiles take row pos from qkv (AMK_FUSE_KV_FROM_QKV) */
   int64_t split_down_min_cols; /* the fewest intermediate columns a gate|up tile may have */
 } Fuser;
@@ -724,7 +566,7 @@ static void fuse_norms(Fuser *f) {
       amk_rw_kill_task(&f->edit, pos);
       amk_rw_kill_buffer(&f->edit, y);
       amk_rw_kill_counter(&f->edit, cntpos(f, norm->out_counter));
-      f->done[FUSION_NORM]++;
+      f->done[AMK_FUSION_NORM]++;
     }
     free(sets);
   }
@@ -781,7 +623,7 @@ static bool fuse_one_residual(Fuser *f, uint32_t pos, int which) {
     amk_rw_kill_task(&f->edit, pos);
     amk_rw_kill_buffer(&f->edit, y);
     amk_rw_kill_counter(&f->edit, ts.counter);
-    f->done[FUSION_RESIDUAL]++;
+    f->done[AMK_FUSION_RESIDUAL]++;
   }
   free(sets);
   return ok;
@@ -936,8 +778,8 @@ static void fuse_mlp(Fuser *f) {
     amk_rw_kill_counter(&f->edit, sets[0].counter);
     amk_rw_kill_counter(&f->edit, sets[1].counter);
     amk_rw_kill_counter(&f->edit, c_act);
-    f->done[FUSION_GATE_UP]++;
-    f->done[FUSION_SILU]++;
+    f->done[AMK_FUSION_GATE_UP]++;
+    f->done[AMK_FUSION_SILU]++;
   }
 }
 
@@ -1047,7 +889,7 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     amk_rw_kill_buffer(&f->edit, gu);
     amk_rw_kill_buffer(&f->edit, wd);
     amk_rw_kill_counter(&f->edit, up.counter);
-    f->done[FUSION_SPLIT_DOWN]++;
+    f->done[AMK_FUSION_SPLIT_DOWN]++;
   }
   free(sets);
   return ok;
@@ -1396,9 +1238,9 @@ static void rewrite_attention_block(Fuser *f, AttentionBlock *blk) {
     amk_rw_kill_buffer(&f->edit, blk->scales[i]);
   for (int p = 0; p < 3; p++)
     amk_rw_kill_counter(&f->edit, blk->proj[p].counter);
-  f->done[FUSION_QKV]++;
-  f->done[FUSION_ROPE_KV]++;
-  f->done[FUSION_ATTENTION_ROPE]++;
+  f->done[AMK_FUSION_QKV]++;
+  f->done[AMK_FUSION_ROPE_KV]++;
+  f->done[AMK_FUSION_ATTENTION_ROPE]++;
 }
 
 static void fuse_attention(Fuser *f) {
@@ -1525,27 +1367,257 @@ static void fuse_combines(Fuser *f) {
       amk_rw_kill_task(&f->edit, pos);
       amk_rw_kill_buffer(&f->edit, y);
       amk_rw_kill_counter(&f->edit, cntpos(f, comb->out_counter));
-      f->done[FUSION_COMBINE]++;
+      f->done[AMK_FUSION_COMBINE]++;
     }
     free(sets);
   }
 }
 
+/* ---- split_o: attention tiles take the o projection in ------------------------------ */
+
+/* The SMs split_o sizes its tiles for: the target's, else an H100's or
+ * H200's 132. */
+enum { SPLIT_O_DEFAULT_SMS = 132 };
+
+/* Column slices per query head: the largest divisor S of head_dim with
+ * n_heads * S <= the SMs (about one attention_o tile per SM), at least 1. */
+static int64_t split_o_slices(const AmkModule *m, int64_t n_heads, int64_t head_dim) {
+  int64_t sms = m->target && m->target->num_sms > 0 && m->target->num_sms <= 1000000
+                    ? m->target->num_sms
+                    : SPLIT_O_DEFAULT_SMS;
+  int64_t most = sms / n_heads < head_dim ? sms / n_heads : head_dim;
+  for (int64_t s = most; s > 1; s--)
+    if (head_dim % s == 0)
+      return s;
+  return 1;
+}
+
+/* Adds `add` to `s`, less waits on `drop` (a counter already waited on
+ * keeps its wait). False when over the ABI cap. */
+static bool add_waits(WaitSet *s, const AmkWait *add, uint32_t n, int32_t drop) {
+  for (uint32_t i = 0; i < n; i++) {
+    bool skip = add[i].counter == drop;
+    for (uint32_t k = 0; k < s->n && !skip; k++)
+      skip = s->w[k].counter == add[i].counter;
+    if (skip)
+      continue;
+    if (s->n == AMK_MAX_WAITS)
+      return false;
+    s->w[s->n++] = add[i];
+  }
+  return true;
+}
+
+static bool any_dead(const Fuser *f, Span tasks) {
+  for (uint32_t i = 0; i < tasks.n; i++)
+    if (amk_rw_task_dead(&f->edit, tasks.at[i]))
+      return true;
+  return false;
+}
+
+/* The attention_rope tiles writing `attn` (one row of n_heads * head_dim
+ * elements of qkv's dtype; unpartitioned, row pos from qkv: low flags
+ * exactly AMK_FLAG_KV_FROM_QKV; each reading its KV head's own cache;
+ * together covering every query head once)
+ * and the residual tiles reading it (fp [attn, Wo, x]; all of attn's
+ * readers and its counter's waiters), which write y, one row of hidden
+ * elements read only by mlp tiles (split_down's; all of y's readers and its
+ * counter's waiters), with Wo [hidden, n_heads * head_dim] of a one-tensor
+ * source read by those tiles alone: both become attention_o tiles, S per
+ * query head h (split_o_slices), the one at columns
+ * [h * head_dim + s * N_tile, + N_tile) of the attention output computing
+ * the attention of h and adding Wo[:, its columns] . o (and the tile at
+ * column 0 also x) into y, now an f32 accumulator, under y's counter. The
+ * tiles read Wo as its transpose Wot [n_heads * head_dim, hidden] (source
+ * "KEY^T"), so that a tile's columns are contiguous rows. The attention
+ * and residual tiles, attn, Wo and attn's counter go. */
+static bool fuse_one_split_o(Fuser *f, uint32_t attn) {
+  AmkModule *m = f->m;
+  const AmkBuffer *ab = &m->buffers[attn];
+  TileSet at, o;
+  if (ab->kind != AMK_KIND_ACTIVATION || ab->rank < 1 || ab->rank > 2 ||
+      (ab->rank == 2 && dim(ab, 0) != 1) ||
+      !tile_set(f, attn, PATTERN_BIT(ATTENTION_ROPE), &at) || any_dead(f, at.tiles))
+    return false;
+  const AmkTask *a0 = &m->tasks[at.tiles.at[0]];
+  int64_t head_dim, n_heads, n_kv, k;
+  if (!amk_task_param_int(a0, "head_dim", &head_dim) ||
+      !amk_task_param_int(a0, "n_heads", &n_heads) ||
+      !amk_task_param_int(a0, "n_kv_heads", &n_kv) || !amk_task_param_int(a0, "K", &k) ||
+      head_dim <= 0 || n_heads <= 0 || n_kv <= 0 || n_heads % n_kv ||
+      head_dim > INT32_MAX / n_heads || a0->n_inputs != 3)
+    return false;
+  int64_t width = n_heads * head_dim;
+  int32_t qkv = a0->inputs[0], inv_freq = a0->inputs[1];
+  uint32_t qkvp = bufpos(f, qkv);
+  if (width_of(f, ab->id) != width || qkvp == AMK_NO_INDEX || width_of(f, qkv) != k ||
+      m->buffers[qkvp].dtype != ab->dtype)
+    return false;
+  /* Each tile reads its KV head's own cache [max_seq, 2, head_dim] (not the
+   * combined cache of an untiled attention, which spans every KV head). */
+  for (uint32_t i = 0; i < at.tiles.n; i++) {
+    const AmkTask *t = &m->tasks[at.tiles.at[i]];
+    uint32_t cache = t->n_inputs == 3 ? bufpos(f, t->inputs[2]) : AMK_NO_INDEX;
+    if (cache == AMK_NO_INDEX || t->inputs[0] != qkv || t->inputs[1] != inv_freq ||
+        t->inputs[2] == ab->id || amk_rw_low_flags(t) != AMK_FLAG_KV_FROM_QKV ||
+        !same_param(t, a0, "head_dim") || !same_param(t, a0, "n_heads") ||
+        !same_param(t, a0, "n_kv_heads") || !same_param(t, a0, "K") ||
+        m->buffers[cache].kind != AMK_KIND_KV_CACHE || m->buffers[cache].rank != 3 ||
+        dim(&m->buffers[cache], 1) != 2 || dim(&m->buffers[cache], 2) != head_dim)
+      return false;
+  }
+  if (!tiles_cover(m, at.tiles, n_heads))
+    return false;
+
+  /* The o projection: residual tiles, all of attn's readers and waiters. */
+  Span readers = span(&f->ix.readers, attn);
+  if (readers.n == 0 || !span_equal(span(&f->ix.waiters, at.counter), readers) ||
+      any_dead(f, readers))
+    return false;
+  const AmkTask *r0 = &m->tasks[readers.at[0]];
+  uint32_t y = r0->n_outputs == 1 ? bufpos(f, r0->outputs[0]) : AMK_NO_INDEX;
+  if (y == AMK_NO_INDEX || y == attn || !tile_set(f, y, PATTERN_BIT(RESIDUAL), &o) ||
+      !span_equal(o.tiles, readers) || amk_rw_quantized(r0) ||
+      m->buffers[y].kind != AMK_KIND_ACTIVATION || r0->n_inputs != 3)
+    return false;
+  int32_t x = r0->inputs[2], y_id = m->buffers[y].id;
+  int64_t hidden = width_of(f, y_id);
+  uint32_t wo = tile_weight(f, &o);
+  if (hidden <= 0 || m->buffers[y].rank > 2 ||
+      (m->buffers[y].rank == 2 && dim(&m->buffers[y], 0) != 1) || wo == AMK_NO_INDEX ||
+      dim(&m->buffers[wo], 0) != hidden || dim(&m->buffers[wo], 1) != width ||
+      x == ab->id || x == y_id || x == qkv || width_of(f, x) != hidden ||
+      !tiles_cover(m, o.tiles, hidden))
+    return false;
+  for (uint32_t i = 0; i < o.tiles.n; i++) {
+    const AmkTask *t = &m->tasks[o.tiles.at[i]];
+    int64_t kt;
+    if (t->n_inputs != 3 || t->inputs[0] != ab->id || t->inputs[2] != x ||
+        !amk_task_param_int(t, "K", &kt) || kt != width)
+      return false;
+  }
+  /* Wo goes with the residual tiles, replaced by its transpose: one tensor
+   * (a '+'-joined source would transpose each part), not transposed already. */
+  const AmkBuffer *wob = &m->buffers[wo];
+  if (!span_equal(span(&f->ix.readers, wo), o.tiles) || strchr(wob->source, '+') ||
+      strstr(wob->source, "^T"))
+    return false;
+  /* y: read only by split_down's mlp tiles (as their x), which wait on its
+   * counter and take an f32 x. */
+  Span y_readers = span(&f->ix.readers, y);
+  if (y_readers.n == 0 || !span_equal(span(&f->ix.waiters, o.counter), y_readers) ||
+      any_dead(f, y_readers))
+    return false;
+  for (uint32_t i = 0; i < y_readers.n; i++) {
+    const AmkTask *t = &m->tasks[y_readers.at[i]];
+    if (t->op != AMK_OP_GEMV_TILE || amk_rw_pattern(t) != AMK_PATTERN_MLP ||
+        t->n_inputs < 1 || t->inputs[0] != y_id)
+      return false;
+    for (uint32_t j = 1; j < t->n_inputs; j++)
+      if (t->inputs[j] == y_id)
+        return false;
+  }
+
+  /* An attention_o tile waits where its head's attention tile did and where
+   * the residual tiles did, less attn's counter; within the cap. */
+  int32_t drop = m->counters[at.counter].id;
+  WaitSet o_waits = {.n = 0};
+  for (uint32_t i = 0; i < o.tiles.n; i++) {
+    const AmkTask *t = &m->tasks[o.tiles.at[i]];
+    if (!add_waits(&o_waits, t->waits, t->n_waits, drop))
+      return false;
+  }
+  /* Copies: adding tasks below moves the task array. */
+  AmkTask *heads = amk_xmalloc(at.tiles.n * sizeof *heads);
+  WaitSet *sets = amk_xmalloc(at.tiles.n * sizeof *sets);
+  bool ok = true;
+  for (uint32_t i = 0; i < at.tiles.n && ok; i++) {
+    heads[i] = m->tasks[at.tiles.at[i]];
+    ok = merged_waits(&heads[i], &drop, 1, o_waits.w, o_waits.n, &sets[i]);
+  }
+  if (ok) {
+    int32_t counter = r0->out_counter;
+    int64_t w_elem = amk_dtype_nbytes(wob->dtype, 1);
+    int64_t x_elem = amk_dtype_nbytes(m->buffers[bufpos(f, x)].dtype, 1);
+    char name[256], src[1024], prefix[128];
+    rename_part(wob->name, "o_proj.w", "o_proj.wt", ".t", name, sizeof name);
+    snprintf(src, sizeof src, "%s^T", wob->source);
+    int64_t wot_dims[2] = {width, hidden};
+    int32_t wot = add_buffer(f, name, AMK_KIND_WEIGHT, wob->dtype, 2, wot_dims, src);
+    wob = NULL; /* add_buffer may move the buffer table */
+    ab = NULL;
+    int64_t slices = split_o_slices(m, n_heads, head_dim), n_tile = head_dim / slices;
+    uint32_t anchor = at.tiles.at[0];
+    for (int64_t h = 0; h < n_heads; h++) {
+      /* The attention tile of query head h (tiles_cover: exactly one). */
+      uint32_t i = 0;
+      int64_t off = 0, n = 0;
+      for (; i < at.tiles.n; i++) {
+        amk_task_param_int(&heads[i], "n_off", &off);
+        amk_task_param_int(&heads[i], "N_tile", &n);
+        if (off <= h && h < off + n)
+          break;
+      }
+      const AmkTask *a = &heads[i];
+      label_prefix(a->label, prefix, sizeof prefix);
+      for (int64_t s = 0; s < slices; s++) {
+        AmkTask *t = amk_rw_add_task(m, &f->edit, anchor);
+        int64_t col = h * head_dim + s * n_tile;
+        t->op = AMK_OP_GEMV_TILE;
+        int32_t in[5] = {qkv, wot, inv_freq, a->inputs[2], x};
+        set_inputs(m, t, in, 5);
+        t->n_outputs = 1;
+        t->outputs = amk_arena_memdup(&m->arena, &y_id, sizeof y_id);
+        t->out_counter = counter;
+        set_waits(m, t, &sets[i]);
+        amk_rw_copy_params(m, t, a);
+        amk_task_set_param(m, t, "K", amk_value_int(k));
+        amk_task_set_param(m, t, "N_tile", amk_value_int(n_tile));
+        amk_task_set_param(m, t, "n_off", amk_value_int(col));
+        amk_task_set_param(m, t, "flags",
+                           amk_value_int((int64_t)AMK_PATTERN_ATTENTION_O
+                                             << AMK_PATTERN_SHIFT |
+                                         AMK_FLAG_KV_FROM_QKV));
+        /* Every slice attends over head h's whole window (its share of the
+         * attention tile's estimate), then streams N_tile rows of Wot and
+         * adds hidden f32 elements (the tile at column 0 also reads x). */
+        t->est_bytes = a->est_bytes / n + n_tile * hidden * w_elem + hidden * 4 +
+                       (col == 0 ? hidden * x_elem : 0);
+        t->est_flops = a->est_flops / n + 2 * n_tile * hidden;
+        snprintf(name, sizeof name, "%sattention_o[h%lld.s%lld]", prefix, (long long)h,
+                 (long long)s);
+        t->label = amk_arena_strdup(&m->arena, name);
+        t->loc = a->loc;
+      }
+    }
+    m->buffers[y].dtype = AMK_DTYPE_F32;
+    for (uint32_t i = 0; i < at.tiles.n; i++)
+      amk_rw_kill_task(&f->edit, at.tiles.at[i]);
+    for (uint32_t i = 0; i < o.tiles.n; i++)
+      amk_rw_kill_task(&f->edit, o.tiles.at[i]);
+    amk_rw_kill_buffer(&f->edit, attn);
+    amk_rw_kill_buffer(&f->edit, wo);
+    amk_rw_kill_counter(&f->edit, at.counter);
+    f->done[AMK_FUSION_SPLIT_O]++;
+  }
+  free(heads);
+  free(sets);
+  return ok;
+}
+
+static void fuse_split_o(Fuser *f) {
+  uint32_t n = f->m->n_buffers; /* not the Wot buffers it adds */
+  for (uint32_t b = 0; b < n; b++)
+    fuse_one_split_o(f, b);
+}
+
 /* ---- the pass ------------------------------------------------------------------------ */
 
 bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
-  bool on[FUSION_COUNT] = {false};
-  const char *option = amk_pass_option_string(ctx, "fusion");
-  if (option) {
-    if (!parse_fusion_option(option, on, ctx))
-      return false;
-  } else if (m->config) {
-    if (!parse_fusion_config(&m->config->fusion_grouping, on, ctx))
-      return false;
-  } else {
-    for (int g = 0; g < FUSION_COUNT; g++)
-      on[g] = group_by_default[g];
-  }
+  AmkFusionPlan plan;
+  if (!amk_fusion_plan_read(m, ctx, ctx->diag, &plan))
+    return false;
+  const bool *on = plan.on;
   /* split_down by default: only MLPs whose gate|up tiles have more than
    * 32 intermediate columns on average. Each mlp tile adds all K elements
    * into the accumulator, so a narrow tile pays those K atomic adds and its
@@ -1553,56 +1625,40 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
    * decode step against the same program without split_down): tiles of 112
    * columns (8B shape) -4.7%, 64 (1B) -4.4%, 38 (Qwen2.5-0.5B) -7.6%, 32
    * (Qwen3-0.6B) +2.3%, 16 (SmolLM2) +6% (docs/Performance.md). Named
-   * explicitly (--fusion, the config) it splits every MLP it can. */
+   * explicitly (--fusion, the config) or by AMK_FUSE_SPLIT_DOWN=1 it splits
+   * every MLP it can. */
   enum { SPLIT_DOWN_MIN_COLS = 33 };
-  bool fusion_defaults =
-      !option && (!m->config || m->config->fusion_grouping.count == 0);
-  int64_t split_down_min_cols = fusion_defaults ? SPLIT_DOWN_MIN_COLS : 1;
-  /* AMK_FUSE_SPLIT_DOWN=0|1 turns split_down off, or on for every MLP,
-   * whatever the groups say, for A/B runs of the same program. */
-  const char *split_env = getenv("AMK_FUSE_SPLIT_DOWN");
-  if (split_env && *split_env) {
-    if (strcmp(split_env, "0") != 0 && strcmp(split_env, "1") != 0) {
-      amk_error(ctx->diag, no_loc, "fuse: AMK_FUSE_SPLIT_DOWN must be 0 or 1, not '%s'",
-                split_env);
-      return false;
-    }
-    on[FUSION_SPLIT_DOWN] = split_env[0] == '1';
-    split_down_min_cols = 1;
-  }
+  int64_t split_down_min_cols =
+      plan.defaults && !plan.split_down_env ? SPLIT_DOWN_MIN_COLS : 1;
   /* The block rewrites need their parts together (docs/Fusion.md). */
-  bool attention = on[FUSION_QKV] && on[FUSION_ROPE_KV] && on[FUSION_ATTENTION_ROPE];
-  bool mlp = on[FUSION_GATE_UP] && on[FUSION_SILU];
-  if ((on[FUSION_QKV] || on[FUSION_ROPE_KV] || on[FUSION_ATTENTION_ROPE]) && !attention)
+  bool attention = amk_fusion_attention(&plan);
+  bool mlp = amk_fusion_mlp(&plan);
+  if ((on[AMK_FUSION_QKV] || on[AMK_FUSION_ROPE_KV] || on[AMK_FUSION_ATTENTION_ROPE]) &&
+      !attention)
     amk_warning(ctx->diag, no_loc,
                 "fuse: qkv, rope+kv_append and rope+attention are one rewrite; "
                 "without all three the attention block is left unfused");
-  if ((on[FUSION_GATE_UP] || on[FUSION_SILU]) && !mlp)
+  if ((on[AMK_FUSION_GATE_UP] || on[AMK_FUSION_SILU]) && !mlp)
     amk_warning(ctx->diag, no_loc,
                 "fuse: gate+up and silu_mul+gemv are one rewrite; without both the "
                 "MLP is left unfused");
-  bool split_down = on[FUSION_SPLIT_DOWN] && mlp && on[FUSION_RESIDUAL] && on[FUSION_NORM];
-  if (on[FUSION_SPLIT_DOWN] && !split_down)
+  bool split_down = amk_fusion_split_down(&plan);
+  if (on[AMK_FUSION_SPLIT_DOWN] && !split_down)
     amk_warning(ctx->diag, no_loc,
                 "fuse: split_down rewrites the fused MLP; without gate+up, silu_mul+gemv, "
                 "gemv+add and rmsnorm+gemv it does nothing");
-  if (on[FUSION_COMBINE] && !on[FUSION_RESIDUAL])
+  bool split_o = amk_fusion_split_o(&plan);
+  if (on[AMK_FUSION_SPLIT_O] && !split_o)
+    amk_warning(ctx->diag, no_loc,
+                "fuse: split_o folds the o projection into the fused attention tiles "
+                "before split_down's MLP; without qkv, rope+kv_append, rope+attention, "
+                "gemv+add and split_down (with its groups), or with "
+                "AMK_FUSE_KV_FROM_QKV=0, it does nothing");
+  if (on[AMK_FUSION_COMBINE] && !on[AMK_FUSION_RESIDUAL])
     amk_warning(ctx->diag, no_loc,
                 "fuse: combine+gemv folds the combine into residual tiles; without "
                 "gemv+add it stays a task");
-
-  /* AMK_FUSE_KV_FROM_QKV=0 keeps the attention tiles waiting on rope_kv
-   * (the form before it was taken off the chain), for A/B runs. */
-  const char *kv_env = getenv("AMK_FUSE_KV_FROM_QKV");
-  bool kv_from_qkv = true;
-  if (kv_env && *kv_env) {
-    if (strcmp(kv_env, "0") != 0 && strcmp(kv_env, "1") != 0) {
-      amk_error(ctx->diag, no_loc, "fuse: AMK_FUSE_KV_FROM_QKV must be 0 or 1, not '%s'",
-                kv_env);
-      return false;
-    }
-    kv_from_qkv = kv_env[0] == '1';
-  }
+  bool kv_from_qkv = plan.kv_from_qkv;
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
@@ -1633,12 +1689,13 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   const struct {
     bool enabled;
     Phase run;
-  } phases[] = {{on[FUSION_NORM], fuse_norms},
+  } phases[] = {{on[AMK_FUSION_NORM], fuse_norms},
                 {attention, fuse_attention},
                 {mlp, fuse_mlp},
-                {on[FUSION_RESIDUAL], fuse_residuals},
-                {on[FUSION_COMBINE] && on[FUSION_RESIDUAL], fuse_combines},
-                {split_down, fuse_split_down}};
+                {on[AMK_FUSION_RESIDUAL], fuse_residuals},
+                {on[AMK_FUSION_COMBINE] && on[AMK_FUSION_RESIDUAL], fuse_combines},
+                {split_down, fuse_split_down},
+                {split_o, fuse_split_o}};
   for (size_t i = 0; i < sizeof phases / sizeof phases[0]; i++) {
     if (!phases[i].enabled)
       continue;
@@ -1658,15 +1715,17 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_stat_int(ctx->stats, "fuse", "tasks after", m->n_tasks);
     amk_stat_int(ctx->stats, "fuse", "counters before", counters_before);
     amk_stat_int(ctx->stats, "fuse", "counters after", m->n_counters);
-    amk_stat_int(ctx->stats, "fuse", "norms folded into GEMV tiles", f.done[FUSION_NORM]);
-    amk_stat_int(ctx->stats, "fuse", "residual adds folded", f.done[FUSION_RESIDUAL]);
-    amk_stat_int(ctx->stats, "fuse", "MLPs fused (gate|up, silu)", f.done[FUSION_SILU]);
+    amk_stat_int(ctx->stats, "fuse", "norms folded into GEMV tiles", f.done[AMK_FUSION_NORM]);
+    amk_stat_int(ctx->stats, "fuse", "residual adds folded", f.done[AMK_FUSION_RESIDUAL]);
+    amk_stat_int(ctx->stats, "fuse", "MLPs fused (gate|up, silu)", f.done[AMK_FUSION_SILU]);
     amk_stat_int(ctx->stats, "fuse", "attention blocks fused (qkv, rope_kv, rope)",
-                 f.done[FUSION_QKV]);
+                 f.done[AMK_FUSION_QKV]);
     amk_stat_int(ctx->stats, "fuse", "split-KV combines folded into GEMV tiles",
-                 f.done[FUSION_COMBINE]);
+                 f.done[AMK_FUSION_COMBINE]);
     amk_stat_int(ctx->stats, "fuse", "down projections split into the gate|up tiles",
-                 f.done[FUSION_SPLIT_DOWN]);
+                 f.done[AMK_FUSION_SPLIT_DOWN]);
+    amk_stat_int(ctx->stats, "fuse", "o projections split into the attention tiles",
+                 f.done[AMK_FUSION_SPLIT_O]);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) before", path_before);
     amk_stat_int(ctx->stats, "fuse", "critical path (tasks) after", path_after);
     amk_stat_int(ctx->stats, "fuse", "dependent hops per layer before", layer_before);

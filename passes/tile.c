@@ -23,7 +23,8 @@
  * ATTENTION_COMBINE merges the partitions into the original output. Left
  * to itself, tile picks P for long caches only, at most 6, or 5 when a
  * quantized GEMV reads the attention's output (fuse then folds the combine
- * into the tiles that read its output).
+ * into the tiles that read its output), and 1 when fuse's split_o will run
+ * (it takes only unpartitioned attention into the o projection).
  *
  * A prefill chunk's multi-row ATTENTION_TILE stays one op, cut into tasks
  * of one KV head x a block of query rows (n_off/N_tile, m_off/M_tile;
@@ -34,6 +35,7 @@
 #include <string.h>
 
 #include "amk/builder.h"
+#include "fusion_groups.h"
 #include "schedule_rewrite.h"
 
 static const AmkLoc no_loc = {0, 0};
@@ -64,6 +66,7 @@ typedef struct {
   int64_t num_sms;
   int64_t kv_partitions; /* 1: no split-KV */
   bool balanced;         /* balanced_pieces below (AMK_TILE_BALANCED=0: off) */
+  bool split_o;          /* fuse's split_o will run: no automatic split-KV */
 } TilePlan;
 
 typedef struct {
@@ -557,15 +560,20 @@ static int64_t kv_partitions(const AmkModule *m, const AmkTask *src,
   int64_t rows = 0;
   if (cache && cache->rank >= 1)
     amk_value_as_int(&cache->shape[0], &rows);
-  int64_t parts = 1;
-  if (rows >= LONG_CACHE_ROWS && plan->num_sms > 0) {
-    int64_t most = AUTO_KV_PARTITIONS;
-    if (src->n_outputs == 1 && read_by_quantized_gemv(m, src->outputs[0]))
-      most = AMK_MAX_INPUTS - 3;
-    parts = plan->num_sms / (2 * n_kv);
-    parts = parts < 1 ? 1 : parts > most ? most : parts;
-  }
-  return parts;
+  if (rows < LONG_CACHE_ROWS || plan->num_sms <= 0)
+    return 1;
+  bool quantized_o = src->n_outputs == 1 && read_by_quantized_gemv(m, src->outputs[0]);
+  /* fuse's split_o folds the o projection into per-head attention tiles
+   * that each attend over the whole window, and only for unpartitioned
+   * attention: with it planned, one partition, except where it cannot
+   * apply anyway (a quantized o_proj reads the attention's output: split_o
+   * has no quantized form). An explicit --kv-partitions or config value is
+   * taken as it is above, and split_o then leaves those layers alone. */
+  if (plan->split_o && !quantized_o)
+    return 1;
+  int64_t most = quantized_o ? AMK_MAX_INPUTS - 3 : AUTO_KV_PARTITIONS;
+  int64_t parts = plan->num_sms / (2 * n_kv);
+  return parts < 1 ? 1 : parts > most ? most : parts;
 }
 
 static bool split_attention(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
@@ -865,6 +873,9 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     }
     plan.balanced = balanced_env[0] == '1';
   }
+  /* Whether fuse's split_o will run (its groups and switches, read quietly:
+   * fuse reports a bad one when it runs). */
+  plan.split_o = amk_fusion_split_o_planned(m, ctx);
   if (!plan.n_tile) {
     if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
       amk_error(ctx->diag, no_loc,
@@ -937,6 +948,10 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       amk_stat_str(ctx->stats, "tile", "GEMV N_tile", "auto (about one tile per SM)");
     if (plan.kv_partitions)
       amk_stat_int(ctx->stats, "tile", "KV partitions", plan.kv_partitions);
+    else if (plan.split_o)
+      amk_stat_str(ctx->stats, "tile", "KV partitions",
+                   "auto (1: fuse's split_o takes unpartitioned attention; 5 before "
+                   "quantized GEMVs on caches of 1024 rows or more)");
     else
       amk_stat_str(ctx->stats, "tile", "KV partitions",
                    "auto (split when the KV cache has 1024 rows or more, at most 6; 5 "

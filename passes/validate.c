@@ -765,15 +765,17 @@ static void sort_by_topo(uint32_t *a, uint32_t *tmp, size_t n,
   memcpy(a, tmp, n * sizeof *a);
 }
 
-/* The first mlp tile among buffer b's writers, or AMK_NO_INDEX. */
-static uint32_t first_mlp_writer(const AmkValidator *v, uint32_t b) {
+/* The first accumulating tile (mlp, attention_o) among buffer b's writers,
+ * or AMK_NO_INDEX: b is then an accumulator. */
+static uint32_t first_accumulating_writer(const AmkValidator *v, uint32_t b) {
   for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++)
-    if (amk_validator_is_mlp_tile(v, v->wr[j]))
+    if (amk_validator_is_accumulating_tile(v, v->wr[j]))
       return v->wr[j];
   return AMK_NO_INDEX;
 }
 
-/* "[a, b)" of an intermediate column range, or a note that the params
+/* "[a, b)" of an accumulating tile's column range (intermediate columns
+ * of mlp, attention columns of attention_o), or a note that the params
  * name none (reported by the bounds checks). */
 static void format_columns(const Region *r, char *buf, size_t size) {
   if (r->whole)
@@ -782,7 +784,7 @@ static void format_columns(const Region *r, char *buf, size_t size) {
     snprintf(buf, size, "[%" PRId64 ", %" PRId64 ")", r->col_lo, r->col_hi);
 }
 
-/* An mlp tile's intermediate columns (its write_region: n_off / N_tile). */
+/* An accumulating tile's columns (its write_region: n_off / N_tile). */
 typedef struct {
   Region r;
   uint32_t task;
@@ -796,37 +798,57 @@ static int compare_tile_columns(const void *pa, const void *pb) {
   return amk_compare_i64_then(a->r.col_lo, b->r.col_lo, a->task, b->task);
 }
 
-/* An accumulator: a buffer an mlp tile writes (adds to). The additions
- * commute, so its tiles may run in any order and overlap in the elements
- * they touch, provided that
- *   - every writer is an mlp tile: a store from any other task, ordered or
- *     not, would race with or wipe the sums (the engine zeroes the buffer
- *     before the step, not before that store);
+/* An accumulator: a buffer an accumulating tile (mlp, attention_o; a
+ * GEMV_TILE whose pattern amk_gemv_pattern_accumulates) writes, adding to
+ * it. The additions commute, so its tiles may run in any order and overlap
+ * in the elements they touch, provided that
+ *   - every writer is an accumulating tile: a store from any other task,
+ *     ordered or not, would race with or wipe the sums (the engine zeroes
+ *     the buffer before the step, not before that store);
+ *   - all of them are of one pattern: their n_off / N_tile count different
+ *     columns (mlp: the intermediate's, attention_o: the attention
+ *     output's), so the disjointness and coverage below compare like with
+ *     like, and each pattern's tile at n_off 0 adds the residual x;
  *   - all of them signal one counter, so that one all-join (threshold = the
  *     number of tiles, check 2) orders every reader after every addition;
- *   - their intermediate columns [n_off, n_off + N_tile) are disjoint: a
- *     column two tiles add is counted twice (coverage, check 10, asks that
- *     they cover [0, I)).
+ *   - their columns [n_off, n_off + N_tile) are disjoint: a column two
+ *     tiles add is counted twice (coverage, check 10, asks that they cover
+ *     [0, I), I the rows of the pattern's transposed weight).
  * A read that is not ordered after every tile is a RACE of check 4 as for
  * any buffer. Reports the first violation. */
-static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t mlp) {
+static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t first) {
   const AmkModule *m = v->m;
   const AmkBuffer *buf = &m->buffers[b];
   const char *name = buf->name ? buf->name : "";
   const uint32_t *ws = &v->wr[v->wr_off[b]];
   size_t k = v->wr_off[b + 1] - v->wr_off[b];
-  const AmkTask *tm = &m->tasks[mlp];
+  const AmkTask *tm = &m->tasks[first];
+  int64_t pattern = amk_validator_accumulating_pattern(v, first);
+  const char *pname = amk_gemv_pattern_name(pattern);
+  const AmkAccumulatorInfo *info = amk_validator_accumulator_info(pattern);
+  const char *columns = info ? info->columns : "columns";
   for (size_t i = 0; i < k; i++) {
-    if (amk_validator_is_mlp_tile(v, ws[i]))
+    int64_t p = amk_validator_accumulating_pattern(v, ws[i]);
+    if (p == pattern)
       continue;
     const AmkTask *to = &m->tasks[ws[i]];
-    amk_validator_report(
-        v, AMK_SEVERITY_ERROR, to->loc,
-        "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): mlp tile %" PRId32
-        " ('%s') adds to it, but task %" PRId32 " ('%s', %s) writes it too; only mlp tiles "
-        "may write an accumulator, write-after-write RACE",
-        buf->id, name, tm->id, amk_validator_label(tm), to->id, amk_validator_label(to),
-        op_name(to->op));
+    if (p >= 0)
+      amk_validator_report(
+          v, AMK_SEVERITY_ERROR, to->loc,
+          "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): %s tile %" PRId32
+          " ('%s') and %s tile %" PRId32 " ('%s') both add to it; an accumulator's tiles must "
+          "all be of one pattern (their n_off/N_tile count different columns, and each "
+          "pattern's tile at n_off 0 adds the residual), write-after-write RACE",
+          buf->id, name, pname, tm->id, amk_validator_label(tm), amk_gemv_pattern_name(p),
+          to->id, amk_validator_label(to));
+    else
+      amk_validator_report(
+          v, AMK_SEVERITY_ERROR, to->loc,
+          "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): %s tile %" PRId32
+          " ('%s') adds to it, but task %" PRId32 " ('%s', %s) writes it too; only %s tiles "
+          "may write an accumulator, write-after-write RACE",
+          buf->id, name, pname, tm->id, amk_validator_label(tm), to->id,
+          amk_validator_label(to), op_name(to->op), pname);
     return;
   }
   if (v->writer_slot[b] == AMK_NO_INDEX) {
@@ -837,12 +859,12 @@ static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t mlp)
         continue;
       amk_validator_report(
           v, AMK_SEVERITY_ERROR, ti->loc,
-          "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): mlp tiles %" PRId32
+          "multi-writer WAW race on accumulator #%" PRId32 " ('%s'): %s tiles %" PRId32
           " ('%s') and %" PRId32 " ('%s') signal different counters (%" PRId32 " and %" PRId32
           "); an accumulator's tiles must all signal one counter, whose all-join orders its "
           "readers after every addition, write-after-write RACE",
-          buf->id, name, t0->id, amk_validator_label(t0), ti->id, amk_validator_label(ti),
-          t0->out_counter, ti->out_counter);
+          buf->id, name, pname, t0->id, amk_validator_label(t0), ti->id,
+          amk_validator_label(ti), t0->out_counter, ti->out_counter);
       return;
     }
     return; /* one counter id after all (not resolved: reported in check 1) */
@@ -867,11 +889,10 @@ static void check_accumulator_writers(AmkValidator *v, uint32_t b, uint32_t mlp)
     format_columns(r, cj, sizeof cj);
     amk_validator_report(
         v, AMK_SEVERITY_ERROR, tj->loc,
-        "mlp tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add overlapping intermediate "
-        "columns %s and %s into accumulator #%" PRId32 " ('%s'): the overlap is summed "
-        "twice",
-        ti->id, amk_validator_label(ti), tj->id, amk_validator_label(tj), ci, cj, buf->id,
-        name);
+        "%s tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add overlapping %s %s and %s "
+        "into accumulator #%" PRId32 " ('%s'): the overlap is summed twice",
+        pname, ti->id, amk_validator_label(ti), tj->id, amk_validator_label(tj), columns, ci,
+        cj, buf->id, name);
     return;
   }
 }
@@ -888,9 +909,9 @@ static void check_write_after_write(AmkValidator *v) {
     if (k < 2 || ((unsigned)buf->kind < AMK_KIND_COUNT &&
                   amk_kind_is_read_only(buf->kind)))
       continue;
-    uint32_t mlp = first_mlp_writer(v, b);
-    if (mlp != AMK_NO_INDEX) {
-      check_accumulator_writers(v, b, mlp);
+    uint32_t acc = first_accumulating_writer(v, b);
+    if (acc != AMK_NO_INDEX) {
+      check_accumulator_writers(v, b, acc);
       continue;
     }
     bool one_counter = v->writer_slot[b] != AMK_NO_INDEX;
@@ -1181,7 +1202,8 @@ static bool check_accumulator_page(AmkValidator *v, const uint32_t *members, uin
   for (uint32_t i = 0; i < n && n > 1; i++) {
     const AmkPageBinding *acc = &pa->bindings[members[i]];
     uint32_t b = amk_id_index_get(&v->bufs, acc->buffer);
-    if (b == AMK_NO_INDEX || first_mlp_writer(v, b) == AMK_NO_INDEX)
+    uint32_t tile = b == AMK_NO_INDEX ? AMK_NO_INDEX : first_accumulating_writer(v, b);
+    if (tile == AMK_NO_INDEX)
       continue;
     for (uint32_t j = 0; j < n; j++) {
       const AmkPageBinding *other = &pa->bindings[members[j]];
@@ -1192,10 +1214,11 @@ static bool check_accumulator_page(AmkValidator *v, const uint32_t *members, uin
       amk_validator_report(
           v, AMK_SEVERITY_ERROR, m->buffers[b].loc,
           "page %" PRId32 " holds accumulator #%" PRId32 " ('%s') and buffer #%" PRId32
-          " ('%s'); the engine zeroes an accumulator before each step and mlp tiles add to "
+          " ('%s'); the engine zeroes an accumulator before each step and %s tiles add to "
           "it, so it needs a page of its own, clobber RACE",
           acc->page, acc->buffer, m->buffers[b].name ? m->buffers[b].name : "",
-          other->buffer, other_name ? other_name : "");
+          other->buffer, other_name ? other_name : "",
+          amk_gemv_pattern_name(amk_validator_accumulating_pattern(v, tile)));
       return true;
     }
   }

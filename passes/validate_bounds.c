@@ -63,6 +63,15 @@ static const Shape *shape_of(const AmkValidator *v, int32_t id) {
 
 static int64_t last_dim(const Shape *s) { return s->dim[s->rank - 1]; }
 
+/* The dtype of an existing buffer (s from shape_of, s->ok). */
+static AmkDType dtype_of(const AmkValidator *v, const Shape *s) {
+  return v->m->buffers[amk_id_index_get(&v->bufs, s->id)].dtype;
+}
+
+static bool is_float_dtype(AmkDType d) {
+  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_F16 || d == AMK_DTYPE_BF16;
+}
+
 /* meta.pos: the step's (first) position, when the module gives one. */
 static bool meta_position(const AmkValidator *v, int64_t *pos) {
   const AmkModule *m = v->m;
@@ -169,6 +178,7 @@ static const struct {
     [AMK_PATTERN_ATTENTION_ROPE] = {3, 3},
     [AMK_PATTERN_COMBINE_RESIDUAL] = {3, AMK_MAX_INPUTS},
     [AMK_PATTERN_MLP] = {4, 4},
+    [AMK_PATTERN_ATTENTION_O] = {5, 5},
 };
 _Static_assert(sizeof pattern_inputs / sizeof pattern_inputs[0] ==
                    AMK_PATTERN_COUNT,
@@ -189,6 +199,7 @@ static const char *quantized_inputs(int64_t pattern) {
   case AMK_PATTERN_ATTENTION:
   case AMK_PATTERN_ATTENTION_ROPE:
   case AMK_PATTERN_MLP:
+  case AMK_PATTERN_ATTENTION_O: /* Wot is fp (codegen and the VM read no scales) */
   case AMK_PATTERN_COUNT:
     break;
   }
@@ -227,13 +238,14 @@ static void require_shape(AmkValidator *v, const AmkTask *t, const char *pattern
               pattern, what, s->id, s->name, have, expected);
 }
 
-/* The fused qkv vector [1, (n_heads + 2 * n_kv_heads) * head_dim] and the
- * rotary inverse frequencies [head_dim / 2] (rope_kv, attention_rope). */
+/* The fused qkv vector [1, (n_heads + 2 * n_kv_heads) * head_dim] (input 0)
+ * and the rotary inverse frequencies [head_dim / 2] (input `freq_slot`: 1
+ * for rope_kv and attention_rope, 2 for attention_o, after Wot). */
 static void check_rope_inputs(AmkValidator *v, const AmkTask *t,
                               const char *pattern, int64_t head_dim,
-                              int64_t n_heads, int64_t n_kv) {
+                              int64_t n_heads, int64_t n_kv, uint32_t freq_slot) {
   const Shape *qkv = shape_of(v, t->inputs[0]);
-  const Shape *inv_freq = shape_of(v, t->inputs[1]);
+  const Shape *inv_freq = shape_of(v, t->inputs[freq_slot]);
   if (head_dim % 2)
     bound_error(v, t, "pattern %s: head_dim=%" PRId64 " must be even", pattern,
                 head_dim);
@@ -280,6 +292,20 @@ static void require_window(AmkValidator *v, const AmkTask *t,
                 cache->name);
 }
 
+/* Flags bit 2 (AMK_FLAG_KV_FROM_QKV, attention_rope; always on attention_o):
+ * the tile takes row pos from qkv and reads its cache only below it, so a
+ * non-empty window must end at or before row meta.pos + 1 (what lets it
+ * skip the wait on rope_kv: amk_validator_read_misses_writer). */
+static void require_window_below_pos(AmkValidator *v, const AmkTask *t, const char *pattern,
+                                     int64_t kv_start, int64_t kv_len) {
+  int64_t pos;
+  if (kv_len > 0 && meta_position(v, &pos) && kv_start + kv_len > pos + 1)
+    bound_error(v, t,
+                "pattern %s with flags bit 2 (row pos from qkv): window [%" PRId64
+                ", %" PRId64 ") reaches past the step's row meta.pos=%" PRId64,
+                pattern, kv_start, kv_start + kv_len, pos);
+}
+
 /* The residual (input `slot`: 2, or 3 after a quantized tile's scales) of
  * the residual patterns has the output's size. */
 static void require_residual(AmkValidator *v, const AmkTask *t, const Shape *out,
@@ -318,6 +344,32 @@ static void check_combine_inputs(AmkValidator *v, const AmkTask *t,
     require_width(v, t, "weight", "K", k, shape_of(v, t->inputs[1]));
 }
 
+/* An accumulating tile's output (mlp, attention_o; docs/Fusion.md) is a
+ * partial sum until every tile has added to it: none of the tile's inputs. */
+static void require_accumulator_not_read(AmkValidator *v, const AmkTask *t, const char *pattern,
+                                         const Shape *out) {
+  for (uint32_t i = 0; i < t->n_inputs; i++)
+    if (t->inputs[i] == t->outputs[0])
+      bound_error(v, t, "pattern %s: input %u is buffer #%" PRId32 " ('%s'), the accumulator "
+                  "it adds to", pattern, i, out->id, out->name);
+}
+
+/* ... and an f32 buffer that every step starts at zero: not a KV cache,
+ * whose rows are kept. */
+static void require_accumulator_kind(AmkValidator *v, const AmkTask *t, const char *pattern,
+                                     const Shape *out) {
+  if (!out->ok)
+    return;
+  const AmkBuffer *acc = &v->m->buffers[amk_id_index_get(&v->bufs, out->id)];
+  if (acc->dtype != AMK_DTYPE_F32)
+    bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is %s; %s tiles add "
+                "into an f32 accumulator", pattern, out->id, out->name,
+                amk_dtype_text_name(acc->dtype), pattern);
+  if (acc->kind == AMK_KIND_KV_CACHE)
+    bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is a KV cache; an "
+                "accumulator starts every step at zero", pattern, out->id, out->name);
+}
+
 /* mlp (docs/Fusion.md): inputs [x, Wgu, g, Wdt] with x one row of K, the
  * stacked gate|up weight [2I, K], the norm weight of K and the transposed
  * down weight [I, K]; n_off / N_tile count columns of the intermediate I
@@ -339,11 +391,7 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
                 pattern, flags);
   if (!pt->v[AMK_PARAM_eps])
     bound_error(v, t, "pattern %s needs param 'eps'", pattern);
-  /* Its accumulator is a partial sum until every tile has added to it. */
-  for (uint32_t i = 0; i < t->n_inputs; i++)
-    if (t->inputs[i] == t->outputs[0])
-      bound_error(v, t, "pattern %s: input %u is buffer #%" PRId32 " ('%s'), the accumulator "
-                  "it adds to", pattern, i, out->id, out->name);
+  require_accumulator_not_read(v, t, pattern, out);
   /* I is the transposed down weight's rows (Wdt [I, K]). */
   int64_t inter = wd->ok && wd->rank == 2 ? wd->dim[0] : -1;
   if (have_k) {
@@ -361,22 +409,116 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
     }
     require_numel(v, t, "output", k, "K: the f32 accumulator every tile adds to", out);
   }
-  if (out->ok) {
-    const AmkBuffer *acc = &v->m->buffers[amk_id_index_get(&v->bufs, out->id)];
-    if (acc->dtype != AMK_DTYPE_F32)
-      bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is %s; mlp tiles add "
-                  "into an f32 accumulator", pattern, out->id, out->name,
-                  amk_dtype_text_name(acc->dtype));
-    /* Every step starts an accumulator at zero; a KV cache keeps its rows. */
-    if (acc->kind == AMK_KIND_KV_CACHE)
-      bound_error(v, t, "pattern %s: output buffer #%" PRId32 " ('%s') is a KV cache; an "
-                  "accumulator starts every step at zero", pattern, out->id, out->name);
-  }
+  require_accumulator_kind(v, t, pattern, out);
   if (have_range && inter > 0 && n_off + n_tile > inter)
     bound_error(v, t,
                 "pattern %s: intermediate columns n_off+N_tile=%" PRId64 " exceed I=%" PRId64
                 ", the rows of down weight buffer #%" PRId32 " ('%s')",
                 pattern, n_off + n_tile, inter, wd->id, wd->name);
+}
+
+/* attention_o (docs/Fusion.md): inputs [qkv, Wot, inv_freq, kv_cache, x].
+ * A tile is a bit-2 attention_rope tile of its one query head
+ * h = n_off / head_dim (qkv, inv_freq and the cache as attention_rope's
+ * inputs 0, 1 and 2, the same params, the window below meta.pos), then
+ * out[:] += Wot[n_off + c, :] * o[c] over its columns c into the f32
+ * accumulator of hidden elements (+ x at n_off 0). n_off / N_tile count
+ * columns of the attention output (n_heads * head_dim), inside head h;
+ * Wot is [n_heads * head_dim, hidden], hidden the residual x's elements.
+ * check_tile leaves the generic column bounds to this (the output has
+ * hidden columns, whatever the tile); the accumulator rules across tiles
+ * are the WAW, page and coverage checks'. */
+static void check_attention_o(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
+                              const char *pattern, int64_t flags, bool have_range,
+                              int64_t n_off, int64_t n_tile) {
+  const Shape *wot = shape_of(v, t->inputs[1]);
+  const Shape *cache = shape_of(v, t->inputs[3]);
+  const Shape *x = shape_of(v, t->inputs[4]), *out = shape_of(v, t->outputs[0]);
+  int64_t low = flags & ((INT64_C(1) << AMK_PATTERN_SHIFT) - 1);
+  /* Without bit 2 the tile would read row pos from the cache, which nothing
+   * orders it after (rope_kv runs beside it); no engine implements that. */
+  if (!(flags & AMK_FLAG_KV_FROM_QKV))
+    bound_error(v, t, "pattern %s needs flags bit 2 (row pos from qkv; flags = 10 << 16 | 4): "
+                "its tile reads the KV cache only below pos", pattern);
+  if (flags & 2)
+    bound_error(v, t, "pattern %s: flags bit 1 (a split-KV partial) is not allowed: a tile "
+                "attends over its whole window and adds the finished head's o projection",
+                pattern);
+  else if (low & ~(int64_t)AMK_FLAG_KV_FROM_QKV)
+    bound_error(v, t, "pattern %s: flags=%" PRId64 " sets low bits other than bit 2 (row pos "
+                "from qkv); the pattern has no other variant (flags = 10 << 16 | 4)",
+                pattern, flags);
+  require_accumulator_not_read(v, t, pattern, out);
+  /* Both engines take the softmax scale from the param (attention_rope's
+   * kernels too; there it is not checked here). */
+  if (!pt->v[AMK_PARAM_scale])
+    bound_error(v, t, "pattern %s needs param 'scale'", pattern);
+  static const struct {
+    uint32_t slot;
+    const char *what;
+  } float_inputs[] = {{0, "qkv"}, {1, "Wot"}, {2, "inv_freq"}, {4, "residual"}};
+  for (size_t i = 0; i < sizeof float_inputs / sizeof float_inputs[0]; i++) {
+    const Shape *s = shape_of(v, t->inputs[float_inputs[i].slot]);
+    if (s->ok && !is_float_dtype(dtype_of(v, s)))
+      bound_error(v, t, "pattern %s: %s buffer #%" PRId32 " ('%s') is %s; it reads f32, f16 "
+                  "or bf16 there (input %u)", pattern, float_inputs[i].what, s->id, s->name,
+                  amk_dtype_text_name(dtype_of(v, s)), float_inputs[i].slot);
+  }
+  /* The attention_rope part: as check_pattern's per-head checks, for the
+   * one query head h (a per-head cache always holds its KV head's group). */
+  int64_t head_dim, n_heads, n_kv, kv_start, kv_len;
+  bool ok = pattern_param(v, t, pt, pattern, AMK_PARAM_head_dim, 1, &head_dim);
+  ok = pattern_param(v, t, pt, pattern, AMK_PARAM_n_heads, 1, &n_heads) && ok;
+  ok = pattern_param(v, t, pt, pattern, AMK_PARAM_n_kv_heads, 1, &n_kv) && ok;
+  bool window = pattern_param(v, t, pt, pattern, AMK_PARAM_kv_start, 0, &kv_start);
+  window = pattern_param(v, t, pt, pattern, AMK_PARAM_kv_len, 0, &kv_len) && window;
+  if (!ok)
+    return;
+  if (n_heads % n_kv != 0) {
+    bound_error(v, t, "n_heads=%" PRId64 " is not divisible by n_kv_heads=%" PRId64, n_heads,
+                n_kv);
+    return;
+  }
+  check_rope_inputs(v, t, pattern, head_dim, n_heads, n_kv, 2);
+  require_kv_cache(v, t, pattern, cache, head_dim, n_kv);
+  if (window) {
+    require_window(v, t, pattern, cache, kv_start, kv_len);
+    if (flags & AMK_FLAG_KV_FROM_QKV)
+      require_window_below_pos(v, t, pattern, kv_start, kv_len);
+  }
+  /* Columns of the attention output, inside one head and Wot's rows. */
+  int64_t cols = n_heads * head_dim; /* both int32: no overflow */
+  if (have_range) {
+    int64_t h = n_off / head_dim;
+    if (n_off + n_tile > cols)
+      bound_error(v, t,
+                  "pattern %s: attention columns n_off+N_tile=%" PRId64
+                  " exceed n_heads*head_dim=%" PRId64,
+                  pattern, n_off + n_tile, cols);
+    else if (n_off % head_dim + n_tile > head_dim)
+      bound_error(v, t,
+                  "pattern %s: attention columns [%" PRId64 ", %" PRId64 ") cross the end of "
+                  "query head %" PRId64 " (columns [%" PRId64 ", %" PRId64 "), head_dim=%" PRId64
+                  "); a tile's columns lie inside one head",
+                  pattern, n_off, n_off + n_tile, h, h * head_dim, (h + 1) * head_dim, head_dim);
+    else if (wot->ok && wot->rank >= 1 && n_off + n_tile > wot->dim[0])
+      bound_error(v, t,
+                  "pattern %s: attention columns n_off+N_tile=%" PRId64 " exceed the %" PRId64
+                  " rows of Wot buffer #%" PRId32 " ('%s')",
+                  pattern, n_off + n_tile, wot->dim[0], wot->id, wot->name);
+  }
+  /* Wot [n_heads * head_dim, hidden]; the accumulator of hidden elements. */
+  if (x->ok) {
+    int64_t hidden = x->numel, want[2] = {cols, hidden};
+    char expected[128];
+    snprintf(expected, sizeof expected,
+             "[n_heads*head_dim=%" PRId64 ", hidden=%" PRId64 "] (the o weight transposed; "
+             "hidden: the residual's elements)", cols, hidden);
+    require_shape(v, t, pattern, "Wot", wot, 2, want, expected);
+    require_numel(v, t, "output", hidden,
+                  "hidden, the residual's size: the f32 accumulator every tile adds to", out);
+  }
+  require_accumulator_kind(v, t, pattern, out);
 }
 
 static void check_pattern(AmkValidator *v, const AmkTask *t,
@@ -441,6 +583,9 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   case AMK_PATTERN_MLP:
     check_mlp(v, t, pt, name, flags, have_k, k, have_range, n_off, n_tile);
     return;
+  case AMK_PATTERN_ATTENTION_O:
+    check_attention_o(v, t, pt, name, flags, have_range, n_off, n_tile);
+    return;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
   case AMK_PATTERN_ATTENTION_ROPE:
@@ -464,7 +609,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
   }
   if (pattern == AMK_PATTERN_ROPE_KV) {
     int64_t pos;
-    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
+    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv, 1);
     bool per_head = require_kv_cache(v, t, name, out, head_dim, n_kv);
     if (pattern_param(v, t, pt, name, AMK_PARAM_pos, 0, &pos) && out->ok &&
         pos >= out->dim[0])
@@ -517,7 +662,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
     }
   } else {
     const Shape *cache = shape_of(v, t->inputs[2]);
-    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv);
+    check_rope_inputs(v, t, name, head_dim, n_heads, n_kv, 1);
     if (require_kv_cache(v, t, name, cache, head_dim, n_kv) && have_range &&
         n_off / group != (n_off + n_tile - 1) / group)
       bound_error(v, t,
@@ -527,13 +672,8 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
                   name, n_off, n_off + n_tile, cache->id, cache->name);
     if (ok)
       require_window(v, t, name, cache, kv_start, kv_len);
-    int64_t pos;
-    if (ok && (flags & AMK_FLAG_KV_FROM_QKV) && kv_len > 0 && meta_position(v, &pos) &&
-        kv_start + kv_len > pos + 1)
-      bound_error(v, t,
-                  "pattern %s with flags bit 2 (row pos from qkv): window [%" PRId64
-                  ", %" PRId64 ") reaches past the step's row meta.pos=%" PRId64,
-                  name, kv_start, kv_start + kv_len, pos);
+    if (ok && (flags & AMK_FLAG_KV_FROM_QKV))
+      require_window_below_pos(v, t, name, kv_start, kv_len);
   }
   if (pattern == AMK_PATTERN_ATTENTION && (flags & AMK_FLAG_KV_FROM_QKV))
     bound_error(v, t, "pattern %s: flags bit 2 (row pos from qkv) is attention_rope's", name);
@@ -545,14 +685,6 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
 }
 
 /* ---- weight-only quantized GEMV tiles (qdtype 6 / 7) ---------------------- */
-
-static AmkDType dtype_of(const AmkValidator *v, const Shape *s) {
-  return v->m->buffers[amk_id_index_get(&v->bufs, s->id)].dtype;
-}
-
-static bool is_float_dtype(AmkDType d) {
-  return d == AMK_DTYPE_F32 || d == AMK_DTYPE_F16 || d == AMK_DTYPE_BF16;
-}
 
 /* The quantized weight [N, K] as the kernels read it: int8 as i8 [N, K];
  * int4 as i4 [N, K] (even K: rows start on a byte) or as the packed bytes
@@ -640,6 +772,7 @@ static bool input1_is_weight(int64_t pattern) {
   case AMK_PATTERN_SILU_RESIDUAL:
   case AMK_PATTERN_COMBINE_RESIDUAL:
   case AMK_PATTERN_MLP:
+  case AMK_PATTERN_ATTENTION_O: /* Wot: its rows are attention columns (check_attention_o) */
     return true;
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
@@ -684,11 +817,15 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   }
   if (quantized)
     check_quantized_tile(v, t, pt, qdtype, fused, have_k, k);
-  /* An mlp tile's n_off / N_tile count the intermediate's columns, not
-   * its output's (all K of which it adds to): check_mlp bounds them by I,
-   * which also keeps them within the [2I, K] gate|up weight's rows. */
-  bool intermediate = have_flags && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
-  if (have_tile && have_off && !intermediate) {
+  /* An accumulating tile's n_off / N_tile count columns of what it
+   * projects, not its output's (every element of which it adds to): an mlp
+   * tile's the intermediate's (check_mlp bounds them by I, which also keeps
+   * them within the [2I, K] gate|up weight's rows), an attention_o tile's
+   * the attention output's (check_attention_o bounds them by one head and
+   * Wot's rows). */
+  bool accumulates = have_flags && flags >= 0 &&
+                     amk_gemv_pattern_accumulates(flags >> AMK_PATTERN_SHIFT);
+  if (have_tile && have_off && !accumulates) {
     int64_t end = n_off + n_tile; /* both int32: no overflow */
     if (out->ok && end > last_dim(out))
       bound_error(v, t,
@@ -1092,8 +1229,9 @@ bool amk_validate_op_has_bounds(AmkOp op) {
  * columns of each plane of a combined cache), elementwise ops with N_tile
  * columns [n_off, n_off + N_tile) of every row, a per-row op with a row
  * window (M_tile) the elements of its rows (KV_APPEND: cache rows
- * pos + m_off ...), an mlp tile the whole accumulator it adds to (whose
- * sum is complete when its tiles' intermediate columns cover [0, I):
+ * pos + m_off ...), an accumulating tile (mlp, attention_o) the whole
+ * accumulator it adds to (whose sum is complete when its tiles' columns
+ * cover [0, I), I the rows of their transposed weight:
  * check_accumulator_coverage), any other op the whole buffer.
  * A read of an activation is taken to be the whole buffer (no lowering reads
  * part of one whose writers leave a gap); an IO_OUTPUT must be whole. A KV
@@ -1177,8 +1315,10 @@ static Footprint write_footprint(const AmkValidator *v, uint32_t t,
         return whole;
       unit = pattern == AMK_PATTERN_ROPE_KV ? head_dim
                                             : head_dim + ((flags & 2) ? 2 : 0);
-    } else if (pattern >= AMK_PATTERN_COUNT || pattern == AMK_PATTERN_MLP) {
-      return whole; /* mlp: adds to every element (n_off counts the intermediate) */
+    } else if (pattern >= AMK_PATTERN_COUNT || amk_gemv_pattern_accumulates(pattern)) {
+      /* mlp, attention_o: add to every element (n_off counts the columns of
+       * what they project). */
+      return whole;
     }
     if (pattern == AMK_PATTERN_ROPE_KV) {
       /* Row pos of a [max_seq, 2, W] cache: both planes, the task's KV heads'
@@ -1306,24 +1446,55 @@ static CoverageGap find_coverage_gap(Footprint *fp, size_t n,
   return gap;
 }
 
-/* Whether input `input` of task `t` is the cache of an attention_rope tile
- * with flags bit AMK_FLAG_KV_FROM_QKV: it reads the cache only below the
- * step's position (row pos comes from qkv). */
+/* The input at which a GEMV pattern reads a fused [max_seq, 2, W] KV cache
+ * as an attention (over the window kv_start, kv_len), or -1: attention_rope
+ * at 2, attention_o (an attention_rope of one head, then its o projection)
+ * at 3, after Wot. rope_kv writes its cache; attention (pattern 6) reads
+ * two [max_seq, n_kv, head_dim] caches at 1 and 2 (kv_read_window). Every
+ * pattern is listed: a new one does not compile until it says. */
+static int pattern_cache_input(int64_t pattern) {
+  if (pattern < 0 || pattern >= AMK_PATTERN_COUNT)
+    return -1;
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_ATTENTION_ROPE:
+    return 2;
+  case AMK_PATTERN_ATTENTION_O:
+    return 3;
+  case AMK_PATTERN_PLAIN:
+  case AMK_PATTERN_NORM:
+  case AMK_PATTERN_RESIDUAL:
+  case AMK_PATTERN_SILU:
+  case AMK_PATTERN_SILU_RESIDUAL:
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+  case AMK_PATTERN_MLP:
+  case AMK_PATTERN_COUNT:
+    break;
+  }
+  return -1;
+}
+
+/* Whether input `input` of task `t` is the fused cache of a tile with flags
+ * bit AMK_FLAG_KV_FROM_QKV (attention_rope; attention_o, which requires
+ * it): it reads the cache only below the step's position (row pos comes
+ * from qkv). */
 static bool reads_cache_below_pos(const AmkValidator *v, uint32_t t, uint32_t input) {
   const AmkTask *task = &v->m->tasks[t];
   AmkParamTable pt;
   int64_t flags;
-  if (task->op != AMK_OP_GEMV_TILE || input != 2)
+  if (task->op != AMK_OP_GEMV_TILE)
     return false;
   amk_validator_params(v, t, &pt);
   return amk_validator_int(pt.v[AMK_PARAM_flags], &flags) && flags >= 0 &&
-         flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_ATTENTION_ROPE &&
-         (flags & AMK_FLAG_KV_FROM_QKV);
+         (flags & AMK_FLAG_KV_FROM_QKV) &&
+         pattern_cache_input(flags >> AMK_PATTERN_SHIFT) == (int)input;
 }
 
 /* Rows [lo, hi) of a KV cache that task `t` reads (in positions): the
  * window of an attention reading it as a cache (below meta.pos for an
- * attention_rope tile that takes row pos from qkv), else every row. */
+ * attention_rope or attention_o tile that takes row pos from qkv), else
+ * every row. */
 static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
                            const Shape *s, int64_t *lo, int64_t *hi) {
   const AmkTask *task = &v->m->tasks[t];
@@ -1338,7 +1509,7 @@ static void kv_read_window(const AmkValidator *v, uint32_t t, uint32_t input,
   if (task->op == AMK_OP_GEMV_TILE && amk_validator_int(pt.v[AMK_PARAM_flags], &flags)) {
     int64_t pattern = flags >> AMK_PATTERN_SHIFT;
     window = (pattern == AMK_PATTERN_ATTENTION && (input == 1 || input == 2)) ||
-             (pattern == AMK_PATTERN_ATTENTION_ROPE && input == 2);
+             (flags >= 0 && pattern_cache_input(pattern) == (int)input);
   }
   if (window && amk_validator_int(pt.v[AMK_PARAM_kv_start], &start) &&
       amk_validator_int(pt.v[AMK_PARAM_kv_len], &len) && start >= 0 && len >= 0 &&
@@ -1463,18 +1634,33 @@ static void check_activation_coverage(AmkValidator *v, uint32_t b,
   }
 }
 
-/* An accumulator (every writer an mlp tile; the WAW check rejected any
- * other writer and proved the tiles' intermediate columns disjoint) holds
- * the whole down projection only when those columns cover [0, I), I the
- * rows of the transposed down weight; a missing tile leaves a share of it out (and the
- * one at column 0 the residual x). Checked where the buffer is read or is
- * an IO_OUTPUT, as the element coverage is. */
+/* An accumulator (every writer an accumulating tile of one pattern; the
+ * WAW check rejected any other writer and proved the tiles' columns
+ * disjoint) holds the whole projection only when those columns cover
+ * [0, I), I the rows of the pattern's transposed weight (mlp: Wdt's, the
+ * intermediate; attention_o: Wot's, n_heads * head_dim), which all its
+ * tiles must share; a missing tile leaves a share of it out (and the one at
+ * column 0 the residual x). Checked where the buffer is read or is an
+ * IO_OUTPUT, as the element coverage is. */
 static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScratch *cs) {
   const AmkModule *m = v->m;
   const AmkBuffer *buf = &m->buffers[b];
   uint32_t reader = cs->first_reader[b], first = AMK_NO_INDEX;
   if (reader == AMK_NO_INDEX && buf->kind != AMK_KIND_IO_OUTPUT)
     return;
+  int64_t pattern = amk_validator_accumulating_pattern(v, v->wr[v->wr_off[b]]);
+  const AmkAccumulatorInfo *info = amk_validator_accumulator_info(pattern);
+  const char *pname = amk_gemv_pattern_name(pattern);
+  if (!info) {
+    /* An accumulating pattern amk_validator_accumulator_info does not know:
+     * its sum cannot be proved whole, so it is not taken on trust. */
+    amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
+                         "accumulator #%" PRId32 " ('%s'): the validator does not know what "
+                         "the columns of pattern %s tiles count, so it cannot prove their "
+                         "sum whole",
+                         buf->id, buf->name ? buf->name : "", pname ? pname : "?");
+    return;
+  }
   int64_t inter = 0;
   size_t n = 0;
   for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1]; j++) {
@@ -1482,7 +1668,10 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
     const AmkTask *task = &m->tasks[w];
     AmkParamTable pt;
     int64_t n_off, n_tile;
-    const Shape *wd = task->n_inputs == 4 ? shape_of(v, task->inputs[3]) : &no_shape;
+    if (amk_validator_accumulating_pattern(v, w) != pattern)
+      return; /* tiles of two patterns: the WAW check reported them */
+    const Shape *wd = task->n_inputs == info->n_inputs ? shape_of(v, task->inputs[info->size_input])
+                                                       : &no_shape;
     amk_validator_params(v, w, &pt);
     /* Bad inputs or params: reported by the bounds checks. */
     if (!wd->ok || wd->rank != 2 || !amk_validator_int(pt.v[AMK_PARAM_n_off], &n_off) ||
@@ -1495,12 +1684,12 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
     } else if (wd->dim[0] != inter) {
       const AmkTask *t0 = &m->tasks[first];
       amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
-                           "mlp tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add into "
-                           "accumulator #%" PRId32 " ('%s') from intermediates of different "
-                           "sizes (down weights of %" PRId64 " and %" PRId64 " rows)",
-                           t0->id, amk_validator_label(t0), task->id,
+                           "%s tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add into "
+                           "accumulator #%" PRId32 " ('%s') from %s of different "
+                           "sizes (%s of %" PRId64 " and %" PRId64 " rows)",
+                           pname, t0->id, amk_validator_label(t0), task->id,
                            amk_validator_label(task), buf->id, buf->name ? buf->name : "",
-                           inter, wd->dim[0]);
+                           info->whole, info->weights, inter, wd->dim[0]);
       return;
     }
     cs->fp[n++] = (Footprint){0, 1, clamp_i64(n_off, 0, inter),
@@ -1517,20 +1706,20 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
   const char *name = buf->name ? buf->name : "";
   if (reader == AMK_NO_INDEX) {
     amk_validator_report(v, AMK_SEVERITY_ERROR, buf->loc,
-                         "IO_OUTPUT accumulator '%s'(#%" PRId32 "): intermediate columns [%" PRId64
-                         ", %" PRId64 ") of %" PRId64 " are added by no mlp tile (writer tasks "
-                         "%s), the output is INCOMPLETE",
-                         name, buf->id, gap.col_lo, gap.col_hi, inter, list);
+                         "IO_OUTPUT accumulator '%s'(#%" PRId32 "): %s [%" PRId64 ", %" PRId64
+                         ") of %" PRId64 " are added by no %s tile (writer tasks %s), the "
+                         "output is INCOMPLETE",
+                         name, buf->id, info->columns, gap.col_lo, gap.col_hi, inter, pname,
+                         list);
     return;
   }
   const AmkTask *t = &m->tasks[reader];
   amk_validator_report(v, AMK_SEVERITY_ERROR, t->loc,
                        "task %" PRId32 " (%s) reads accumulator #%" PRId32 " ('%s') but "
-                       "intermediate columns [%" PRId64 ", %" PRId64 ") of %" PRId64 " are "
-                       "added by no mlp tile (writer tasks %s), its down projection is "
-                       "INCOMPLETE",
-                       t->id, amk_validator_label(t), buf->id, name, gap.col_lo, gap.col_hi,
-                       inter, list);
+                       "%s [%" PRId64 ", %" PRId64 ") of %" PRId64 " are added by no %s tile "
+                       "(writer tasks %s), its %s is INCOMPLETE",
+                       t->id, amk_validator_label(t), buf->id, name, info->columns, gap.col_lo,
+                       gap.col_hi, inter, pname, list, info->projection);
 }
 
 /* The tokens a step feeds: the IO_INPUT token_id's elements (a prefill
@@ -1779,9 +1968,11 @@ static void check_coverage(AmkValidator *v) {
     if (!v->shapes[b].ok || amk_id_index_get(&v->bufs, buf->id) != b ||
         (unsigned)buf->kind >= AMK_KIND_COUNT || amk_kind_is_read_only(buf->kind))
       continue;
+    /* Every writer an accumulating tile (mlp, attention_o); one pattern is
+     * check_accumulator_coverage's to ask. */
     bool accumulator = v->wr_off[b] != v->wr_off[b + 1];
     for (uint32_t j = v->wr_off[b]; j < v->wr_off[b + 1] && accumulator; j++)
-      accumulator = amk_validator_is_mlp_tile(v, v->wr[j]);
+      accumulator = amk_validator_is_accumulating_tile(v, v->wr[j]);
     if (buf->kind == AMK_KIND_KV_CACHE) /* the step's rows even unwritten */
       check_kv_coverage(v, b, &cs);
     else if (accumulator)

@@ -64,10 +64,10 @@ int amk_validator_max_inputs(const AmkValidator *v, uint32_t t) {
   return amk_op_max_inputs(task->op, flags);
 }
 
-bool amk_validator_is_mlp_tile(const AmkValidator *v, uint32_t t) {
+int64_t amk_validator_accumulating_pattern(const AmkValidator *v, uint32_t t) {
   const AmkTask *task = &v->m->tasks[t];
   if (task->op != AMK_OP_GEMV_TILE)
-    return false;
+    return -1;
   /* The last flags param wins (a scan: this runs for every written buffer). */
   const uint8_t *field = &v->pfield[v->pfield_off[t]];
   int64_t flags = 0;
@@ -75,7 +75,43 @@ bool amk_validator_is_mlp_tile(const AmkValidator *v, uint32_t t) {
   for (uint32_t i = 0; i < task->n_params; i++)
     if (field[i] == AMK_PARAM_flags)
       have = amk_validator_int(&task->params[i].value, &flags);
-  return have && flags >= 0 && flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+  if (!have || flags < 0)
+    return -1;
+  int64_t pattern = flags >> AMK_PATTERN_SHIFT;
+  return amk_gemv_pattern_accumulates(pattern) ? pattern : -1;
+}
+
+const AmkAccumulatorInfo *amk_validator_accumulator_info(int64_t pattern) {
+  /* mlp (docs/Fusion.md): [x, Wgu, g, Wdt], n_off / N_tile count columns of
+   * the intermediate I, Wdt's rows. */
+  static const AmkAccumulatorInfo mlp = {"intermediate columns", "intermediates",
+                                         "down weights", "down projection", 4, 3};
+  /* attention_o: [qkv, Wot, inv_freq, kv_cache, x], n_off / N_tile count
+   * columns of the attention output (n_heads * head_dim), Wot's rows. */
+  static const AmkAccumulatorInfo attention_o = {"attention columns", "attention outputs",
+                                                 "o weights", "o projection", 5, 1};
+  if (pattern < 0 || pattern >= AMK_PATTERN_COUNT)
+    return NULL;
+  /* Every pattern has a case: a new accumulating pattern does not compile
+   * until it says what its columns are. */
+  switch ((AmkGemvPattern)pattern) {
+  case AMK_PATTERN_MLP:
+    return &mlp;
+  case AMK_PATTERN_ATTENTION_O:
+    return &attention_o;
+  case AMK_PATTERN_PLAIN:
+  case AMK_PATTERN_NORM:
+  case AMK_PATTERN_RESIDUAL:
+  case AMK_PATTERN_SILU:
+  case AMK_PATTERN_SILU_RESIDUAL:
+  case AMK_PATTERN_ROPE_KV:
+  case AMK_PATTERN_ATTENTION:
+  case AMK_PATTERN_ATTENTION_ROPE:
+  case AMK_PATTERN_COMBINE_RESIDUAL:
+  case AMK_PATTERN_COUNT:
+    break;
+  }
+  return NULL;
 }
 
 void amk_validator_format_list(size_t n, int32_t (*value_at)(const void *ctx, size_t i),

@@ -44,10 +44,27 @@ uint32_t amk_validator_params(const AmkValidator *v, uint32_t t,
 /* amk_op_max_inputs for task `t`, with its flags param when that is an INT
  * (a mistyped one is reported by the param checks). */
 int amk_validator_max_inputs(const AmkValidator *v, uint32_t t);
-/* Whether task t is an mlp tile (docs/Fusion.md): a GEMV_TILE of pattern 9,
- * which adds its share of the down projection into its output (an
- * accumulator) instead of storing to it. */
-bool amk_validator_is_mlp_tile(const AmkValidator *v, uint32_t t);
+/* The pattern of task t when it is an accumulating tile (docs/Fusion.md: a
+ * GEMV_TILE whose pattern amk_gemv_pattern_accumulates, mlp or
+ * attention_o), which adds its share of a split-K projection into its
+ * output (an accumulator) instead of storing to it; else -1. */
+int64_t amk_validator_accumulating_pattern(const AmkValidator *v, uint32_t t);
+static inline bool amk_validator_is_accumulating_tile(const AmkValidator *v, uint32_t t) {
+  return amk_validator_accumulating_pattern(v, t) >= 0;
+}
+/* What an accumulating pattern's n_off / N_tile count and what its tiles'
+ * sum is, for the accumulator rules (checks 4a, 7, 10) and their messages.
+ * Every tile of one accumulator must share its pattern. */
+typedef struct {
+  const char *columns;    /* "intermediate columns": what n_off / N_tile count */
+  const char *whole;      /* "intermediates": what those columns are columns of */
+  const char *weights;    /* "down weights": the input whose rows are those columns */
+  const char *projection; /* "down projection": the sum the tiles make */
+  uint32_t n_inputs;      /* the pattern's inputs */
+  uint32_t size_input;    /* the input whose rows (dim 0) are all the columns */
+} AmkAccumulatorInfo;
+/* NULL for a pattern that does not accumulate. */
+const AmkAccumulatorInfo *amk_validator_accumulator_info(int64_t pattern);
 
 /* amk_value_as_int, inlined (the checks call it for every param and dim). */
 static inline bool amk_validator_int(const AmkValue *v, int64_t *out) {
@@ -98,9 +115,10 @@ bool amk_op_takes_row_window(AmkOp op);
 AmkRowWindow amk_validator_row_window(const AmkValidator *v, uint32_t t);
 
 /* Whether reader `t` (input `input`, buffer index b) needs no ordering
- * after writer `w` of b: an attention_rope tile with flags bit
- * AMK_FLAG_KV_FROM_QKV reads its cache only below meta.pos, and w (a GEMV
- * tile: rope_kv) writes only other rows. Needs no shapes built. */
+ * after writer `w` of b: an attention_rope or attention_o tile with flags
+ * bit AMK_FLAG_KV_FROM_QKV reads its cache (input 2, attention_o's input
+ * 3) only below meta.pos, and w (a GEMV tile: rope_kv) writes only other
+ * rows. Needs no shapes built. */
 bool amk_validator_read_misses_writer(const AmkValidator *v, uint32_t t, uint32_t input,
                                       uint32_t b, uint32_t w);
 

@@ -36,8 +36,9 @@ struct AmkVm {
   /* For each counter, the waits on it: (task, threshold) pairs. */
   uint32_t *waiter_off, *waiter_task, *waiter_threshold;
   uint32_t *unsatisfied, *queue;
-  /* For each task, whether it adds into an accumulator (an mlp tile's
-   * output, plan->buffers[b].accumulate): workers stage those adds. */
+  /* For each task, whether it adds into an accumulator (the output of an
+   * accumulating tile, mlp or attention_o: plan->buffers[b].accumulate):
+   * workers stage those adds. */
   bool *accumulates;
   int threads; /* workers firing ready tasks in a step (1: in order, here) */
   VmPool *pool; /* those workers, started at the first step that uses them */
@@ -265,7 +266,8 @@ static bool run_task_into(const AmkVm *vm, uint32_t t, int64_t pos, void *out0, 
   AmkInstParams params = amk_plan_params_at(vm->plan, t, pos);
   AmkInstExtra extra = {.recipe = pt->recipe, .rope_inv_freq = pt->rope_inv_freq};
   if (pt->follow != AMK_PLAN_FOLLOW_NONE) {
-    /* KV rows, rope_kv and attention_rope rotate at the step position. */
+    /* KV rows, rope_kv, attention_rope and attention_o rotate at the step
+     * position. */
     extra.has_position = true;
     extra.position = pos;
   }
@@ -305,9 +307,10 @@ static void finish_task(AmkVm *vm, uint32_t t, uint32_t *tail) {
 /* Several threads fire ready tasks at once. The result does not depend on
  * the order: the validator proved every read ordered after its writers, and
  * each task computes the same values wherever and whenever it runs. An
- * accumulator's mlp tiles, whose fp32 adds do not commute bit for bit, are
- * staged and added in task order by the last of them (run_accumulating), so
- * the workers give the bits of one thread firing the tiles in that order.
+ * accumulator's tiles (mlp, attention_o), whose fp32 adds do not commute
+ * bit for bit, are staged and added in task order by the last of them
+ * (run_accumulating), so the workers give the bits of one thread firing the
+ * tiles in that order.
  *
  * The workers are started at the first step that uses them and kept for the
  * VM's life (a decode is thousands of steps; starting threads at each one
@@ -321,9 +324,9 @@ struct VmPool {
   pthread_cond_t changed; /* the step's queue or counts changed */
   pthread_cond_t idle;    /* a worker left the step */
   pthread_mutex_t accumulate_lock; /* guards the staging below */
-  /* Per task, an mlp tile's staged share (NULL until it ran this step);
-   * per buffer, how many of its mlp tiles have staged theirs, and how many
-   * it has. */
+  /* Per task, an accumulating tile's staged share (NULL until it ran this
+   * step); per buffer, how many of its tiles have staged theirs, and how
+   * many it has. */
   float **staged;
   uint32_t *acc_landed, *acc_writers;
   pthread_t threads[VM_MAX_THREADS];
@@ -338,16 +341,17 @@ struct VmPool {
   char err[512];
 };
 
-/* An accumulating task (an mlp tile) on a worker. Its kernel adds into a
- * private f32 buffer of the accumulator's size that starts at -0.0f, the
- * identity of fp32 addition (-0 + v is v, bit for bit, signed zeros and
- * NaNs included), so that buffer ends up holding exactly the value the tile
- * adds to each element. The tiles' GEMVs run in parallel; each stages its
+/* An accumulating task (an mlp or attention_o tile) on a worker. Its
+ * kernel adds into a private f32 buffer of the accumulator's size that
+ * starts at -0.0f, the identity of fp32 addition (-0 + v is v, bit for
+ * bit, signed zeros and NaNs included), so that buffer ends up holding
+ * exactly the value the tile adds to each element. The tiles' GEMVs run in parallel; each stages its
  * buffer, and the last of an accumulator's tiles adds every staged buffer
  * into it in task order, before its counter can signal a reader: the bits
  * of running the tiles one after another in task order, whichever worker
  * finishes when. This relies on the tile adding one value per element,
- * out[n] += v[n] with v not read from out (docs/Fusion.md's mlp), and on
+ * out[n] += v[n] with v not read from out (docs/Fusion.md's mlp and
+ * attention_o: the validator refuses a tile reading its accumulator), and on
  * the accumulator being f32 (the plan refuses any other). */
 static bool run_accumulating(VmPool *s, uint32_t t, char *err, size_t err_len) {
   const AmkVm *vm = s->vm;
@@ -552,7 +556,8 @@ static bool step_begin(AmkVm *vm, const int32_t *tokens, int64_t n, int64_t pos,
               pos + n - 1, plan->max_seq);
     return false;
   }
-  /* Accumulators start every step at zero: the mlp tiles add into them. */
+  /* Accumulators start every step at zero: the accumulating tiles (mlp,
+   * attention_o) add into them. */
   for (uint32_t b = 0; b < plan->n_buffers; b++)
     if (plan->buffers[b].kind == AMK_KIND_IO_INPUT || plan->buffers[b].accumulate)
       memset(vm->buffers[b].data, 0, vm->buffers[b].nbytes);

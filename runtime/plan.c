@@ -104,32 +104,44 @@ static AmkPlanFollow follow_of(AmkOp op, const AmkInstParams *params) {
   int64_t pattern = pattern_of(params);
   if (op == AMK_OP_KV_APPEND || (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ROPE_KV))
     return AMK_PLAN_FOLLOW_KV_ROW;
+  /* attention_o's tile attends as attention_rope's (always the whole window:
+   * the validator refuses its flags bit 1). */
   bool attention = op == AMK_OP_ATTENTION_TILE ||
                    (op == AMK_OP_GEMV_TILE && (pattern == AMK_PATTERN_ATTENTION ||
-                                               pattern == AMK_PATTERN_ATTENTION_ROPE));
+                                               pattern == AMK_PATTERN_ATTENTION_ROPE ||
+                                               pattern == AMK_PATTERN_ATTENTION_O));
   if (attention)
     return (params->flags.i & 2) ? AMK_PLAN_FOLLOW_PARTITION : AMK_PLAN_FOLLOW_WINDOW;
   return AMK_PLAN_FOLLOW_NONE;
 }
 
-/* The GEMV patterns whose input 1 is a weight matrix [N, K] the tile
- * reduces over (the others read caches and frequencies there). */
+/* The GEMV patterns whose input 1 is a weight matrix the tile streams rows
+ * [n_off, n_off + N_tile) of (the others read caches and frequencies
+ * there): [N, K] for most, the accumulating patterns' transposed weight
+ * (mlp: the stacked gate|up [2I, K]; attention_o: Wot [n_heads * head_dim,
+ * hidden]). */
 static bool streams_weight_rows(int64_t pattern) {
   return pattern <= AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_COMBINE_RESIDUAL ||
-         pattern == AMK_PATTERN_MLP;
+         amk_gemv_pattern_accumulates(pattern);
 }
 
 /* The rows of the matrix a GEMV/GEMM tile streams: input 1, rows [n_off,
- * n_off + N_tile) of K elements, clipped to the buffer. */
+ * n_off + N_tile) of K elements (of Wot's width, hidden, for attention_o,
+ * whose K is the qkv width), clipped to the buffer. */
 static AmkPlanRange weight_read_of(const AmkPlan *p, const AmkPlanTask *pt) {
   AmkPlanRange none = {.buffer = -1};
   const AmkInstParams *q = &pt->params;
-  bool streams = (pt->op == AMK_OP_GEMV_TILE && streams_weight_rows(pattern_of(q))) ||
+  int64_t pattern = pattern_of(q);
+  bool streams = (pt->op == AMK_OP_GEMV_TILE && streams_weight_rows(pattern)) ||
                  pt->op == AMK_OP_GEMM_TILE;
   if (!streams || pt->n_inputs < 2 || q->K.i < 0 || q->n_off.i < 0 || q->N_tile.i < 0)
     return none;
   uint32_t w = pt->inputs[1];
-  int64_t row_bytes = amk_dtype_nbytes(p->buffers[w].dtype, q->K.i);
+  const AmkPlanBuffer *wb = &p->buffers[w];
+  int64_t row = q->K.i;
+  if (pt->op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ATTENTION_O)
+    row = wb->rank > 0 ? wb->shape[wb->rank - 1] : 0;
+  int64_t row_bytes = amk_dtype_nbytes(wb->dtype, row);
   int64_t offset = (int64_t)q->n_off.i * row_bytes;
   int64_t len = (int64_t)q->N_tile.i * row_bytes;
   int64_t have = p->buffers[w].nbytes;
@@ -836,26 +848,33 @@ static bool is_low_precision(const AmkModule *m) {
   return false;
 }
 
-/* The accumulators: outputs of mlp tiles. Their writers add to them, so an
- * engine zeroes them before every step; a page shared with another buffer
- * would hand that buffer's bytes to the first tile, and only mlp tiles may
- * write one (the validator proves both; the plan refuses them again so no
- * engine can add to stale bytes). */
+/* An accumulating tile (mlp, attention_o): it adds into its output. */
+static bool adds_to_output(const AmkPlanTask *pt) {
+  return pt->op == AMK_OP_GEMV_TILE && amk_gemv_pattern_accumulates(pattern_of(&pt->params));
+}
+
+/* The accumulators: outputs of accumulating tiles. Their writers add to
+ * them, so an engine zeroes them before every step; a page shared with
+ * another buffer would hand that buffer's bytes to the first tile, and only
+ * accumulating tiles may write one (the validator proves both; the plan
+ * refuses them again so no engine can add to stale bytes). */
 static bool plan_accumulators(AmkPlan *p, AmkDiagEngine *diag) {
   const AmkModule *m = p->m;
   for (uint32_t t = 0; t < p->n_tasks; t++) {
     const AmkPlanTask *pt = &p->tasks[t];
-    if (pt->op == AMK_OP_GEMV_TILE && pattern_of(&pt->params) == AMK_PATTERN_MLP)
+    if (adds_to_output(pt))
       for (uint32_t o = 0; o < pt->n_outputs; o++)
         p->buffers[pt->outputs[o]].accumulate = true;
   }
   for (uint32_t t = 0; t < p->n_tasks; t++) {
     const AmkPlanTask *pt = &p->tasks[t];
-    bool adds = pt->op == AMK_OP_GEMV_TILE && pattern_of(&pt->params) == AMK_PATTERN_MLP;
+    bool adds = adds_to_output(pt);
     for (uint32_t o = 0; o < pt->n_outputs; o++)
       if (p->buffers[pt->outputs[o]].accumulate && !adds) {
         const AmkTask *task = &m->tasks[t];
-        amk_error(diag, task->loc, "task %d ('%s') writes accumulator '%s', which only mlp tiles may write",
+        amk_error(diag, task->loc,
+                  "task %d ('%s') writes accumulator '%s', which only accumulating tiles "
+                  "(mlp, attention_o) may write",
                   task->id, task->label, m->buffers[pt->outputs[o]].name);
         return false;
       }
@@ -865,7 +884,8 @@ static bool plan_accumulators(AmkPlan *p, AmkDiagEngine *diag) {
     if (!pb->accumulate)
       continue;
     if (pb->dtype != AMK_DTYPE_F32) {
-      amk_error(diag, m->buffers[b].loc, "accumulator '%s' is %s; mlp tiles add into f32",
+      amk_error(diag, m->buffers[b].loc,
+                "accumulator '%s' is %s; accumulating tiles (mlp, attention_o) add into f32",
                 m->buffers[b].name, amk_dtype_text_name(pb->dtype));
       return false;
     }

@@ -133,6 +133,10 @@ int amk_gemv_pattern_from_name(const char *s);
  * W and r, up to AMK_MAX_INPUTS. Every arity check (verify, validate, the
  * kernels' dispatch) asks here. */
 int amk_op_max_inputs(AmkOp op, int64_t flags);
+/* Whether a GEMV_TILE of this pattern adds into its output, an f32
+ * accumulator the engine zeroes before each step (mlp, attention_o), rather
+ * than storing its columns. */
+bool amk_gemv_pattern_accumulates(int64_t pattern);
 
 const char *amk_page_policy_name(AmkPagePolicy p);
 int amk_page_policy_from_name(const char *s);

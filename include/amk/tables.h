@@ -198,8 +198,8 @@
  * AMK_OPS allows, except combine_residual and the weight-only quantized
  * forms of norm, residual and silu_residual, which read their scales at
  * input 2 and the pattern's operand at input 3, and mlp, which reads four
- * (amk_op_max_inputs). A quantized combine_residual tile reads
- * p0, qW, scales, r, p1.. */
+ * (amk_op_max_inputs), and attention_o, which reads five. A quantized
+ * combine_residual tile reads p0, qW, scales, r, p1.. */
 #define AMK_PATTERN_SHIFT 16
 /* The input where a combine_residual tile's partials after p0 start: after
  * W and r, or after qW, scales and r when its weights are quantized. */
@@ -232,6 +232,12 @@
     "[n_off, n_off + N_tile); out[:] += Wdt[cols, :]^T @ act (+ x for the "   \
     "tile at n_off 0, unless flags bit 0): a split-K down projection (its "   \
     "weight transposed, [I, K]) accumulated into an f32 buffer every step "   \
-    "starts at zero")
+    "starts at zero")                                                         \
+  X(ATTENTION_O, 10, "attention_o", "qkv, Wot, inv_freq, kv_cache, x",        \
+    "attention_rope for the one query head holding attention columns "        \
+    "[n_off, n_off + N_tile), then out[:] += Wot[cols, :]^T @ those "         \
+    "columns (+ x for the tile at n_off 0): a split-K o projection (its "     \
+    "weight transposed, [n_heads * head_dim, hidden]) accumulated into an "   \
+    "f32 buffer every step starts at zero")
 
 #endif

@@ -856,12 +856,15 @@ static AmkInstParams mlp_params(int64_t n_off, int64_t n_tile) {
   return p;
 }
 
-/* The tile [first, first + count)'s share of the down projection, summed
- * as the kernel documents: fp32, increasing column, from 0. */
-static float down_partial(const T *act, const T *wdt, int64_t n, int64_t first, int64_t count) {
+/* The tile [first, first + count)'s share of a split-K projection (mlp's
+ * down, attention_o's o) at output element n, its transposed weight's rows
+ * `width` long, summed as the kernel documents: fp32, increasing column,
+ * from 0. */
+static float down_partial(const T *act, const T *wt, int64_t width, int64_t n, int64_t first,
+                          int64_t count) {
   float p = 0.0f;
   for (int64_t col = first; col < first + count; col++)
-    p += at(act, col) * at(wdt, col * MK + n);
+    p += at(act, col) * at(wt, col * width + n);
   return p;
 }
 
@@ -907,7 +910,8 @@ static void test_mlp(UnitCounts *c, AmkDType dt) {
     for (int64_t col = 0; col < MI; col++)
       want += (double)at(&act, col) * at(&wd, col * MK + n);
     close = close && near(at(&acc01, n), want, 1e-5) && near(at(&acc10, n), want, 1e-5);
-    float p0 = down_partial(&act, &wd, n, 0, half), p1 = down_partial(&act, &wd, n, half, MI - half);
+    float p0 = down_partial(&act, &wd, MK, n, 0, half);
+    float p1 = down_partial(&act, &wd, MK, n, half, MI - half);
     float first0 = 0.0f + (at(&x, n) + p0), first1 = 0.0f + p1;
     exact01 = exact01 && at(&acc01, n) == first0 + p1;
     exact10 = exact10 && at(&acc10, n) == first1 + (at(&x, n) + p0);
@@ -929,7 +933,7 @@ static void test_mlp(UnitCounts *c, AmkDType dt) {
   CHECK(c, exec(AMK_OP_GEMV_TILE, &tile0_nores, in, 4, &nores, NULL, err, sizeof err) == 0);
   bool exact_nores = true;
   for (int64_t n = 0; n < MK; n++)
-    exact_nores = exact_nores && at(&nores, n) == 0.0f + down_partial(&act, &wd, n, 0, half);
+    exact_nores = exact_nores && at(&nores, n) == 0.0f + down_partial(&act, &wd, MK, n, 0, half);
   CHECK(c, exact_nores);
   DROP_ALL(&x, &wgu, &g, &wd, &xn, &gu, &act, &acc01, &acc10, &only1, &empty, &nores);
 }
@@ -1012,6 +1016,246 @@ static void test_mlp_errors(UnitCounts *c) {
   DROP_ALL(&x, &wgu, &g, &wd, &got, &before, &bf16_out, &bf16_before, &ix);
 }
 
+/* ---- attention_o ------------------------------------------------------------ */
+
+enum { OHD = 4, ONH = 4, ONKV = 2, OHID = 8, OSEQ = 6, OPOS = 3 };
+#define OCOLS (ONH * OHD)             /* the attention output's columns */
+#define OQKV ((ONH + 2 * ONKV) * OHD) /* K: the qkv width */
+#define OKVW (ONKV * OHD)
+
+/* A tile of attention columns [n_off, n_off + n_tile) attending over rows
+ * [0, OPOS] (row OPOS from qkv). */
+static AmkInstParams attention_o_params(int64_t n_off, int64_t n_tile) {
+  AmkInstParams p = gemv_params(AMK_PATTERN_ATTENTION_O, OQKV, n_off, n_tile);
+  set_int(&p, "flags",
+          (int64_t)AMK_PATTERN_ATTENTION_O << AMK_PATTERN_SHIFT | AMK_FLAG_KV_FROM_QKV);
+  set_int(&p, "head_dim", OHD);
+  set_int(&p, "n_heads", ONH);
+  set_int(&p, "n_kv_heads", ONKV);
+  set_int(&p, "kv_start", 0);
+  set_int(&p, "kv_len", OPOS + 1);
+  set_float(&p, "scale", 0.5);
+  return p;
+}
+
+/* t transposed: [rows, cols] -> [cols, rows], the same dtype. */
+static T transposed(const T *t, int64_t rows, int64_t cols) {
+  T r = mat(t->v.dtype, cols, rows, 0, NULL);
+  size_t e = (size_t)amk_dtype_nbytes(t->v.dtype, 1);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      memcpy((char *)r.v.data + (size_t)(j * rows + i) * e,
+             (const char *)t->v.data + (size_t)(i * cols + j) * e, e);
+  return r;
+}
+
+/* KV head g's per-head cache [OSEQ, 2, OHD], cut from the combined one. */
+static T per_head_cache(const T *cache, int64_t g) {
+  int64_t dims[3] = {OSEQ, 2, OHD};
+  T h = make(cache->v.dtype, 3, dims, 0, NULL);
+  size_t e = (size_t)amk_dtype_nbytes(cache->v.dtype, 1);
+  for (int64_t s = 0; s < OSEQ; s++)
+    for (int64_t plane = 0; plane < 2; plane++)
+      memcpy((char *)h.v.data + (size_t)((s * 2 + plane) * OHD) * e,
+             (const char *)cache->v.data + (size_t)((s * 2 + plane) * OKVW + g * OHD) * e,
+             OHD * e);
+  return h;
+}
+
+/* The tiles: each head's columns as a 1-column and a 3-column slice. */
+enum { O_TILES = 2 * ONH };
+static void attention_o_tile(int64_t i, int64_t *n_off, int64_t *n_tile) {
+  int64_t h = i / 2;
+  *n_off = h * OHD + (i % 2 ? 1 : 0);
+  *n_tile = i % 2 ? OHD - 1 : 1;
+}
+
+/* Every tile of the attention output's columns, added into a zeroed f32
+ * accumulator, gives x + Wo . attn up to fp32 summation order, attn the
+ * unfused attention (the attention_rope tiles of every head, row pos from
+ * qkv, into an activation of qkv's dtype) and the o projection the plain
+ * GEMV into f32; bit for bit the documented order (tile by tile, each
+ * tile's share summed in increasing column), whichever cache layout and
+ * wherever the position comes from. */
+static void test_attention_o(UnitCounts *c, AmkDType dt) {
+  uint32_t seed = 131;
+  char err[256];
+  int64_t cache_dims[3] = {OSEQ, 2, OKVW};
+  T qkv = mat(dt, 1, OQKV, 2.0f, &seed), cache = make(dt, 3, cache_dims, 1.5f, &seed);
+  T wot = mat(dt, OCOLS, OHID, 0.5f, &seed), x = mat(dt, 1, OHID, 2.0f, &seed);
+  float freq[OHD / 2];
+  for (int i = 0; i < OHD / 2; i++)
+    freq[i] = 1.0f / powf(10000.0f, (float)i / (float)(OHD / 2));
+  AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, OHD / 2);
+  AmkInstExtra at_pos = {.has_position = true, .position = OPOS};
+
+  /* Unfused: the attention_rope tiles of every KV head's group into attn
+   * (qkv's dtype), then the plain o GEMV (Wo = Wot^T) into f32, plus x. */
+  T attn = mat(dt, 1, OCOLS, 0, &seed), proj = mat(AMK_DTYPE_F32, 1, OHID, 0, &seed);
+  const int64_t group = ONH / ONKV;
+  for (int64_t g = 0; g < ONKV; g++) {
+    AmkInstParams p = attention_o_params(g * group, group);
+    set_int(&p, "flags",
+            (int64_t)AMK_PATTERN_ATTENTION_ROPE << AMK_PATTERN_SHIFT | AMK_FLAG_KV_FROM_QKV);
+    AmkTensorView in[3] = {qkv.v, inv_freq, cache.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &attn, &at_pos, err, sizeof err) == 0);
+  }
+  T wo = transposed(&wot, OCOLS, OHID);
+  AmkInstParams plain = gemv_params(AMK_PATTERN_PLAIN, OCOLS, 0, OHID);
+  AmkTensorView gemv_in[2] = {attn.v, wo.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &plain, gemv_in, 2, &proj, NULL, err, sizeof err) == 0);
+
+  /* Fused: the tiles in order, in reverse order, with the per-head caches,
+   * and with the position from param 'pos' instead of the caller. */
+  T fwd = mat(AMK_DTYPE_F32, 1, OHID, 0, &seed), rev = copy_of(&fwd), heads = copy_of(&fwd);
+  T by_param = copy_of(&fwd);
+  T caches[ONKV];
+  for (int64_t g = 0; g < ONKV; g++)
+    caches[g] = per_head_cache(&cache, g);
+  for (int64_t i = 0; i < O_TILES; i++) {
+    int64_t n_off, n_tile, r_off, r_tile;
+    attention_o_tile(i, &n_off, &n_tile);
+    attention_o_tile(O_TILES - 1 - i, &r_off, &r_tile);
+    AmkInstParams p = attention_o_params(n_off, n_tile), r = attention_o_params(r_off, r_tile);
+    AmkTensorView in[5] = {qkv.v, wot.v, inv_freq, cache.v, x.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 5, &fwd, &at_pos, err, sizeof err) == 0);
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &r, in, 5, &rev, &at_pos, err, sizeof err) == 0);
+    AmkTensorView own[5] = {qkv.v, wot.v, inv_freq, caches[n_off / OHD / group].v, x.v};
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, own, 5, &heads, &at_pos, err, sizeof err) == 0);
+    set_int(&p, "pos", OPOS);
+    CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 5, &by_param, NULL, err, sizeof err) == 0);
+  }
+  bool close = true, exact = true;
+  float order[OHID] = {0};
+  for (int64_t i = 0; i < O_TILES; i++) {
+    int64_t n_off, n_tile;
+    attention_o_tile(i, &n_off, &n_tile);
+    for (int64_t n = 0; n < OHID; n++) {
+      float share = down_partial(&attn, &wot, OHID, n, n_off, n_tile);
+      order[n] += n_off == 0 ? at(&x, n) + share : share;
+    }
+  }
+  for (int64_t n = 0; n < OHID; n++) {
+    double want = (double)at(&proj, n) + at(&x, n);
+    close = close && near(at(&fwd, n), want, 1e-5) && near(at(&rev, n), want, 1e-5);
+    exact = exact && at(&fwd, n) == order[n];
+  }
+  CHECK(c, close);
+  CHECK(c, exact);
+  CHECK(c, same(&fwd, &heads) && same(&fwd, &by_param));
+
+  /* One tile alone adds its share, and x only at n_off 0. */
+  T alone = mat(AMK_DTYPE_F32, 1, OHID, 0, &seed), first = copy_of(&alone);
+  AmkInstParams mid = attention_o_params(OHD + 1, OHD - 1), zero = attention_o_params(0, 1);
+  AmkTensorView in[5] = {qkv.v, wot.v, inv_freq, cache.v, x.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &mid, in, 5, &alone, &at_pos, err, sizeof err) == 0);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &zero, in, 5, &first, &at_pos, err, sizeof err) == 0);
+  bool alone_ok = true;
+  for (int64_t n = 0; n < OHID; n++) {
+    alone_ok = alone_ok && at(&alone, n) == 0.0f + down_partial(&attn, &wot, OHID, n, OHD + 1,
+                                                                 OHD - 1);
+    alone_ok = alone_ok &&
+               at(&first, n) == 0.0f + (at(&x, n) + down_partial(&attn, &wot, OHID, n, 0, 1));
+  }
+  CHECK(c, alone_ok);
+  for (int64_t g = 0; g < ONKV; g++)
+    drop(&caches[g]);
+  DROP_ALL(&qkv, &cache, &wot, &x, &attn, &proj, &wo, &fwd, &rev, &heads, &by_param, &alone,
+           &first);
+}
+
+/* Bad calls are refused before anything is added to the accumulator. */
+static void test_attention_o_errors(UnitCounts *c) {
+  uint32_t seed = 137;
+  char err[320];
+  const AmkDType dt = AMK_DTYPE_BF16;
+  int64_t cache_dims[3] = {OSEQ, 2, OKVW};
+  T qkv = mat(dt, 1, OQKV, 2.0f, &seed), cache = make(dt, 3, cache_dims, 1.5f, &seed);
+  T wot = mat(dt, OCOLS, OHID, 0.5f, &seed), x = mat(dt, 1, OHID, 2.0f, &seed);
+  T got = mat(AMK_DTYPE_F32, 1, OHID, 1.0f, &seed), before = copy_of(&got);
+  float freq[OHD / 2] = {1.0f, 0.01f};
+  AmkTensorView inv_freq = view1(freq, AMK_DTYPE_F32, OHD / 2);
+  AmkInstExtra at_pos = {.has_position = true, .position = OPOS};
+  AmkTensorView in[5] = {qkv.v, wot.v, inv_freq, cache.v, x.v};
+  AmkInstParams ok = attention_o_params(OHD, 2);
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &ok, in, 5, &got, &at_pos, err, sizeof err) == 0);
+  drop(&before);
+  before = copy_of(&got);
+#define REFUSED(params, inputs, n_in, out, status, text)                                  \
+  do {                                                                                     \
+    CHECK(c, exec(AMK_OP_GEMV_TILE, params, inputs, n_in, out, &at_pos, err, sizeof err) == \
+                 (status));                                                                \
+    CHECK_STR(c, err, text);                                                               \
+  } while (0)
+  /* Columns crossing from head 0 into head 1, past the output, or none. */
+  AmkInstParams cross = attention_o_params(OHD - 1, 2);
+  REFUSED(&cross, in, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: columns [3, 5) cross the end of head 0 (head_dim 4); a "
+          "tile's columns lie inside one head");
+  AmkInstParams past = attention_o_params(OCOLS - 1, 2);
+  REFUSED(&past, in, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: columns [15, 17) are outside the attention output's 16 "
+          "(n_heads x head_dim)");
+  AmkInstParams empty = attention_o_params(OHD, 0);
+  REFUSED(&empty, in, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: N_tile is 0, want at least 1");
+  /* The inputs: five, fp weights, Wot transposed, K the qkv width. */
+  REFUSED(&ok, in, 4, &got, AMK_INST_ERR_ARITY,
+          "gemv_tile: attention_o takes 5 inputs (qkv, Wot, inv_freq, kv_cache, x), got 4");
+  AmkInstParams quantized = ok;
+  set_int(&quantized, "qdtype", 6);
+  REFUSED(&quantized, in, 5, &got, AMK_INST_ERR_PARAM,
+          "gemv_tile: attention_o takes fp weights, not qdtype 6");
+  AmkTensorView wo_untransposed[5] = {qkv.v, view2(wot.v.data, dt, OHID, OCOLS), inv_freq,
+                                      cache.v, x.v};
+  REFUSED(&ok, wo_untransposed, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: Wot has 128 elements of width 16, want [n_heads x "
+          "head_dim, hidden] with 16 rows");
+  AmkTensorView short_x[5] = {qkv.v, wot.v, inv_freq, cache.v, part(&x, 0, OHID - 1)};
+  REFUSED(&ok, short_x, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: x has 7 elements, want hidden = 8 (Wot's width)");
+  AmkInstParams wrong_k = ok;
+  set_int(&wrong_k, "K", OCOLS);
+  REFUSED(&wrong_k, in, 5, &got, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: qkv has 32 elements of width 32, want one row of K = 16");
+  /* Flags: bit 2 is required, and no other low bit is allowed. */
+  AmkInstParams no_bit2 = ok;
+  set_int(&no_bit2, "flags", (int64_t)AMK_PATTERN_ATTENTION_O << AMK_PATTERN_SHIFT);
+  REFUSED(&no_bit2, in, 5, &got, AMK_INST_ERR_PARAM,
+          "gemv_tile: attention_o: flags bits 0-15 are 0, want 4 (bit 2 alone: row pos from "
+          "qkv, the whole window)");
+  AmkInstParams partial = ok;
+  set_int(&partial, "flags", (int64_t)AMK_PATTERN_ATTENTION_O << AMK_PATTERN_SHIFT | 6);
+  REFUSED(&partial, in, 5, &got, AMK_INST_ERR_PARAM,
+          "gemv_tile: attention_o: flags bits 0-15 are 6, want 4 (bit 2 alone: row pos from "
+          "qkv, the whole window)");
+  /* The attention's own checks, as attention_rope's, under this pattern's
+   * name: a window past the step's row, a missing param. */
+  AmkInstParams beyond = ok;
+  set_int(&beyond, "kv_len", OPOS + 2);
+  REFUSED(&beyond, in, 5, &got, AMK_INST_ERR_INDEX,
+          "gemv_tile: attention_o: window [0, 5) reaches past the step's row 3 (flags bit 2 "
+          "takes row pos from qkv and reads the cache below it)");
+  AmkInstParams no_scale = attention_o_params(OHD, 2);
+  no_scale.present &= ~AMK_PARAM_BIT(scale);
+  REFUSED(&no_scale, in, 5, &got, AMK_INST_ERR_PARAM, "gemv_tile: missing param 'scale'");
+  CHECK(c, same(&before, &got));
+  /* The output is the f32 accumulator [1, hidden]. */
+  T bf16_out = mat(dt, 1, OHID, 0, &seed), bf16_before = copy_of(&bf16_out);
+  REFUSED(&ok, in, 5, &bf16_out, AMK_INST_ERR_DTYPE,
+          "gemv_tile: attention_o: output is bf16 with 8 elements, want the f32 accumulator "
+          "[1, hidden] with hidden = 8");
+  CHECK(c, same(&bf16_before, &bf16_out));
+  T long_out = mat(AMK_DTYPE_F32, 1, OHID + 1, 1.0f, &seed), long_before = copy_of(&long_out);
+  REFUSED(&ok, in, 5, &long_out, AMK_INST_ERR_SHAPE,
+          "gemv_tile: attention_o: output is f32 with 9 elements, want the f32 accumulator "
+          "[1, hidden] with hidden = 8");
+  CHECK(c, same(&long_before, &long_out));
+#undef REFUSED
+  DROP_ALL(&qkv, &cache, &wot, &x, &got, &before, &bf16_out, &bf16_before, &long_out,
+           &long_before);
+}
+
 /* ---- mlp on the reference VM: the accumulator of every step ------------------ */
 
 /* examples/llama-tiny (f32) through import, tile (GEMV tiles of 2 columns:
@@ -1064,15 +1308,24 @@ static bool tiny_decode(AmkVm *vm, size_t vocab, float *logits, AmkDiagEngine *d
   return true;
 }
 
-/* A program whose MLPs are mlp tiles decodes, step after step, as its
+/* The default fusions: every group but split_o, so the MLPs alone become
+ * accumulating tiles. */
+#define FUSIONS_SPLIT_DOWN                                                     \
+  "rmsnorm+gemv,gemv+add,gate+up,silu_mul+gemv,qkv,rope+kv_append,"            \
+  "rope+attention,combine+gemv,split_down"
+
+/* A program whose MLPs are mlp tiles (and, with `split_o`, whose attention
+ * and o projection are attention_o tiles) decodes, step after step, as its
  * unfused form does up to fp32 summation order: the VM starts every
  * step's accumulators at zero (a second decode after a reset repeats the
  * first bit for bit), and its worker threads give the bits of one thread
  * (the tiles' shares added in task order, whichever finishes first). */
-static void test_mlp_vm(UnitCounts *c) {
+static void test_accumulating_vm(UnitCounts *c, bool split_o) {
   AmkDiagEngine *d = amk_diag_new(stderr);
   TinyProgram split, plain;
-  bool built = tiny_program("all", d, &split) && tiny_program("none", d, &plain);
+  bool built = tiny_program(split_o ? FUSIONS_SPLIT_DOWN ",split_o" : FUSIONS_SPLIT_DOWN, d,
+                            &split) &&
+               tiny_program("none", d, &plain);
   CHECK(c, built);
   if (!built) {
     tiny_free(&split);
@@ -1080,16 +1333,25 @@ static void test_mlp_vm(UnitCounts *c) {
     amk_diag_free(d);
     return;
   }
-  uint32_t accumulators = 0, mlp_tiles = 0;
+  uint32_t accumulators = 0, tiles[AMK_PATTERN_COUNT] = {0};
   for (uint32_t b = 0; b < split.plan->n_buffers; b++)
     accumulators += split.plan->buffers[b].accumulate;
   for (uint32_t t = 0; t < split.m->n_tasks; t++) {
     int64_t flags = 0;
-    mlp_tiles += split.m->tasks[t].op == AMK_OP_GEMV_TILE &&
-                 amk_task_param_int(&split.m->tasks[t], "flags", &flags) &&
-                 flags >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+    if (split.m->tasks[t].op == AMK_OP_GEMV_TILE &&
+        amk_task_param_int(&split.m->tasks[t], "flags", &flags) && flags >= 0 &&
+        flags >> AMK_PATTERN_SHIFT < AMK_PATTERN_COUNT)
+      tiles[flags >> AMK_PATTERN_SHIFT]++;
   }
-  CHECK(c, accumulators == 2 && mlp_tiles == 2 * 160 / 2); /* a layer's I = 160 */
+  /* Per layer (2): the MLP's output (I = 160 in tiles of 2 columns), and
+   * with split_o the attention block's (one tile or more per query head,
+   * none of the attention_rope and residual tiles left). */
+  CHECK(c, accumulators == (split_o ? 4u : 2u) && tiles[AMK_PATTERN_MLP] == 2 * 160 / 2);
+  if (split_o)
+    CHECK(c, tiles[AMK_PATTERN_ATTENTION_O] >= 2 * 4 && tiles[AMK_PATTERN_ATTENTION_ROPE] == 0 &&
+                 tiles[AMK_PATTERN_RESIDUAL] == 0);
+  else
+    CHECK(c, tiles[AMK_PATTERN_ATTENTION_O] == 0 && tiles[AMK_PATTERN_ATTENTION_ROPE] > 0);
   CHECK(c, split.m->n_tasks >= 256); /* the pool fires them */
   size_t vocab = (size_t)split.plan->vocab, n = TINY_STEPS * vocab;
   float *want = calloc(4 * n, sizeof *want), *one = want + n, *again = one + n, *four = again + n;
@@ -1119,6 +1381,92 @@ static void test_mlp_vm(UnitCounts *c) {
   amk_diag_free(d);
 }
 
+/* The plan of a program with attention_o tiles: their outputs are
+ * accumulators, their params follow the step's window (the attention's
+ * position), and what they may prefetch is their block of Wot's rows, each
+ * `hidden` elements long (not K, the qkv width). Built trusting the
+ * validator, a program whose accumulator is not f32, or that another task
+ * writes, is refused by the plan itself. */
+static void test_attention_o_plan(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  TinyProgram t;
+  bool built = tiny_program(FUSIONS_SPLIT_DOWN ",split_o", d, &t);
+  CHECK(c, built);
+  if (!built) {
+    tiny_free(&t);
+    amk_diag_free(d);
+    return;
+  }
+  const AmkPlan *p = t.plan;
+  uint32_t tiles = 0, followed = 0, prefetched = 0, accumulate = 0;
+  int32_t acc = -1, other = -1; /* an accumulator's id, a task that is no tile of it */
+  for (uint32_t i = 0; i < p->n_tasks; i++) {
+    const AmkPlanTask *pt = &p->tasks[i];
+    int64_t pattern = amk_inst_param_has(&pt->params, AMK_PARAM_flags)
+                          ? (int64_t)((uint32_t)pt->params.flags.i >> AMK_PATTERN_SHIFT)
+                          : 0;
+    if (pt->op != AMK_OP_GEMV_TILE || pattern != AMK_PATTERN_ATTENTION_O) {
+      if (other < 0 && pt->op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ROPE_KV)
+        other = (int32_t)i;
+      continue;
+    }
+    tiles++;
+    followed += pt->follow == AMK_PLAN_FOLLOW_WINDOW;
+    accumulate += p->buffers[pt->outputs[0]].accumulate;
+    acc = t.m->buffers[pt->outputs[0]].id;
+    const AmkPlanBuffer *wot = &p->buffers[pt->inputs[1]];
+    int64_t hidden = wot->shape[wot->rank - 1];
+    int64_t row = amk_dtype_nbytes(wot->dtype, hidden);
+    prefetched += pt->weight_read.buffer == (int32_t)pt->inputs[1] &&
+                  pt->weight_read.offset == pt->params.n_off.i * row &&
+                  pt->weight_read.nbytes == pt->params.N_tile.i * row && hidden == 64;
+    /* The window follows the position; the other params stay. */
+    AmkInstParams at5 = amk_plan_params_at(p, i, 5);
+    CHECK(c, at5.kv_start.i == 0 && at5.kv_len.i == 6 && at5.n_off.i == pt->params.n_off.i);
+  }
+  CHECK(c, tiles > 0 && followed == tiles && prefetched == tiles && accumulate == tiles);
+  CHECK(c, acc >= 0 && other >= 0);
+  if (acc >= 0 && other >= 0) {
+    AmkPlanOptions trusted = {.already_validated = true};
+    AmkDiagEngine *quiet = amk_diag_new(stderr);
+    amk_diag_set_capture(quiet, 1);
+    AmkBuffer *ab = NULL;
+    for (uint32_t b = 0; b < t.m->n_buffers; b++)
+      if (t.m->buffers[b].id == acc)
+        ab = &t.m->buffers[b];
+    char want[256];
+    /* A bf16 accumulator. */
+    ab->dtype = AMK_DTYPE_BF16;
+    AmkPlan *refused = amk_plan_build(t.m, &trusted, quiet);
+    CHECK(c, refused == NULL && amk_diag_captured_count(quiet) == 1);
+    snprintf(want, sizeof want,
+             "accumulator '%s' is bf16; accumulating tiles (mlp, attention_o) add into f32",
+             ab->name);
+    if (amk_diag_captured_count(quiet) == 1)
+      CHECK_STR(c, amk_diag_captured(quiet, 0)->message, want);
+    amk_plan_free(refused);
+    ab->dtype = AMK_DTYPE_F32;
+    amk_diag_clear_captured(quiet);
+    /* A rope_kv task writing it too. */
+    AmkTask *writer = &t.m->tasks[other];
+    int32_t kept = writer->outputs[0];
+    writer->outputs[0] = acc;
+    refused = amk_plan_build(t.m, &trusted, quiet);
+    CHECK(c, refused == NULL && amk_diag_captured_count(quiet) == 1);
+    snprintf(want, sizeof want,
+             "task %d ('%s') writes accumulator '%s', which only accumulating tiles (mlp, "
+             "attention_o) may write",
+             writer->id, writer->label, ab->name);
+    if (amk_diag_captured_count(quiet) == 1)
+      CHECK_STR(c, amk_diag_captured(quiet, 0)->message, want);
+    amk_plan_free(refused);
+    writer->outputs[0] = kept;
+    amk_diag_free(quiet);
+  }
+  tiny_free(&t);
+  amk_diag_free(d);
+}
+
 static void test_unknown_pattern(UnitCounts *c) {
   char err[256];
   float x[2] = {1, 2}, w[4] = {1, 0, 0, 1}, out[2] = {0};
@@ -1126,7 +1474,7 @@ static void test_unknown_pattern(UnitCounts *c) {
   AmkTensorView o = view2(out, AMK_DTYPE_F32, 1, 2);
   AmkInstParams p = gemv_params(AMK_PATTERN_COUNT, 2, 0, 2);
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
-  CHECK_STR(c, err, "gemv_tile: unknown fused pattern 10 (flags >> 16)");
+  CHECK_STR(c, err, "gemv_tile: unknown fused pattern 11 (flags >> 16)");
   set_int(&p, "flags", -1);
   CHECK_RUN(c, AMK_OP_GEMV_TILE, &p, in, 2, &o, AMK_INST_ERR_PARAM);
   /* Low flag bits alone keep the plain GEMV. */
@@ -1162,9 +1510,13 @@ int main(void) {
       test_quantized(&c, dt, gemv_patterns[i], AMK_QDTYPE_INT4);
     }
     test_mlp(&c, dt);
+    test_attention_o(&c, dt);
   }
   test_mlp_errors(&c);
-  test_mlp_vm(&c);
+  test_attention_o_errors(&c);
+  test_accumulating_vm(&c, false);
+  test_accumulating_vm(&c, true);
+  test_attention_o_plan(&c);
   test_combine_residual_errors(&c);
   test_unknown_pattern(&c);
   return unit_finish("test_inst_patterns", &c);

@@ -83,8 +83,13 @@ int main(void) {
   /* A GEMV_TILE of pattern combine_residual reads up to 6 partials besides W
    * and r; every other pattern (and op) keeps the registry's range. */
   int64_t combine = (int64_t)AMK_PATTERN_COMBINE_RESIDUAL << AMK_PATTERN_SHIFT;
-  CHECK(&c, AMK_PATTERN_COMBINE_RESIDUAL == 8 && AMK_PATTERN_MLP == 9 && AMK_PATTERN_COUNT == 10);
+  CHECK(&c, AMK_PATTERN_COMBINE_RESIDUAL == 8 && AMK_PATTERN_MLP == 9 &&
+                AMK_PATTERN_ATTENTION_O == 10 && AMK_PATTERN_COUNT == 11);
   CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_MLP), "mlp");
+  CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_ATTENTION_O), "attention_o");
+  CHECK(&c, amk_gemv_pattern_from_name("attention_o") == AMK_PATTERN_ATTENTION_O);
+  CHECK_STR(&c, amk_gemv_pattern_inputs(AMK_PATTERN_ATTENTION_O),
+            "qkv, Wot, inv_freq, kv_cache, x");
   CHECK_STR(&c, amk_gemv_pattern_name(AMK_PATTERN_COMBINE_RESIDUAL), "combine_residual");
   CHECK_STR(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COMBINE_RESIDUAL), "p0, W, r, p1..");
   CHECK(&c, amk_gemv_pattern_inputs(AMK_PATTERN_COUNT) == NULL);
@@ -104,9 +109,21 @@ int main(void) {
                                                     << AMK_PATTERN_SHIFT) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ATTENTION_ROPE
                                                     << AMK_PATTERN_SHIFT) == 3);
-  /* mlp: [x, Wgu, g, Wdt]. */
+  /* mlp: [x, Wgu, g, Wdt]; attention_o: [qkv, Wot, inv_freq, kv_cache, x]
+   * (with its flags bit 2 or not: the arity is the pattern's). */
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_MLP
                                                     << AMK_PATTERN_SHIFT) == 4);
+  int64_t attention_o = (int64_t)AMK_PATTERN_ATTENTION_O << AMK_PATTERN_SHIFT;
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, attention_o) == 5);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, attention_o | AMK_FLAG_KV_FROM_QKV) == 5);
+  CHECK(&c, amk_op_max_inputs(AMK_OP_GEMM_TILE, attention_o) == 3);
+  /* Only mlp and attention_o tiles add into their output (an accumulator);
+   * out-of-range patterns do not. */
+  for (int64_t pattern = -1; pattern <= AMK_PATTERN_COUNT; pattern++)
+    CHECK(&c, amk_gemv_pattern_accumulates(pattern) ==
+                  (pattern == AMK_PATTERN_MLP || pattern == AMK_PATTERN_ATTENTION_O));
+  CHECK(&c, !amk_gemv_pattern_accumulates(INT64_MAX) &&
+                !amk_gemv_pattern_accumulates(INT64_MIN));
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, -combine) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMM_TILE, combine) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_FUSED, 0) == -1);

@@ -10,13 +10,17 @@
  * every wait it had (before it runs, or before it signals), reads through
  * shadows exactly the outputs of the producers it no longer waits for, and
  * takes those producers' waits; a hop whose consumer would write a page its
- * producers touch is refused. */
+ * producers touch is refused. A third program, llama-tiny with every fusion
+ * (split_o's attention_o tiles, built here), has no hop into or out of its
+ * attention_o tiles: they read qkv directly and add into an accumulator,
+ * which no reader takes through a shadow. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "amk/backend.h"
 #include "amk/io.h"
+#include "amk/pipeline.h"
 #include "amk/plan.h"
 #include "unit.h"
 #include "unit_program.h"
@@ -216,6 +220,42 @@ static void test_one_b(UnitCounts *c, const char *path) {
   amk_module_free(m);
 }
 
+/* examples/llama-tiny through import, tile, fuse --fusion=all (split_o
+ * too), sm-assign and color: the attention_o tiles are never tagged
+ * consumers, and their accumulator (h_attn) is never shadowed. */
+static void test_split_o(UnitCounts *c) {
+  AmkDiagEngine *d = amk_diag_new(stderr);
+  AmkModule *m = amk_module_new();
+  AmkPipeline *pl = amk_pipeline_new();
+  m->model_dir = amk_arena_strdup(&m->arena, AMK_SOURCE_DIR "/examples/llama-tiny");
+  AmkPipelineRunOptions run = {0};
+  bool built = amk_pipeline_parse(pl, "import,tile,fuse,sm-assign,color", d) &&
+               amk_pipeline_set_option(pl, "fusion", "all", d) &&
+               amk_pipeline_run(pl, m, d, &run).status == AMK_PIPELINE_OK;
+  AmkPlan *p = built ? plan_of(m, false) : NULL;
+  CHECK(c, p != NULL);
+  if (p) {
+    AmkTransfers tr;
+    amk_cuda_transfers_plan(p, true, &tr);
+    uint32_t by[AMK_PATTERN_COUNT] = {0};
+    check_consumers(c, p, &tr, by);
+    uint32_t tiles = 0, tagged = 0;
+    for (uint32_t t = 0; t < p->n_tasks; t++)
+      if (pattern_of(p, t) == AMK_PATTERN_ATTENTION_O) {
+        tiles++;
+        tagged += tr.tagged_reads[t];
+      }
+    CHECK(c, tiles > 0 && tagged == 0 && by[AMK_PATTERN_ATTENTION_O] == 0);
+    int32_t h_attn = unit_plan_buffer(p, "L0.h_attn");
+    CHECK(c, h_attn >= 0 && p->buffers[h_attn].accumulate && !tr.shadowed[h_attn]);
+    amk_cuda_transfers_free(&tr);
+    amk_plan_free(p);
+  }
+  amk_pipeline_free(pl);
+  amk_module_free(m);
+  amk_diag_free(d);
+}
+
 int main(int argc, char **argv) {
   UnitCounts c = {0};
   if (argc != 3) {
@@ -224,5 +264,6 @@ int main(int argc, char **argv) {
   }
   test_tiny(&c, argv[1]);
   test_one_b(&c, argv[2]);
+  test_split_o(&c);
   return unit_finish("test_transfers", &c);
 }
