@@ -33,6 +33,7 @@ enum {
 };
 /* CUfunction_attribute values used. */
 enum {
+  AMK_CU_FUNC_ATTR_STATIC_SHARED = 1,
   AMK_CU_FUNC_ATTR_NUM_REGS = 4,
   AMK_CU_FUNC_ATTR_LOCAL_SIZE = 3,
   AMK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED = 8,

@@ -365,12 +365,18 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   vm->tp_size = cg.tp_size;
   vm->tp_mailbox_bytes = cg.tp_mailbox_bytes;
 
-  if ((int64_t)vm->smem > smem_optin) {
-    amk_error(diag, no_loc(), "the program needs %zu bytes of shared memory; '%s' allows %d",
-              vm->smem, name, smem_optin);
+  /* The kernel's static shared memory (the norm stage, the wait cache)
+   * counts against the same limits as the dynamic part: past 48 KiB in all
+   * the launch needs the opt-in, or no block is resident. */
+  int static_smem = 0;
+  vm->drv.cuFuncGetAttribute(&static_smem, AMK_CU_FUNC_ATTR_STATIC_SHARED, vm->kernel);
+  if ((int64_t)vm->smem + static_smem > smem_optin) {
+    amk_error(diag, no_loc(), "the program needs %zu bytes of shared memory (%zu dynamic, %d "
+                              "static); '%s' allows %d",
+              vm->smem + (size_t)static_smem, vm->smem, static_smem, name, smem_optin);
     goto fail;
   }
-  if (vm->smem > 48 * 1024)
+  if (vm->smem + (size_t)static_smem > 48 * 1024)
     CU(vm->drv.cuFuncSetAttribute(vm->kernel, AMK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)vm->smem),
        "cuFuncSetAttribute(max dynamic shared memory)");
   /* AMK_CUDA_SMEM_CARVEOUT=P: the percentage of the SM's L1 and shared
@@ -396,9 +402,9 @@ AmkCudaVm *amk_cuda_vm_create(const AmkPlan *plan, const AmkWeights *weights,
   vm->drv.cuFuncGetAttribute(&regs, AMK_CU_FUNC_ATTR_NUM_REGS, vm->kernel);
   vm->drv.cuFuncGetAttribute(&local, AMK_CU_FUNC_ATTR_LOCAL_SIZE, vm->kernel);
   if (per_sm < 1) {
-    amk_error(diag, no_loc(), "the megakernel (%d threads, %zu bytes of shared memory, %d "
+    amk_error(diag, no_loc(), "the megakernel (%d threads, %zu + %d bytes of shared memory, %d "
                               "registers) cannot be resident on '%s'",
-              vm->threads, vm->smem, regs, name);
+              vm->threads, vm->smem, static_smem, regs, name);
     goto fail;
   }
   int max_blocks = per_sm * n_sms;
