@@ -32,6 +32,7 @@ const char *amk_cuda_embedded_abi_h(void) { return amk_embed_abi_h; }
 
 #define ATTN_CHUNK 1024 /* AMK_ATTN_CHUNK in megakernel.cuh */
 #define ATTN_GQ_MAX 4   /* AMK_ATTN_GQ_MAX */
+#define ATTN_O_STAGE_FLOATS 16384 /* AMK_ATTN_ONE_STAGE_FLOATS's default */
 
 typedef struct {
   const AmkBuffer *b;
@@ -67,6 +68,7 @@ typedef struct {
   int qgemv_staged_kb; /* the fewest weight KiB of a staged tile (0: by qdtype) */
   int qgemv_stage_rows; /* AMK_QGEMV_STAGE_ROWS: rows a warp streams through one stage */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
+  int attn_o_stage_kb; /* AMK_ATTN_ONE_STAGE_FLOATS in KiB (0: the template's default) */
   /* A rank program's cross-rank all-reduces: the group size (0: none), and
    * per list position the collective's mailbox offsets (TpSlot.ordinal -1:
    * not one; layout in megakernel.cuh, amk_allreduce_tp). */
@@ -980,6 +982,12 @@ static bool gen_attention(Gen *g, const AmkTask *t, const AmkInstParams *p, int 
   return true;
 }
 
+/* AMK_ATTN_ONE_STAGE_FLOATS: an attention_o tile's key stage (by default
+ * 64 KiB, at least the V pass's 32 bytes a thread). */
+static int64_t attention_o_stage_floats(const Gen *g) {
+  return g->attn_o_stage_kb > 0 ? (int64_t)g->attn_o_stage_kb * 256 : ATTN_O_STAGE_FLOATS;
+}
+
 /* Pattern attention_o (docs/Fusion.md): inputs qkv, Wot [n_heads *
  * head_dim, hidden], inv_freq, kv_cache, x; one query head's attention
  * (attention_rope with row pos from qkv), then the tile's share of the o
@@ -1034,8 +1042,9 @@ static bool gen_attention_o(Gen *g, const AmkTask *t, const AmkInstParams *p, Am
     return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
   int64_t rows = c.numel / (2 * kvw);
   /* The head's output, then the attention's scratch for one query head
-   * (as gen_attention's) or the share's hidden sums, whichever is larger. */
-  size_t attn = (size_t)(hd + ATTN_CHUNK + g->nt / 32 + g->nt * 8 + hd + 2 * hd);
+   * (as gen_attention's, with the key stage AMK_ATTN_ONE_STAGE_FLOATS) or
+   * the share's hidden sums, whichever is larger. */
+  size_t attn = (size_t)(hd + ATTN_CHUNK + g->nt / 32 + attention_o_stage_floats(g) + hd + 2 * hd);
   need_smem(g, (size_t)hd + (attn > (size_t)hidden ? attn : (size_t)hidden));
   EMIT(inst, attention_o, q.dtype, c.dtype, f.dtype, w.dtype, x.dtype, hd, nh, nkv, rows,
        per_head ? 1 : 0, hidden);
@@ -1605,6 +1614,17 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->attn_v_loads = v_loads;
   }
+  int o_stage_kb;
+  if (!env_int("AMK_CUDA_ATTN_O_STAGE_KB", 192, &o_stage_kb, &set, diag))
+    return false;
+  if (set) {
+    if (o_stage_kb < 8) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_ATTN_O_STAGE_KB must be from 8 to 192, not %d", o_stage_kb);
+      return false;
+    }
+    o->attn_o_stage_kb = o_stage_kb;
+  }
   if (!env_switch("AMK_CUDA_TRACE_PHASES", &o->trace_phases, diag) ||
       !env_switch("AMK_CUDA_GEMV_EARLY", &o->gemv_early, diag) ||
       !env_switch("AMK_CUDA_ATTN_KEY_SPLIT", &o->attn_key_split, diag) ||
@@ -1696,6 +1716,16 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                  : 256;
   if (want == 128 || want == 256 || want == 512 || want == 1024)
     g.nt = want;
+  if (opt && opt->attn_o_stage_kb > 0) {
+    /* The stage doubles as the V pass's partial sums: 32 bytes a thread. */
+    if (opt->attn_o_stage_kb * 1024 < g.nt * 32) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_ATTN_O_STAGE_KB=%d is below the %d KiB that %d threads a "
+                            "block need", opt->attn_o_stage_kb, g.nt / 32, g.nt);
+      return false;
+    }
+    g.attn_o_stage_kb = opt->attn_o_stage_kb;
+  }
   /* amk_block_argmax (decoding on the device) reduces in the first floats. */
   need_smem(&g, (size_t)(4 * (g.nt / 32) + 16));
   char **keys = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *keys);
@@ -1798,6 +1828,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_KV_PREFETCH %d\n", opt->kv_prefetch - 1);
   if (opt && opt->attn_v_loads > 0)
     amk_sb_printf(&s, "#define AMK_ATTN_V_LOADS %d\n", opt->attn_v_loads);
+  if (g.attn_o_stage_kb > 0)
+    amk_sb_printf(&s, "#define AMK_ATTN_ONE_STAGE_FLOATS %d\n", g.attn_o_stage_kb * 256);
   if (opt && opt->trace_phases)
     amk_sb_puts(&s, "#define AMK_TRACE_PHASES 1\n");
   if (opt && opt->gemv_early)

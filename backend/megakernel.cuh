@@ -3910,6 +3910,17 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 #ifndef AMK_ATTN_K_STAGE
 #define AMK_ATTN_K_STAGE 1
 #endif
+// An attention_o tile (ONE) attends for one query head over the whole
+// window (no KV partitions): by default 64 KiB of scratch for staged key
+// rows, so that a 1024-row window of the 1B takes two round trips where the
+// V pass's 8 KiB took sixteen (AMK_CUDA_ATTN_O_STAGE_KB sets it;
+// gen_attention_o sizes the shared memory to match). Measured in one run
+// on an H200 (1B at 1024, medians of two rounds, docs/Performance.md):
+// 32 KiB 0.982 ms, 64 KiB 0.968, 96 KiB 0.966.
+#ifndef AMK_ATTN_ONE_STAGE_FLOATS
+#define AMK_ATTN_ONE_STAGE_FLOATS 16384
+#endif
+static_assert(AMK_ATTN_ONE_STAGE_FLOATS >= AMK_NT * 8, "the stage holds the V pass's sums");
 static_assert(AMK_ATTN_V_LOADS >= 1 && AMK_ATTN_V_LOADS <= 16 &&
                   (AMK_ATTN_V_LOADS & (AMK_ATTN_V_LOADS - 1)) == 0,
               "1 to 16 value rows in flight, a power of two");
@@ -3984,15 +3995,56 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
   constexpr int VE = VECV ? AmkVec<KDT>::VE : 1;
   constexpr int CH = HD / VE;                          // 16-byte chunks per row
   constexpr int G = AMK_NT / CH > 0 ? AMK_NT / CH : 1; // key groups of the V pass
+  // The V pass's partial sums: shuffles within a warp where a row's
+  // 16-byte pieces divide it, else one partial row per key group.
+  constexpr bool SHFL = VECV && CH <= 32 && 32 % CH == 0;
+  constexpr int ACCR = ONE ? AMK_ATTN_ONE_STAGE_FLOATS : GQ * AMK_NT * 8;
   float scale = I.params.scale.f;
   float *qs = smem;                        // GQ * HD
   float *sc = qs + GQ * HD;                // GQ * AMK_ATTN_CHUNK
   float *red = sc + GQ * AMK_ATTN_CHUNK;   // AMK_NWARPS * GQ
-  float *accr = red + AMK_NWARPS * GQ;     // GQ * G * HD (<= GQ * AMK_NT * 8)
-  float *fk = accr + GQ * AMK_NT * 8, *fv = fk + HD; // FRESH: row pos's key and value
+  float *accr = red + AMK_NWARPS * GQ;     // ACCR: GQ * G * HD, or staged key rows
+  float *fk = accr + ACCR, *fv = fk + HD;  // FRESH: row pos's key and value
   int tid = threadIdx.x;
-  int c = tid % CH, g = tid / CH;
-  bool vthread = CH <= AMK_NT && g < G;
+  // The value columns [d_lo, d_hi) the V pass covers, ch 16-byte pieces a
+  // row, gn key groups: all of them, except that an attention_o tile needs
+  // only its own columns of the head (the scores still need whole keys), so
+  // its threads spread over more keys and a long window takes fewer round
+  // trips.
+  int ch = CH, c = tid % CH, g = tid / CH, gn = G, d_lo = 0, d_hi = HD;
+  if constexpr (ONE && SHFL) {
+    int d0 = I.params.n_off.i % HD, n_cols = I.params.N_tile.i, pieces = n_cols / VE;
+    if (d0 % VE == 0 && n_cols % VE == 0 && pieces > 0 && 32 % pieces == 0) {
+      ch = pieces;
+      c = d0 / VE + tid % pieces;
+      g = tid / pieces;
+      gn = AMK_NT / pieces;
+      d_lo = d0;
+      d_hi = d0 + n_cols;
+    }
+  }
+  bool vthread = ch <= AMK_NT && g < gn;
+  // The key pass: CH lanes a key (KSPLIT), or key rows staged in shared
+  // memory (KSTAGE, KROWS at a time), or each thread its key's row.
+  constexpr bool KSPLIT = AMK_ATTN_KEY_SPLIT != 0 && VECV && CH <= 32 && 32 % CH == 0;
+  constexpr bool KSTAGE = !KSPLIT && AMK_ATTN_K_STAGE != 0 && VECV && (CH & (CH - 1)) == 0 &&
+                          (ACCR * 4) / (HD * ESZ) >= 1;
+  constexpr int KROWS = KSTAGE ? (ACCR * 4) / (HD * ESZ) : 1;
+  char *kst = (char *)accr;
+  // KSTAGE: rows [j0, j0 + nk) of the chunk at c0 (KV head columns kcol)
+  // into accr (free until the V pass's sums), piece v of row j at slot
+  // v ^ (j % CH): a quarter-warp's 16-byte reads of one piece of eight
+  // consecutive rows then fall in distinct banks.
+  auto stage_keys = [&](int c0, int j0, int nk, long long kcol) {
+    const char *kbase = (const char *)kc + ((long long)(win.kv_start + c0) * RSTRIDE + kcol) * ESZ;
+    for (int i = tid; i < nk * CH; i += AMK_NT) {
+      int j = i / CH, v = i - j * CH;
+      const char *src = kbase + ((long long)(j0 + j) * RSTRIDE + (long long)v * VE) * ESZ;
+      amk_cp_async16(amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16), src,
+                     true);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
   int h_end = h_first + h_count;
   for (int h0 = h_first; h0 < h_end;) {
     int kvh = h0 / GROUP;
@@ -4000,6 +4052,17 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
     int lim = (kvh + 1) * GROUP < h_end ? (kvh + 1) * GROUP : h_end;
     int nb = lim - h0 < GQ ? lim - h0 : GQ; // heads in this pass, all of KV head kvh
     __syncthreads();
+    // The first staged key rows go out before the query is loaded and
+    // rotated: rows below pos do not depend on this step, so their round
+    // trip overlaps the query's.
+    int early_rows = 0;
+    if constexpr (KSTAGE) {
+      int n0 = win.kv_len < AMK_ATTN_CHUNK ? win.kv_len : AMK_ATTN_CHUNK;
+      int cached0 = fresh && n0 == win.kv_len ? n0 - 1 : n0;
+      early_rows = cached0 < KROWS ? cached0 : KROWS;
+      if (early_rows > 0)
+        stage_keys(0, 0, early_rows, kcol);
+    }
     if constexpr (ROPE) {
       // The pass's query heads, rotated, and (FRESH) row pos of KV head kvh
       // as amk_rope_kv stores it (qkv's rounding, then the cache's): one
@@ -4086,7 +4149,6 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
       // keys a thread in flight: one round trip for that many x G keys,
       // where a thread's whole row (ptxas issues its pieces in three or four
       // batches, each summed before the next) took four for AMK_NT keys.
-      constexpr bool KSPLIT = AMK_ATTN_KEY_SPLIT != 0 && VECV && CH <= 32 && 32 % CH == 0;
       if constexpr (KSPLIT) {
         constexpr int U = AMK_ATTN_V_LOADS;
         const char *kbase = (const char *)kc +
@@ -4130,25 +4192,13 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
             }
           }
         }
-      } else if constexpr (AMK_ATTN_K_STAGE != 0 && VECV && (CH & (CH - 1)) == 0 &&
-                           (GQ * AMK_NT * 8 * 4) / (HD * ESZ) >= 1) {
-        // Rows [j0, j0 + nk) into accr (free until the V pass's sums), piece
-        // v of row j at slot v ^ (j % CH): a quarter-warp's 16-byte reads of
-        // one piece of eight consecutive rows then fall in distinct banks.
-        constexpr int KROWS = (GQ * AMK_NT * 8 * 4) / (HD * ESZ);
-        const char *kbase = (const char *)kc + ((long long)(win.kv_start + c0) * RSTRIDE + kcol) * ESZ;
-        char *kst = (char *)accr;
+      } else if constexpr (KSTAGE) {
         for (int j0 = 0; j0 < ncache; j0 += KROWS) {
           int nk = ncache - j0 < KROWS ? ncache - j0 : KROWS;
           if (j0 > 0)
             __syncthreads(); // the rows before are scored
-          for (int i = tid; i < nk * CH; i += AMK_NT) {
-            int j = i / CH, v = i - j * CH;
-            const char *src = kbase + ((long long)(j0 + j) * RSTRIDE + (long long)v * VE) * ESZ;
-            amk_cp_async16(amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16),
-                           src, true);
-          }
-          asm volatile("cp.async.commit_group;" ::: "memory");
+          if (c0 > 0 || j0 > 0 || nk != early_rows) // else issued before the query
+            stage_keys(c0, j0, nk, kcol);
           amk_cp_async_wait<0>();
           __syncthreads();
           for (int j = tid; j < nk; j += AMK_NT) {
@@ -4229,7 +4279,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
       // The cache's rows of this chunk: all but row pos (FRESH, the last).
       int nv = fresh && c0 + n == win.kv_len ? n - 1 : n;
       if (vthread) {
-        if (nv < n && g == nv % G) {
+        if (nv < n && g == nv % gn) {
 #pragma unroll
           for (int q = 0; q < GQ; q++)
 #pragma unroll
@@ -4243,22 +4293,22 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
           // AMK_ATTN_V_LOADS rows a thread in flight at once, the last
           // batch predicated: one round trip for up to that many x G keys.
           constexpr int U = AMK_ATTN_V_LOADS;
-          for (int jj = g; jj < nv; jj += U * G) {
+          for (int jj = g; jj < nv; jj += U * gn) {
             uint4 raw[U];
 #pragma unroll
             for (int u = 0; u < U; u++)
-              raw[u] = jj + u * G < nv ? __ldcg((const uint4 *)(vbase + (long long)(jj + u * G) *
-                                                                             RSTRIDE * ESZ))
-                                       : make_uint4(0u, 0u, 0u, 0u);
+              raw[u] = jj + u * gn < nv ? __ldcg((const uint4 *)(vbase + (long long)(jj + u * gn) *
+                                                                              RSTRIDE * ESZ))
+                                        : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
             for (int u = 0; u < U; u++) {
-              if (jj + u * G >= nv)
+              if (jj + u * gn >= nv)
                 break;
               float vv[VE];
               amk_unpack16<KDT>(raw[u], vv);
 #pragma unroll
               for (int q = 0; q < GQ; q++) {
-                float pj = sc[q * AMK_ATTN_CHUNK + jj + u * G];
+                float pj = sc[q * AMK_ATTN_CHUNK + jj + u * gn];
 #pragma unroll
                 for (int e = 0; e < VE; e++)
                   acc[q][e] += pj * vv[e];
@@ -4281,11 +4331,9 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
     // that own the same 16 bytes of a value row add theirs by shuffles,
     // then one partial row per warp goes to shared memory (else one per
     // group), one barrier, and thread (q, d) adds the rows.
-    constexpr bool SHFL = VECV && CH <= 32 && 32 % CH == 0;
     constexpr int PROWS = SHFL ? AMK_NWARPS : G;
     if constexpr (SHFL) {
-#pragma unroll
-      for (int off = CH; off < 32; off <<= 1)
+      for (int off = ch; off < 32; off <<= 1)
 #pragma unroll
         for (int q = 0; q < GQ; q++)
 #pragma unroll
@@ -4293,7 +4341,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
             acc[q][e] += __shfl_xor_sync(0xffffffffu, acc[q][e], off);
     }
     int prow = SHFL ? tid >> 5 : g;
-    if (vthread && (!SHFL || (tid & 31) < CH)) {
+    if (vthread && (!SHFL || (tid & 31) < ch)) {
 #pragma unroll
       for (int q = 0; q < GQ; q++)
 #pragma unroll
@@ -4303,6 +4351,8 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
     __syncthreads();
     for (int i = tid; i < nb * HD; i += AMK_NT) {
       int q = i / HD, d = i - q * HD;
+      if (d < d_lo || d >= d_hi) // a column the V pass left out
+        continue;
       float a = 0.0f;
       for (int r = 0; r < PROWS; r++)
         a += accr[(q * PROWS + r) * HD + d];

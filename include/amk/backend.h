@@ -106,6 +106,8 @@ typedef struct {
                           * instructions ahead (0: the default, 2) */
   int attn_v_loads;      /* attention: value rows a thread loads at once, a power of two up
                           * to 16 (0: the default, 8) */
+  int attn_o_stage_kb;   /* attention_o: KiB of shared memory for staged key rows, 8 to 192
+                          * and at least 32 bytes a thread (0: the default, 64) */
   int qgemv_loads;      /* quantized GEMV: 16-byte loads per lane in flight (CUDA cores, 0: up
                          * to 8 of one row for i8, 4 for i4; set: several rows a warp up to
                          * that many) or in one unit (tensor cores, 0: up to 8) */
@@ -166,7 +168,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_WAIT_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
  * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0, 1 or 2),
- * AMK_CUDA_ATTN_V_LOADS (1, 2, 4, 8 or 16),
+ * AMK_CUDA_ATTN_V_LOADS (1, 2, 4, 8 or 16), AMK_CUDA_ATTN_O_STAGE_KB (8 to 192),
  * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_STAGES (0: none, or a power of two up to 64),
  * AMK_CUDA_QGEMV_EARLY, AMK_CUDA_QGEMV_STAGED_KB, AMK_CUDA_QGEMV_STAGE_ROWS (1 or 2),
  * AMK_CUDA_QGEMV_MMA (0 or 1),
