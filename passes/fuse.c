@@ -27,8 +27,9 @@
  *                    the gate|up tiles, which add their share of it (and,
  *                    one of them, the residual) into an f32 accumulator
  *                    (mlp); needs the MLP fusions, gemv+add and rmsnorm+gemv
- *   split_o          (off by default) the o projection splits along the
- *                    attention's columns into per-query-head attention
+ *   split_o          (by default where split_down applies) the o
+ *                    projection splits along the attention's columns into
+ *                    per-query-head attention
  *                    tiles, which add their share of it (and, one of them,
  *                    the residual) into an f32 accumulator (attention_o);
  *                    needs the attention block fusions (row pos from qkv),
@@ -206,6 +207,7 @@ typedef struct {
   int64_t done[AMK_FUSION_COUNT];
   bool kv_from_qkv; /* attention_rope tiles take row pos from qkv (AMK_FUSE_KV_FROM_QKV) */
   int64_t split_down_min_cols; /* the fewest intermediate columns a gate|up tile may have */
+  int64_t split_o_slices;      /* AMK_FUSE_SPLIT_O_SLICES (0: by the SMs) */
 } Fuser;
 
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
@@ -1381,11 +1383,14 @@ enum { SPLIT_O_DEFAULT_SMS = 132 };
 
 /* Column slices per query head: the largest divisor S of head_dim with
  * n_heads * S <= the SMs (about one attention_o tile per SM), at least 1. */
-static int64_t split_o_slices(const AmkModule *m, int64_t n_heads, int64_t head_dim) {
+static int64_t split_o_slices(const AmkModule *m, int64_t n_heads, int64_t head_dim,
+                              int64_t cap) {
   int64_t sms = m->target && m->target->num_sms > 0 && m->target->num_sms <= 1000000
                     ? m->target->num_sms
                     : SPLIT_O_DEFAULT_SMS;
   int64_t most = sms / n_heads < head_dim ? sms / n_heads : head_dim;
+  if (cap > 0 && most > cap)
+    most = cap;
   for (int64_t s = most; s > 1; s--)
     if (head_dim % s == 0)
       return s;
@@ -1546,7 +1551,8 @@ static bool fuse_one_split_o(Fuser *f, uint32_t attn) {
     int32_t wot = add_buffer(f, name, AMK_KIND_WEIGHT, wob->dtype, 2, wot_dims, src);
     wob = NULL; /* add_buffer may move the buffer table */
     ab = NULL;
-    int64_t slices = split_o_slices(m, n_heads, head_dim), n_tile = head_dim / slices;
+    int64_t slices = split_o_slices(m, n_heads, head_dim, f->split_o_slices),
+            n_tile = head_dim / slices;
     uint32_t anchor = at.tiles.at[0];
     for (int64_t h = 0; h < n_heads; h++) {
       /* The attention tile of query head h (tiles_cover: exactly one). */
@@ -1618,18 +1624,7 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   if (!amk_fusion_plan_read(m, ctx, ctx->diag, &plan))
     return false;
   const bool *on = plan.on;
-  /* split_down by default: only MLPs whose gate|up tiles have more than
-   * 32 intermediate columns on average. Each mlp tile adds all K elements
-   * into the accumulator, so a narrow tile pays those K atomic adds and its
-   * fixed costs for little down work. Measured on an H200 (bf16, the
-   * decode step against the same program without split_down): tiles of 112
-   * columns (8B shape) -4.7%, 64 (1B) -4.4%, 38 (Qwen2.5-0.5B) -7.6%, 32
-   * (Qwen3-0.6B) +2.3%, 16 (SmolLM2) +6% (docs/Performance.md). Named
-   * explicitly (--fusion, the config) or by AMK_FUSE_SPLIT_DOWN=1 it splits
-   * every MLP it can. */
-  enum { SPLIT_DOWN_MIN_COLS = 33 };
-  int64_t split_down_min_cols =
-      plan.defaults && !plan.split_down_env ? SPLIT_DOWN_MIN_COLS : 1;
+  int64_t split_down_min_cols = amk_fusion_split_down_min_cols(&plan);
   /* The block rewrites need their parts together (docs/Fusion.md). */
   bool attention = amk_fusion_attention(&plan);
   bool mlp = amk_fusion_mlp(&plan);
@@ -1665,7 +1660,7 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
     amk_rw_hops(m, &path_before, &layer_before);
   uint32_t tasks_before = m->n_tasks, counters_before = m->n_counters;
 
-  Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv,
+  Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv, .split_o_slices = plan.split_o_slices,
              .split_down_min_cols = split_down_min_cols};
   if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
     amk_rw_edit_init(&f.edit, m);

@@ -198,10 +198,27 @@ bool amk_fusion_plan_read(const AmkModule *m, const AmkPassContext *ctx,
    * AMK_FUSE_KV_FROM_QKV=0 keeps the attention tiles waiting on rope_kv
    * (the form before it was taken off the chain). */
   plan->kv_from_qkv = true;
-  return read_switch("AMK_FUSE_SPLIT_DOWN", diag, &plan->on[AMK_FUSION_SPLIT_DOWN],
-                     &plan->split_down_env) &&
-         read_switch("AMK_FUSE_SPLIT_O", diag, &plan->on[AMK_FUSION_SPLIT_O], NULL) &&
-         read_switch("AMK_FUSE_KV_FROM_QKV", diag, &plan->kv_from_qkv, NULL);
+  if (!read_switch("AMK_FUSE_SPLIT_DOWN", diag, &plan->on[AMK_FUSION_SPLIT_DOWN],
+                   &plan->split_down_env) ||
+      !read_switch("AMK_FUSE_SPLIT_O", diag, &plan->on[AMK_FUSION_SPLIT_O], NULL) ||
+      !read_switch("AMK_FUSE_KV_FROM_QKV", diag, &plan->kv_from_qkv, NULL))
+    return false;
+  /* AMK_FUSE_SPLIT_O_SLICES=N: split_o's tiles a query head at most N (a
+   * measurement knob: fewer tiles read each KV head's window fewer times,
+   * more share the o projection's weights). */
+  const char *slices = getenv("AMK_FUSE_SPLIT_O_SLICES");
+  if (slices && *slices) {
+    char *end;
+    long n = strtol(slices, &end, 10);
+    if (*end || n < 1 || n > 1024) {
+      if (diag)
+        amk_error(diag, no_loc, "fuse: AMK_FUSE_SPLIT_O_SLICES must be an integer in [1, 1024], "
+                                "not '%s'", slices);
+      return false;
+    }
+    plan->split_o_slices = n;
+  }
+  return true;
 }
 
 bool amk_fusion_attention(const AmkFusionPlan *plan) {
@@ -223,7 +240,25 @@ bool amk_fusion_split_o(const AmkFusionPlan *plan) {
          plan->on[AMK_FUSION_RESIDUAL] && amk_fusion_split_down(plan);
 }
 
-bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx) {
+int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan) {
+  /* split_down by default: only MLPs whose gate|up tiles have more than
+   * 32 intermediate columns on average. Each mlp tile adds all K elements
+   * into the accumulator, so a narrow tile pays those K atomic adds and its
+   * fixed costs for little down work. Measured on an H200 (bf16, the
+   * decode step against the same program without split_down): tiles of 112
+   * columns (8B shape) -4.7%, 64 (1B) -4.4%, 38 (Qwen2.5-0.5B) -7.6%, 32
+   * (Qwen3-0.6B) +2.3%, 16 (SmolLM2) +6% (docs/Performance.md). Named
+   * explicitly (--fusion, the config) or by AMK_FUSE_SPLIT_DOWN=1 it splits
+   * every MLP it can. */
+  enum { SPLIT_DOWN_MIN_COLS = 33 };
+  return plan->defaults && !plan->split_down_env ? SPLIT_DOWN_MIN_COLS : 1;
+}
+
+bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
+                                int64_t *split_down_min_cols) {
   AmkFusionPlan plan;
-  return amk_fusion_plan_read(m, ctx, NULL, &plan) && amk_fusion_split_o(&plan);
+  if (!amk_fusion_plan_read(m, ctx, NULL, &plan) || !amk_fusion_split_o(&plan))
+    return false;
+  *split_down_min_cols = amk_fusion_split_down_min_cols(&plan);
+  return true;
 }

@@ -18,8 +18,9 @@
 
 /* X(NAME, spelling, on by default: without --fusion, and with an empty
  * config.fusion_grouping; `--fusion=all` turns on every group). split_down
- * by default applies only where it measured faster (fuse.c,
- * SPLIT_DOWN_MIN_COLS); split_o is off by default. */
+ * by default applies only where it measured faster
+ * (amk_fusion_split_down_min_cols), and split_o only where split_down
+ * does. */
 #define AMK_FUSION_GROUPS(X)                                                   \
   X(NORM, "rmsnorm+gemv", 1)                                                   \
   X(RESIDUAL, "gemv+add", 1)                                                   \
@@ -30,7 +31,7 @@
   X(ATTENTION_ROPE, "rope+attention", 1)                                       \
   X(COMBINE, "combine+gemv", 1)                                                \
   X(SPLIT_DOWN, "split_down", 1)                                               \
-  X(SPLIT_O, "split_o", 0)
+  X(SPLIT_O, "split_o", 1)
 
 typedef enum {
 #define X(name, text, by_default) AMK_FUSION_##name,
@@ -46,12 +47,14 @@ typedef struct {
   bool defaults;
   bool split_down_env; /* AMK_FUSE_SPLIT_DOWN was 0 or 1 */
   bool kv_from_qkv;    /* AMK_FUSE_KV_FROM_QKV unset or 1 */
+  int64_t split_o_slices; /* AMK_FUSE_SPLIT_O_SLICES: at most this many tiles a query
+                           * head (0: as many as the SMs allow) */
 } AmkFusionPlan;
 
 /* Reads the groups: --fusion (ctx's "fusion" option), else
  * config.fusion_grouping, else the defaults; then AMK_FUSE_SPLIT_DOWN and
- * AMK_FUSE_SPLIT_O (0 or 1: the group off or on whatever the groups say)
- * and AMK_FUSE_KV_FROM_QKV. False on a bad option, config or environment
+ * AMK_FUSE_SPLIT_O (0 or 1: the group off or on whatever the groups say),
+ * AMK_FUSE_KV_FROM_QKV and AMK_FUSE_SPLIT_O_SLICES (1 to 1024). False on a bad option, config or environment
  * value, reported through `diag` as fuse's error, or not reported when
  * `diag` is NULL (tile's question: fuse reports it when it runs). */
 bool amk_fusion_plan_read(const AmkModule *m, const AmkPassContext *ctx,
@@ -67,8 +70,16 @@ bool amk_fusion_mlp(const AmkFusionPlan *plan);
 bool amk_fusion_split_down(const AmkFusionPlan *plan);
 bool amk_fusion_split_o(const AmkFusionPlan *plan);
 
+/* The fewest intermediate columns a gate|up tile may have for split_down
+ * to take its MLP: by default (the default groups, no AMK_FUSE_SPLIT_DOWN)
+ * only MLPs it measured faster on (fusion_groups.c), else every one. */
+int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan);
+
 /* Whether fuse will try split_o, for tile: the module's groups (quietly;
- * false where they cannot be read) turn it on with all it needs. */
-bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx);
+ * false where they cannot be read) turn it on with all it needs; then
+ * *split_down_min_cols is split_down's rule (split_o needs split_down on
+ * the layer). */
+bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
+                                int64_t *split_down_min_cols);
 
 #endif

@@ -287,6 +287,37 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
 }
 
 
+/* Whether fuse's split_down will take every MLP once tiled with these
+ * rows: at least one, and each one's up projection (the second input of
+ * its silu_mul) unquantized (the mlp pattern has no quantized form) and cut
+ * into tiles of at least min_cols columns on average (fuse_split_down's
+ * rule, amk_fusion_split_down_min_cols). */
+static bool split_down_takes_every_mlp(const AmkModule *m, const int64_t *tile_rows,
+                                       int64_t min_cols) {
+  int mlps = 0;
+  for (uint32_t s = 0; s < m->n_tasks; s++) {
+    const AmkTask *silu = &m->tasks[s];
+    if (silu->op != AMK_OP_SILU_MUL || silu->n_inputs != 2)
+      continue;
+    bool taken = false;
+    for (uint32_t pos = 0; pos < m->n_tasks && !taken; pos++) {
+      const AmkTask *up = &m->tasks[pos];
+      int64_t n;
+      int64_t rows = tile_rows[pos];
+      if (!is_splittable_gemv(up) || up->n_outputs != 1 || up->outputs[0] != silu->inputs[1] ||
+          amk_rw_quantized(up) || !amk_task_param_int(up, "N_tile", &n) || n <= 0 || rows == 0)
+        continue;
+      /* rows < 0: that many balanced pieces (balanced_pieces). */
+      int64_t tiles = rows < 0 ? -rows : (n + rows - 1) / rows;
+      taken = n >= min_cols * tiles;
+    }
+    if (!taken)
+      return false;
+    mlps++;
+  }
+  return mlps > 0;
+}
+
 /* Splits GEMV task at list position `pos` (copied to `src`). */
 static bool split_gemv(AmkModule *m, AmkRwEdit *e, AmkPassContext *ctx,
                        uint32_t pos, const AmkTask *src, int64_t rows,
@@ -874,8 +905,10 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     plan.balanced = balanced_env[0] == '1';
   }
   /* Whether fuse's split_o will run (its groups and switches, read quietly:
-   * fuse reports a bad one when it runs). */
-  plan.split_o = amk_fusion_split_o_planned(m, ctx);
+   * fuse reports a bad one when it runs); it needs split_down, so also
+   * that split_down's column rule takes the MLPs as tiled here (below). */
+  int64_t split_down_min_cols = 1;
+  plan.split_o = amk_fusion_split_o_planned(m, ctx, &split_down_min_cols);
   if (!plan.n_tile) {
     if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
       amk_error(ctx->diag, no_loc,
@@ -891,6 +924,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     free(tile_rows);
     return false;
   }
+  if (plan.split_o)
+    plan.split_o = split_down_takes_every_mlp(m, tile_rows, split_down_min_cols);
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
