@@ -12,6 +12,8 @@ reference's format (json.dumps indent=2). Standard library only.
 """
 import argparse
 import json
+import os
+import re
 import sys
 
 
@@ -255,10 +257,22 @@ def new_const(p, name, shape):
     return bid
 
 
+def pattern_count():
+    """The GEMV patterns in include/amk/tables.h (AMK_GEMV_PATTERNS' rows),
+    so that an unknown one stays unknown when a pattern is added."""
+    tables = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "amk",
+                          "tables.h")
+    with open(tables) as f:
+        text = f.read()
+    body = text[text.index("#define AMK_GEMV_PATTERNS(X)"):]
+    body = body[:body.index("\n\n")]
+    return 1 + max(int(n) for n in re.findall(r"X\(\w+, (\d+),", body))
+
+
 def pattern_unknown(p):
-    """A GEMV tile whose flags name pattern 10 (there are 10: 0..9)."""
+    """A GEMV tile whose flags name the first pattern past the table."""
     t = pattern_tiles(p, 1)[0]
-    t["params"]["flags"] = 10 << 16
+    t["params"]["flags"] = pattern_count() << 16
 
 
 def pattern_inputs(p):

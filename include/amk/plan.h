@@ -104,8 +104,9 @@ typedef struct {
    * different formats, groups or scales, or read it otherwise too), so the
    * loader can quantize a checkpoint tensor into it. */
   AmkPlanQuant quant;
-  /* Written by mlp tiles (docs/Fusion.md), which add to it: an f32 buffer
-   * on a page of its own that every engine zeroes before each step. */
+  /* Written by accumulating tiles (mlp or attention_o, docs/Fusion.md),
+   * which add to it: an f32 buffer on a page of its own that every engine
+   * zeroes before each step. */
   bool accumulate;
 } AmkPlanBuffer;
 
