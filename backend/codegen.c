@@ -1042,9 +1042,11 @@ static bool gen_attention_o(Gen *g, const AmkTask *t, const AmkInstParams *p, Am
     return fail(g, t, "the KV cache is not rows of 2 x %" PRId64, kvw);
   int64_t rows = c.numel / (2 * kvw);
   /* The head's output, then the attention's scratch for one query head
-   * (as gen_attention's, with the key stage AMK_ATTN_ONE_STAGE_FLOATS) or
+   * (as gen_attention's, with chunks of 2 * ATTN_CHUNK keys and the key
+   * stage AMK_ATTN_ONE_STAGE_FLOATS) or
    * the share's hidden sums, whichever is larger. */
-  size_t attn = (size_t)(hd + ATTN_CHUNK + g->nt / 32 + attention_o_stage_floats(g) + hd + 2 * hd);
+  size_t attn =
+      (size_t)(hd + 2 * ATTN_CHUNK + g->nt / 32 + attention_o_stage_floats(g) + hd + 2 * hd);
   need_smem(g, (size_t)hd + (attn > (size_t)hidden ? attn : (size_t)hidden));
   EMIT(inst, attention_o, q.dtype, c.dtype, f.dtype, w.dtype, x.dtype, hd, nh, nkv, rows,
        per_head ? 1 : 0, hidden);

@@ -3999,10 +3999,15 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
   // 16-byte pieces divide it, else one partial row per key group.
   constexpr bool SHFL = VECV && CH <= 32 && 32 % CH == 0;
   constexpr int ACCR = ONE ? AMK_ATTN_ONE_STAGE_FLOATS : GQ * AMK_NT * 8;
+  // Keys a softmax chunk: an attention_o tile's one head takes twice as
+  // many, so that a window of up to 2048 rows is one pass (one max, one
+  // sum, one V pass), where the 1B at position 1024 (1025 rows) paid a
+  // second pass for its last row.
+  constexpr int CHUNK = ONE ? 2 * AMK_ATTN_CHUNK : AMK_ATTN_CHUNK;
   float scale = I.params.scale.f;
   float *qs = smem;                        // GQ * HD
-  float *sc = qs + GQ * HD;                // GQ * AMK_ATTN_CHUNK
-  float *red = sc + GQ * AMK_ATTN_CHUNK;   // AMK_NWARPS * GQ
+  float *sc = qs + GQ * HD;                // GQ * CHUNK
+  float *red = sc + GQ * CHUNK;   // AMK_NWARPS * GQ
   float *accr = red + AMK_NWARPS * GQ;     // ACCR: GQ * G * HD, or staged key rows
   float *fk = accr + ACCR, *fv = fk + HD;  // FRESH: row pos's key and value
   int tid = threadIdx.x;
@@ -4057,7 +4062,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
     // trip overlaps the query's.
     int early_rows = 0;
     if constexpr (KSTAGE) {
-      int n0 = win.kv_len < AMK_ATTN_CHUNK ? win.kv_len : AMK_ATTN_CHUNK;
+      int n0 = win.kv_len < CHUNK ? win.kv_len : CHUNK;
       int cached0 = fresh && n0 == win.kv_len ? n0 - 1 : n0;
       early_rows = cached0 < KROWS ? cached0 : KROWS;
       if (early_rows > 0)
@@ -4135,8 +4140,8 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
       for (int e = 0; e < VE; e++)
         acc[q][e] = 0.0f;
     }
-    for (int c0 = 0; c0 < win.kv_len; c0 += AMK_ATTN_CHUNK) {
-      int n = win.kv_len - c0 < AMK_ATTN_CHUNK ? win.kv_len - c0 : AMK_ATTN_CHUNK;
+    for (int c0 = 0; c0 < win.kv_len; c0 += CHUNK) {
+      int n = win.kv_len - c0 < CHUNK ? win.kv_len - c0 : CHUNK;
       float cm[GQ];
 #pragma unroll
       for (int q = 0; q < GQ; q++)
@@ -4186,7 +4191,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
               for (int q = 0; q < GQ; q++) {
                 float sq = d[q] * scale;
                 if (c == 0)
-                  sc[q * AMK_ATTN_CHUNK + j] = sq;
+                  sc[q * CHUNK + j] = sq;
                 cm[q] = fmaxf(cm[q], sq);
               }
             }
@@ -4220,7 +4225,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
 #pragma unroll
             for (int q = 0; q < GQ; q++) {
               float sq = sv[q] * scale;
-              sc[q * AMK_ATTN_CHUNK + j0 + j] = sq;
+              sc[q * CHUNK + j0 + j] = sq;
               cm[q] = fmaxf(cm[q], sq);
             }
           }
@@ -4233,7 +4238,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
 #pragma unroll
           for (int q = 0; q < GQ; q++) {
             float s = sv[q] * scale;
-            sc[q * AMK_ATTN_CHUNK + jj] = s;
+            sc[q * CHUNK + jj] = s;
             cm[q] = fmaxf(cm[q], s);
           }
         }
@@ -4245,7 +4250,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
           d += fk[e] * qs[wq * HD + e];
         float s = amk_warp_sum(d) * scale;
         if (lane == 0)
-          sc[wq * AMK_ATTN_CHUNK + n - 1] = s;
+          sc[wq * CHUNK + n - 1] = s;
 #pragma unroll
         for (int q = 0; q < GQ; q++)
           if (q == wq)
@@ -4261,8 +4266,8 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
       for (int jj = tid; jj < n; jj += AMK_NT) {
 #pragma unroll
         for (int q = 0; q < GQ; q++) {
-          float e = expf(sc[q * AMK_ATTN_CHUNK + jj] - cm[q]);
-          sc[q * AMK_ATTN_CHUNK + jj] = e;
+          float e = expf(sc[q * CHUNK + jj] - cm[q]);
+          sc[q * CHUNK + jj] = e;
           ls[q] += e;
         }
       }
@@ -4284,7 +4289,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
           for (int q = 0; q < GQ; q++)
 #pragma unroll
             for (int e = 0; e < VE; e++)
-              acc[q][e] += sc[q * AMK_ATTN_CHUNK + nv] * fv[c * VE + e];
+              acc[q][e] += sc[q * CHUNK + nv] * fv[c * VE + e];
         }
         if constexpr (VECV) {
           const char *vbase = (const char *)vc +
@@ -4308,7 +4313,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
               amk_unpack16<KDT>(raw[u], vv);
 #pragma unroll
               for (int q = 0; q < GQ; q++) {
-                float pj = sc[q * AMK_ATTN_CHUNK + jj + u * gn];
+                float pj = sc[q * CHUNK + jj + u * gn];
 #pragma unroll
                 for (int e = 0; e < VE; e++)
                   acc[q][e] += pj * vv[e];
@@ -4321,7 +4326,7 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
             float v = amk_ld<KDT>(vc, row0 + (long long)jj * RSTRIDE);
 #pragma unroll
             for (int q = 0; q < GQ; q++)
-              acc[q][0] += sc[q * AMK_ATTN_CHUNK + jj] * v;
+              acc[q][0] += sc[q * CHUNK + jj] * v;
           }
         }
       }
