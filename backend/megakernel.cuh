@@ -4016,8 +4016,10 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
   // only its own columns of the head (the scores still need whole keys), so
   // its threads spread over more keys and a long window takes fewer round
   // trips.
+  // (Not with KSPLIT, whose key pass maps lanes by c and g too.)
+  constexpr bool KSPLIT = AMK_ATTN_KEY_SPLIT != 0 && VECV && CH <= 32 && 32 % CH == 0;
   int ch = CH, c = tid % CH, g = tid / CH, gn = G, d_lo = 0, d_hi = HD;
-  if constexpr (ONE && SHFL) {
+  if constexpr (ONE && SHFL && !KSPLIT) {
     int d0 = I.params.n_off.i % HD, n_cols = I.params.N_tile.i, pieces = n_cols / VE;
     if (d0 % VE == 0 && n_cols % VE == 0 && pieces > 0 && 32 % pieces == 0) {
       ch = pieces;
@@ -4031,7 +4033,6 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
   bool vthread = ch <= AMK_NT && g < gn;
   // The key pass: CH lanes a key (KSPLIT), or key rows staged in shared
   // memory (KSTAGE, KROWS at a time), or each thread its key's row.
-  constexpr bool KSPLIT = AMK_ATTN_KEY_SPLIT != 0 && VECV && CH <= 32 && 32 % CH == 0;
   constexpr bool KSTAGE = !KSPLIT && AMK_ATTN_K_STAGE != 0 && VECV && (CH & (CH - 1)) == 0 &&
                           (ACCR * 4) / (HD * ESZ) >= 1;
   constexpr int KROWS = KSTAGE ? (ACCR * 4) / (HD * ESZ) : 1;
