@@ -12,7 +12,8 @@
 # A variant is `NAME:` followed by VAR=VALUE words (none: the defaults);
 # `--` separates variants; AMK_BUILD=DIR in a variant runs DIR/bin/amk-run.
 # -s: shapes (examples/configs/NAME; default
-# llama-3.2-1b); -r: rounds (default 2). The 1B shape is timed at positions
+# llama-3.2-1b); -r: rounds (default 2); -a: more amk-run arguments for every
+# run (-a "--quant int8"). The 1B shape is timed at positions
 # 0 and 1024, the others at 0. Environment: AMK_BUILD (default build), OUT
 # (logs and traces; default /tmp/amk-bench-ab).
 set -u
@@ -23,11 +24,13 @@ mkdir -p "$LOG"
 export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
 shapes="llama-3.2-1b"
 rounds=2
-while getopts "s:r:" opt; do
+extra=""
+while getopts "s:r:a:" opt; do
   case $opt in
     s) shapes=$OPTARG ;;
     r) rounds=$OPTARG ;;
-    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
+    a) extra=$OPTARG ;;
+    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] [-a ARGS] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -65,10 +68,10 @@ for shape in $shapes; do
       for w in ${envs[$i]}; do
         case $w in AMK_BUILD=*) bin=${w#AMK_BUILD=}/bin ;; esac
       done
-      # shellcheck disable=SC2086
+      # shellcheck disable=SC2086 # $extra: words
       env ${envs[$i]} timeout 300 "$bin/amk-run" "examples/configs/$shape" --random-weights 1 \
         --dtype bf16 --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 \
-        --json --trace "$LOG/$tag.trace.json" >"$LOG/$tag.log" 2>&1
+        --json --trace "$LOG/$tag.trace.json" $extra >"$LOG/$tag.log" 2>&1
       echo "$tag rc=$?"
     done
   done
