@@ -51,6 +51,9 @@ typedef struct {
   /* The longest weight row of a GEMV tile the weight ring could stream
    * (decode, rows of whole 16-byte vectors); sizes the ring's slots. */
   int64_t max_stream_row_bytes;
+  /* A quantized decode GEMV tile streams its rows and scales to L2 (in the
+   * L2 and hybrid modes; AMK_STREAM_SCALES). */
+  bool quant_streams;
   /* The hybrid stream's candidates for the ring (16-bit decode GEMV and
    * combine tiles of at most one row a thread): the longest tile of each
    * row length and stack, which size the ring (stream_geometry). */
@@ -220,6 +223,7 @@ enum {
   RING_MAX_SLOTS = 64,
   STREAM_HEADER_BYTES = 12288, /* AMK_STREAM_HEADER_BYTES: the descriptor table */
   STREAM_HEADER_NORM_BYTES = 16384, /* the same, its entries naming norm weights to stage */
+  STREAM_HEADER_SCALES_BYTES = 4096, /* more where they name quantized tiles' scales */
   MAX_LOOKAHEAD = 64,
   SMEM_LIMIT_BYTES = 227 * 1024,
   STATIC_SMEM_RESERVE = 2048, /* the staged records (megakernel.cuh) and a few flags */
@@ -281,8 +285,10 @@ static void note_ring_tile(Gen *g, const BufInfo *w, int64_t row_bytes, int64_t 
 /* The stream header's bytes: its descriptors grow by the norm weight to
  * stage where any is (AMK_NORM_STAGE_BYTES). */
 static size_t stream_header_bytes(const Gen *g, const AmkCodegenOptions *opt) {
-  return g->norm_stage_bytes > 0 || (opt && opt->mlp_head_kb > 0) ? STREAM_HEADER_NORM_BYTES
-                                                                  : STREAM_HEADER_BYTES;
+  size_t bytes = g->norm_stage_bytes > 0 || (opt && opt->mlp_head_kb > 0)
+                     ? STREAM_HEADER_NORM_BYTES
+                     : STREAM_HEADER_BYTES;
+  return bytes + (g->quant_streams ? STREAM_HEADER_SCALES_BYTES : 0);
 }
 
 static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt,
@@ -290,7 +296,8 @@ static StreamGeometry stream_geometry(const Gen *g, const AmkCodegenOptions *opt
   const size_t header = stream_header_bytes(g, opt);
   StreamGeometry r = {STREAM_OFF, 0, 0, RING_MIN_SLOT_BYTES, 0, g->smem, 0, 0};
   AmkWeightStream want = opt ? opt->weight_stream : AMK_WEIGHT_STREAM_DEFAULT;
-  if (want == AMK_WEIGHT_STREAM_OFF || g->max_stream_row_bytes <= 0 || lookahead < 0)
+  if (want == AMK_WEIGHT_STREAM_OFF || (g->max_stream_row_bytes <= 0 && !g->quant_streams) ||
+      lookahead < 0)
     return r;
   r.lookahead = lookahead > MAX_LOOKAHEAD ? MAX_LOOKAHEAD : lookahead;
   r.l2_ahead_bytes = (int64_t)(opt && opt->l2_ahead_kb > 0 ? opt->l2_ahead_kb : 64) * 1024;
@@ -376,12 +383,15 @@ static bool quant_weights_match(Gen *g, const AmkTask *t, const AmkInstParams *p
 static int64_t quant_piece_cols(int64_t qdtype) {
   return qdtype == AMK_QDTYPE_INT8 ? 16 : 32;
 }
+/* The bytes of a quantized row of K columns (AmkQuant::row_bytes). */
+static int64_t quant_row_bytes(int64_t qdtype, int64_t k) {
+  return qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
+}
 /* Whether a quantized row goes by 16-byte pieces, each in one group
  * (amk_qvec_ok). */
 static bool quant_pieces_ok(int64_t qdtype, int64_t k, int64_t group) {
   int64_t cols = quant_piece_cols(qdtype);
-  int64_t row_bytes = qdtype == AMK_QDTYPE_INT8 ? k : (k + 1) / 2;
-  return k % cols == 0 && group % cols == 0 && row_bytes % 16 == 0;
+  return k % cols == 0 && group % cols == 0 && quant_row_bytes(qdtype, k) % 16 == 0;
 }
 
 /* A weight-only quantized GEMM tile (prefill, docs/Quantization.md):
@@ -556,7 +566,9 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
                          (16 + 4);
     size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
                   (size_t)(stack * n_tile) + 4;
-    size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_BYTES) / 4;
+    size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_NORM_BYTES -
+                   STREAM_HEADER_SCALES_BYTES) /
+                  4;
     while (g->qgemv_stages > 1 &&
            base + (size_t)(g->nt / 32) * (size_t)g->qgemv_stages * stage_bytes / 4 > room)
       g->qgemv_stages /= 2;
@@ -567,6 +579,8 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   }
   if (g->qgemv_mma)
     need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + 32 + (size_t)(k / 16) * 12);
+  if (quant_row_bytes(p->qdtype.i, k) % 16 == 0)
+    g->quant_streams = true;
   EMIT(inst, gemv_quant, pattern, x.dtype, w.dtype, o.dtype, aux_in ? (int)a.dtype : 0,
        sc.dtype, k, n_out, stack, group, bias ? 1 : 0, staged ? 1 : 0);
   return true;
@@ -810,6 +824,8 @@ static bool gen_gemv_combine(Gen *g, const AmkTask *t, const AmkInstParams *p,
     int64_t parts = (int64_t)t->n_inputs - (more - 1);
     /* xs with amk_xpad's gaps, then the combine's weights and denominators. */
     need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + (size_t)(nh * parts + nh));
+    if (quant_row_bytes(p->qdtype.i, k) % 16 == 0)
+      g->quant_streams = true;
     EMIT(inst, gemv_quant_combine, p0.dtype, w.dtype, o.dtype, r.dtype, sc.dtype, hd, nh,
          parts, n_out, p->group.i);
     return true;
@@ -1862,6 +1878,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_NORM_STAGE_BYTES %zu\n", g.norm_stage_bytes);
   if (ring.mlp_head_bytes > 0)
     amk_sb_printf(&s, "#define AMK_MLP_HEAD_BYTES %zu\n", ring.mlp_head_bytes);
+  if (ring.mode != STREAM_OFF && g.quant_streams)
+    amk_sb_puts(&s, "#define AMK_STREAM_SCALES 1\n");
   if (ring.mode == STREAM_L2 && opt && opt->l2_hold_kb > 0)
     amk_sb_printf(&s, "#define AMK_L2_HOLD_BYTES %lld\n", (long long)opt->l2_hold_kb * 1024);
   if (ring.mode != STREAM_OFF)
@@ -1913,6 +1931,11 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
     else if (strncmp(keys[k], "amk_attention_o<", 16) == 0)
       amk_sb_printf(&s, "  case %d: return amk_attention_o_stream%s();\n", k, keys[k] + 15);
+    else if (strncmp(keys[k], "amk_gemv_quant<", 15) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_gemv_quant_stream%s();\n", k, keys[k] + 14);
+    else if (strncmp(keys[k], "amk_gemv_quant_combine<", 23) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_gemv_quant_combine_stream%s();\n", k,
+                    keys[k] + 22);
   }
   amk_sb_puts(&s, "  default: return amk_stream_info_t{0, 0, 0, 0, 0};\n  }\n}\n");
   /* What a variant reads ahead of its waits, and the cache span it reads

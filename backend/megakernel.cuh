@@ -524,6 +524,10 @@ __device__ __forceinline__ void amk_prefetch(AmkA A) {
 #ifndef AMK_STREAM_MODE
 #define AMK_STREAM_MODE 0
 #endif
+// Whether quantized GEMV tiles stream (their descriptors name their scales).
+#ifndef AMK_STREAM_SCALES
+#define AMK_STREAM_SCALES 0
+#endif
 // Whether the stream prefetches whole tiles to L2, and whether it has a ring.
 #define AMK_STREAM_HAS_L2 (AMK_STREAM_MODE == 1 || AMK_STREAM_MODE == 3)
 #define AMK_STREAM_HAS_RING (AMK_STREAM_MODE == 2 || AMK_STREAM_MODE == 3)
@@ -592,6 +596,7 @@ struct amk_stream_info_t {
   int row_bytes, stack, nout, ring;
   int norm_bytes; // its norm weight's bytes that the pump stages (amk_norm_stage_bytes)
   int head;       // an mlp variant that reads its first rows from the head buffer
+  int scale_row_bytes; // a quantized variant: the bytes of a weight row's scales (input 2)
 };
 __device__ amk_stream_info_t amk_variant_stream(int variant);
 
@@ -610,6 +615,13 @@ struct AmkStreamDesc {
 #endif
 #if AMK_MLP_HEAD_BYTES > 0
   int head_bytes; // an mlp tile's first gate rows copied to the head buffer (0: none)
+#endif
+#if AMK_STREAM_SCALES
+  // A quantized tile's scales (a 16-byte-aligned span over range 0's rows,
+  // inside the arena's 256-byte-aligned buffer), prefetched with its
+  // weights: a scale that missed L2 would hold up the rows read from it.
+  const char *scales;
+  int scale_bytes, scale_stride;
 #endif
 };
 
@@ -722,6 +734,19 @@ __device__ void amk_stream_describe(AmkP P, AmkStream *S, int from, int to, int 
       head_rows = head_rows < d.rows ? head_rows : d.rows;
       if (info.head && AMK_STREAM_MODE == 1 && ((unsigned long long)d.weights & 15ull) == 0)
         d.head_bytes = head_rows * info.row_bytes;
+#endif
+#if AMK_STREAM_SCALES
+      // Range r's span is range 0's moved by the stride: 16-byte aligned
+      // only when the stride is (one range: any).
+      if (info.scale_row_bytes > 0 && J.n_inputs > 2 &&
+          (d.stack == 1 || (info.nout * info.scale_row_bytes) % 16 == 0)) {
+        unsigned long long lo = (unsigned long long)aux[idx].io[2] +
+                                (unsigned long long)J.params.n_off.i * info.scale_row_bytes;
+        unsigned long long hi = lo + (unsigned long long)d.rows * info.scale_row_bytes;
+        d.scales = (const char *)(lo & ~15ull);
+        d.scale_bytes = (int)(((hi + 15ull) & ~15ull) - (lo & ~15ull));
+        d.scale_stride = info.nout * info.scale_row_bytes;
+      }
 #endif
     } else if (AMK_KV_PREFETCH == 2 && AMK_STREAM_HAS_L2) {
       const char *base;
@@ -937,6 +962,18 @@ __device__ __forceinline__ void amk_stream_l2(AmkStream *S, AmkStreamDesc &d, in
                          d.weights + r * d.range_stride),
                      "r"((unsigned)bytes)
                      : "memory");
+#if AMK_STREAM_SCALES
+    // Its scales whole, with any prefix of its rows (they are 1/64 of an
+    // int8 row at groups of 128).
+    if (bytes > 0 && d.scale_bytes > 0) {
+      for (int r = 0; r < d.stack; r++)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                         d.scales + (long long)r * d.scale_stride),
+                     "r"((unsigned)d.scale_bytes)
+                     : "memory");
+      bytes += d.scale_bytes;
+    }
+#endif
     d.prefetched = S->load_k > k ? (int)(bytes * d.stack) : 0;
     S->ahead_bytes += d.prefetched;
   } else if (d.kv_bytes > 0) {
@@ -3491,6 +3528,25 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   }
 }
 
+// The weight stream's view of a quantized GEMV variant (and of the
+// quantized combine's, amk_gemv_quant_combine_info): in L2 mode its rows of
+// qW, whole 16-byte pieces, and its scales; never the ring (the body reads
+// global memory).
+template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP>
+__device__ constexpr amk_stream_info_t amk_gemv_quant_info() {
+  constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  constexpr int NG = (K + GROUP - 1) / GROUP, SB = SDT == AMK_ABI_DTYPE_F32 ? 4 : 2;
+  if constexpr (AMK_STREAM_HAS_L2 && AMK_STREAM_SCALES && RB % 16 == 0)
+    return amk_stream_info_t{(int)RB, STACK, NOUT, 0, 0, 0, NG * SB};
+  else
+    return amk_stream_info_t{0, 0, 0, 0, 0, 0, 0};
+}
+template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
+          int GROUP, int BIAS, int STAGED>
+__device__ amk_stream_info_t amk_gemv_quant_stream() {
+  return amk_gemv_quant_info<QDT, SDT, K, NOUT, STACK, GROUP>();
+}
+
 // ---- weight-only quantized GEMM tiles (prefill, W8A16 / W4A16) --------------------
 //
 // out[m, n] = sum_k x[m, k] * (q[n, k] * scale[n, k / GROUP]) over the
@@ -5166,6 +5222,12 @@ __device__ void amk_gemv_quant_combine(AmkP P, AmkI I, AmkA A, int idx, int pos,
   }
   amk_gemv_quant_rows<AMK_ABI_PATTERN_RESIDUAL, QDT, ODT, ADT, SDT, K, NOUT, 1, GROUP, 0>(
       Q, S, res, out, xs, n_off, n_tile);
+}
+
+template <int PDT, int QDT, int ODT, int ADT, int SDT, int HD, int NH, int NP, int NOUT,
+          int GROUP>
+__device__ amk_stream_info_t amk_gemv_quant_combine_stream() {
+  return amk_gemv_quant_info<QDT, SDT, NH * HD, NOUT, 1, GROUP>();
 }
 
 // rope_kv: KV heads [n_off, n_off + N_tile): k rotated at the step position
