@@ -3968,8 +3968,9 @@ template <int GQ, bool MAX> __device__ __forceinline__ void amk_block_reduce_n(f
 #endif
 // An attention_o tile (ONE) attends for one query head over the whole
 // window (no KV partitions): by default 64 KiB of scratch for staged key
-// rows, so that a 1024-row window of the 1B takes two round trips where the
-// V pass's 8 KiB took sixteen (AMK_CUDA_ATTN_O_STAGE_KB sets it;
+// rows, two buffers of 256 of the 1B's rows (a 1024-row window is four
+// sub-stages, each copying while the one before is scored) where the V
+// pass's 8 KiB held 64 (AMK_CUDA_ATTN_O_STAGE_KB sets it;
 // gen_attention_o sizes the shared memory to match). Measured in one run
 // on an H200 (1B at 1024, medians of two rounds, docs/Performance.md):
 // 32 KiB 0.982 ms, 64 KiB 0.968, 96 KiB 0.966.
@@ -4092,17 +4093,21 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
   constexpr bool KSTAGE = !KSPLIT && AMK_ATTN_K_STAGE != 0 && VECV && (CH & (CH - 1)) == 0 &&
                           (ACCR * 4) / (HD * ESZ) >= 1;
   constexpr int KROWS = KSTAGE ? (ACCR * 4) / (HD * ESZ) : 1;
+  // Two buffers of HR rows (one where a row is all the stage holds): the
+  // next rows copy while these are scored.
+  constexpr int NBUF = KROWS >= 2 ? 2 : 1, HR = KROWS / NBUF;
   char *kst = (char *)accr;
   // KSTAGE: rows [j0, j0 + nk) of the chunk at c0 (KV head columns kcol)
-  // into accr (free until the V pass's sums), piece v of row j at slot
-  // v ^ (j % CH): a quarter-warp's 16-byte reads of one piece of eight
-  // consecutive rows then fall in distinct banks.
-  auto stage_keys = [&](int c0, int j0, int nk, long long kcol) {
+  // into buffer b of accr (free until the V pass's sums), piece v of row j
+  // at slot v ^ (j % CH): a quarter-warp's 16-byte reads of one piece of
+  // eight consecutive rows then fall in distinct banks. One commit group.
+  auto stage_keys = [&](int c0, int j0, int nk, long long kcol, int b) {
     const char *kbase = (const char *)kc + ((long long)(win.kv_start + c0) * RSTRIDE + kcol) * ESZ;
+    char *dst = kst + (long long)b * HR * CH * 16;
     for (int i = tid; i < nk * CH; i += AMK_NT) {
       int j = i / CH, v = i - j * CH;
       const char *src = kbase + ((long long)(j0 + j) * RSTRIDE + (long long)v * VE) * ESZ;
-      amk_cp_async16(amk_smem_addr(kst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16), src,
+      amk_cp_async16(amk_smem_addr(dst + ((long long)j * CH + (v ^ (j & (CH - 1)))) * 16), src,
                      true);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -4117,13 +4122,14 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
     // The first staged key rows go out before the query is loaded and
     // rotated: rows below pos do not depend on this step, so their round
     // trip overlaps the query's.
-    int early_rows = 0;
+    int early_subs = 0; // the first chunk's sub-stages (HR rows) issued
     if constexpr (KSTAGE) {
       int n0 = win.kv_len < CHUNK ? win.kv_len : CHUNK;
       int cached0 = fresh && n0 == win.kv_len ? n0 - 1 : n0;
-      early_rows = cached0 < KROWS ? cached0 : KROWS;
-      if (early_rows > 0)
-        stage_keys(0, 0, early_rows, kcol);
+      for (; early_subs < NBUF && early_subs * HR < cached0; early_subs++) {
+        int j0 = early_subs * HR;
+        stage_keys(0, j0, cached0 - j0 < HR ? cached0 - j0 : HR, kcol, early_subs);
+      }
     }
     if constexpr (ROPE) {
       // The pass's query heads, rotated, and (FRESH) row pos of KV head kvh
@@ -4255,20 +4261,32 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
           }
         }
       } else if constexpr (KSTAGE) {
-        for (int j0 = 0; j0 < ncache; j0 += KROWS) {
-          int nk = ncache - j0 < KROWS ? ncache - j0 : KROWS;
-          if (j0 > 0)
-            __syncthreads(); // the rows before are scored
-          if (c0 > 0 || j0 > 0 || nk != early_rows) // else issued before the query
-            stage_keys(c0, j0, nk, kcol);
-          amk_cp_async_wait<0>();
+        // Sub-stage s (rows [s HR, s HR + HR)) goes to buffer s % NBUF; the
+        // one after the next is issued once s is scored, so at most NBUF
+        // are in flight and the chunk's last ends with nothing pending (the
+        // V pass's sums reuse the buffers).
+        int nsub = (ncache + HR - 1) / HR;
+        int issued = c0 == 0 ? early_subs : 0;
+        auto issue_sub = [&](int t) {
+          int j0 = t * HR;
+          stage_keys(c0, j0, ncache - j0 < HR ? ncache - j0 : HR, kcol, t % NBUF);
+        };
+        for (; issued < nsub && issued < NBUF; issued++)
+          issue_sub(issued);
+        for (int sub = 0; sub < nsub; sub++) {
+          int j0 = sub * HR, nk = ncache - j0 < HR ? ncache - j0 : HR;
+          if (issued > sub + 1)
+            amk_cp_async_wait<1>();
+          else
+            amk_cp_async_wait<0>();
           __syncthreads();
+          const char *kbuf = kst + (long long)(sub % NBUF) * HR * CH * 16;
           for (int j = tid; j < nk; j += AMK_NT) {
             float sv[GQ];
 #pragma unroll
             for (int q = 0; q < GQ; q++)
               sv[q] = 0.0f;
-            const uint4 *row = (const uint4 *)(kst + (long long)j * CH * 16);
+            const uint4 *row = (const uint4 *)(kbuf + (long long)j * CH * 16);
 #pragma unroll
             for (int v = 0; v < CH; v++) {
               float k[VE];
@@ -4285,6 +4303,10 @@ __device__ __forceinline__ void amk_attention_run(AmkP P, AmkI I, AmkA A, int id
               sc[q * CHUNK + j0 + j] = sq;
               cm[q] = fmaxf(cm[q], sq);
             }
+          }
+          if (issued < nsub) {
+            __syncthreads(); // this buffer's rows are scored
+            issue_sub(issued++);
           }
         }
       } else {
