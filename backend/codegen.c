@@ -283,7 +283,8 @@ static void note_ring_tile(Gen *g, const BufInfo *w, int64_t row_bytes, int64_t 
 }
 
 /* The stream header's bytes: its descriptors grow by the norm weight to
- * stage where any is (AMK_NORM_STAGE_BYTES). */
+ * stage where any is (AMK_NORM_STAGE_BYTES), and by the scales' span where
+ * quantized tiles stream (AMK_STREAM_SCALES). */
 static size_t stream_header_bytes(const Gen *g, const AmkCodegenOptions *opt) {
   size_t bytes = g->norm_stage_bytes > 0 || (opt && opt->mlp_head_kb > 0)
                      ? STREAM_HEADER_NORM_BYTES

@@ -3529,9 +3529,9 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
 }
 
 // The weight stream's view of a quantized GEMV variant (and of the
-// quantized combine's, amk_gemv_quant_combine_info): in L2 mode its rows of
-// qW, whole 16-byte pieces, and its scales; never the ring (the body reads
-// global memory).
+// quantized combine's, amk_gemv_quant_combine_stream): in the L2 and hybrid
+// modes its rows of qW, whole 16-byte pieces, and its scales; never the
+// ring (the body reads global memory).
 template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP>
 __device__ constexpr amk_stream_info_t amk_gemv_quant_info() {
   constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
