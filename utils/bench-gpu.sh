@@ -13,7 +13,10 @@
 #
 # Environment: AMK_BUILD (build folder, default build), AMK_ANCHORS (the path
 # of anchors.py; default ../shared/bench/anchors.py, else shared/bench/...;
-# empty or missing: no anchors), OUT (logs; default /tmp/amk-bench-gpu).
+# empty or missing: no anchors), OUT (logs; default /tmp/amk-bench-gpu),
+# AMK_BENCH_QUANT (weight-only formats to time too, "int8 int4" or either:
+# each shape again with --quant, and a table of them beside the bf16 step
+# and cuBLAS's bf16 linears, docs/Quantization.md; default none).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${AMK_BUILD:-build}/bin
@@ -21,6 +24,10 @@ LOG=${OUT:-/tmp/amk-bench-gpu}
 mkdir -p "$LOG"
 export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
 SHAPES=("$@")
+QUANTS=${AMK_BENCH_QUANT-}
+for q in $QUANTS; do
+  case $q in int8 | int4) ;; *) echo "bench-gpu: AMK_BENCH_QUANT takes int8 and int4, not '$q'" >&2; exit 2 ;; esac
+done
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(llama-3.2-1b smollm2-135m llama-3.1-8b qwen2.5-0.5b qwen3-0.6b)
 ANCHORS=${AMK_ANCHORS-}
 if [ -z "${AMK_ANCHORS+set}" ]; then
@@ -39,6 +46,13 @@ for shape in "${SHAPES[@]}"; do
     --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
     --trace "$LOG/$shape.trace.json" >"$LOG/$shape.bench.log" 2>&1
   echo "rc=$?"
+  for q in $QUANTS; do
+    echo "== ours: $shape --quant $q (positions $pos)"
+    timeout 150 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
+      --max-seq 2048 --quant "$q" --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 \
+      --json >"$LOG/$shape.$q.bench.log" 2>&1
+    echo "rc=$?"
+  done
   if [ "$shape" = llama-3.2-1b ]; then
     # Time to first token of a 512-token prompt: one prefill program of 512
     # rows, its KV rows copied into the fused decode program's caches, plus
@@ -67,9 +81,10 @@ else
   echo "== anchors: anchors.py not found (set AMK_ANCHORS); ours alone"
 fi
 
-python3 - "$LOG" "${SHAPES[@]}" <<'PY'
+AMK_BENCH_QUANT="$QUANTS" python3 - "$LOG" "${SHAPES[@]}" <<'PY'
 import json, os, re, sys
 log, shapes = sys.argv[1], sys.argv[2:]
+quants = os.environ.get("AMK_BENCH_QUANT", "").split()
 anchors = {}
 path = os.path.join(log, "anchors.json")
 if os.path.exists(path):
@@ -78,8 +93,9 @@ if os.path.exists(path):
             anchors[r["model"]] = r
         elif "gpu" in r:
             anchors["_info"] = r
-def ours(shape):
-    text = open(os.path.join(log, shape + ".bench.log")).read()
+def ours(shape, quant=None):
+    p = os.path.join(log, shape + (f".{quant}" if quant else "") + ".bench.log")
+    text = open(p).read() if os.path.exists(p) else ""
     lines = [l for l in text.splitlines() if l.startswith("{")]
     return json.loads(lines[-1]) if lines else None
 info = anchors.get("_info", {})
@@ -119,6 +135,33 @@ if "llama-3.2-1b" in shapes and os.path.exists(p):
               f"{pf['ttft_ms']:.3f} | {hf if hf else '-'} | {ratio} |")
     else:
         print("| llama-3.2-1b | 512 | no prefill result (see llama-3.2-1b.prefill.log) | | | | |")
+    print()
+# Weight-only quantized steps beside the bf16 one (AMK_BENCH_QUANT): the %
+# of read bandwidth counts the bytes a step streams (weights and scales).
+if quants:
+    head = "| shape | pos | bf16 ms | " + " | ".join(f"{q} ms (% read bw) | {q} vs bf16 | {q} vs cuBLAS" for q in quants)
+    head += " | cuBLAS bf16 linears ms | check |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for s in shapes:
+        base = ours(s)
+        lin = anchors.get(s, {}).get("cublas_linears_graph", {}).get("median_ms")
+        runs = {q: ours(s, q) for q in quants}
+        for i, r in enumerate(base["results"] if base else []):
+            t = r["median_ms"]
+            cells, checks = [], {r["check"]}
+            for q in quants:
+                o = runs[q]
+                qr = next((x for x in (o or {}).get("results", []) if x["pos"] == r["pos"]), None)
+                if not qr:
+                    cells.append(f"no result (see {s}.{q}.bench.log) | - | -")
+                    continue
+                tq = qr["median_ms"]
+                checks.add(qr["check"])
+                vl = f"{lin / tq:.2f}x" if lin else "-"
+                cells.append(f"{tq:.4f} ({qr['pct_read_bw']:.1f}%) | {t / tq:.2f}x | {vl}")
+            l = f"{lin:.3f}" if lin else "-"
+            print(f"| {s} | {r['pos']} | {t:.4f} | " + " | ".join(cells) + f" | {l} | {','.join(sorted(checks))} |")
     print()
 print("floor: weight bytes over the read bandwidth amk-run measured in the same run;")
 print("ours vs X: X's time over ours (above 1: we are faster).")
