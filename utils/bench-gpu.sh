@@ -36,22 +36,27 @@ if [ -z "${AMK_ANCHORS+set}" ]; then
   done
 fi
 
+# One decode bench of a shape at positions $2 into log $3, with more
+# amk-run arguments after those.
+bench() {
+  local shape=$1 pos=$2 log=$3
+  shift 3
+  timeout 150 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
+    --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
+    "$@" >"$log" 2>&1
+  echo "rc=$?"
+}
+
 for shape in "${SHAPES[@]}"; do
   case $shape in
     llama-3.2-1b) pos=0,1024 ;;
     *) pos=0 ;;
   esac
   echo "== ours: $shape (positions $pos)"
-  timeout 150 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
-    --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 --json \
-    --trace "$LOG/$shape.trace.json" >"$LOG/$shape.bench.log" 2>&1
-  echo "rc=$?"
+  bench "$shape" "$pos" "$LOG/$shape.bench.log" --trace "$LOG/$shape.trace.json"
   for q in $QUANTS; do
     echo "== ours: $shape --quant $q (positions $pos)"
-    timeout 150 "$BIN/amk-run" "examples/configs/$shape" --random-weights 1 --dtype bf16 \
-      --max-seq 2048 --quant "$q" --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 \
-      --json >"$LOG/$shape.$q.bench.log" 2>&1
-    echo "rc=$?"
+    bench "$shape" "$pos" "$LOG/$shape.$q.bench.log" --quant "$q"
   done
   if [ "$shape" = llama-3.2-1b ]; then
     # Time to first token of a 512-token prompt: one prefill program of 512
