@@ -67,6 +67,7 @@ typedef struct {
   int64_t kv_partitions; /* 1: no split-KV */
   bool balanced;         /* balanced_pieces below (AMK_TILE_BALANCED=0: off) */
   bool split_o;          /* fuse's split_o will run: no automatic split-KV */
+  int64_t mlp_cols;      /* gate and up tiles' columns (AMK_TILE_MLP_COLS); 0: as others */
 } TilePlan;
 
 typedef struct {
@@ -241,11 +242,15 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
   /* The second inputs of silu_mul tasks (up): their GEMV is stacked with
    * the first's (gate). */
   int32_t *stacked = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *stacked);
+  int32_t *gates = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *gates);
   size_t n_stacked = 0;
   for (uint32_t pos = 0; pos < m->n_tasks; pos++)
-    if (m->tasks[pos].op == AMK_OP_SILU_MUL && m->tasks[pos].n_inputs == 2)
+    if (m->tasks[pos].op == AMK_OP_SILU_MUL && m->tasks[pos].n_inputs == 2) {
+      gates[n_stacked] = m->tasks[pos].inputs[0];
       stacked[n_stacked++] = m->tasks[pos].inputs[1];
+    }
   qsort(stacked, n_stacked, sizeof *stacked, compare_ids);
+  qsort(gates, n_stacked, sizeof *gates, compare_ids);
   int64_t *rows = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *rows);
   PhaseEntry *order = amk_xcalloc(m->n_tasks ? m->n_tasks : 1, sizeof *order);
   uint32_t n = 0;
@@ -278,10 +283,16 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
                          : balanced_pieces(plan, n_tile,
                                            auto_tile_rows(n_tile, plan->num_sms,
                                                           TILE_ROW_MULTIPLE));
+      int32_t out = order[k].task->outputs[0];
+      if (plan->mlp_cols > 0 && !plan->n_tile && m_blocks == 0 &&
+          (bsearch(&out, stacked, n_stacked, sizeof *stacked, compare_ids) ||
+           bsearch(&out, gates, n_stacked, sizeof *gates, compare_ids)))
+        rows[order[k].pos] = plan->mlp_cols;
     }
     i = j;
   }
   free(order);
+  free(gates);
   free(stacked);
   return rows;
 }
@@ -903,6 +914,22 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
       return false;
     }
     plan.balanced = balanced_env[0] == '1';
+  }
+  /* AMK_TILE_MLP_COLS=N: the gate and up projections in tiles of N
+   * columns (a measurement knob: split_down's mlp tiles each add all of
+   * the hidden size into one accumulator, so fewer, wider tiles mean fewer
+   * atomic adds on each of its elements). */
+  const char *mlp_cols_env = getenv("AMK_TILE_MLP_COLS");
+  if (mlp_cols_env && *mlp_cols_env) {
+    char *end;
+    long long cols = strtoll(mlp_cols_env, &end, 10);
+    if (*end || cols < MIN_TILE_ROWS || cols > INT32_MAX) {
+      amk_error(ctx->diag, no_loc,
+                "tile: AMK_TILE_MLP_COLS must be an integer in [%d, %d], not '%s'",
+                MIN_TILE_ROWS, INT32_MAX, mlp_cols_env);
+      return false;
+    }
+    plan.mlp_cols = cols;
   }
   /* Whether fuse's split_o will run (its groups and switches, read quietly:
    * fuse reports a bad one when it runs); it needs split_down, so also
