@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amk/tp.h"
 #include "validate_graph.h" /* amk_value_repr */
 
 static const AmkLoc no_loc = {0, 0};
@@ -256,6 +257,14 @@ int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan) {
 
 bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
                                 int64_t *split_down_min_cols) {
+  /* A rank program's o projection writes a partial for the cross-rank
+   * all-reduce, which attention_o tiles do not feed: fuse leaves its
+   * attention tiles alone, so tile must not drop their split-KV for it
+   * (two H200s, 8B --tp 2: without split-KV the attention at position
+   * 1024 took 31 us a layer, one tile per KV head; docs/TensorParallel.md). */
+  int64_t tp_size, tp_rank;
+  if (amk_module_tp(m, &tp_size, &tp_rank) && tp_size >= 2)
+    return false;
   AmkFusionPlan plan;
   if (!amk_fusion_plan_read(m, ctx, NULL, &plan) || !amk_fusion_split_o(&plan))
     return false;
