@@ -234,6 +234,7 @@ enum {
   QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
   GEMV_MMA_MAX_ROWS = 64, /* AMK_GEMV_MMA_MAX_ROWS: the largest tile on the tensor cores */
   NORM_STAGE_MAX_BYTES = 32768, /* the largest norm weight staged (AMK_CUDA_NORM_STAGE) */
+  TP_STAGE_VECS = 8, /* AMK_TP_STAGE_VECS: a cross-rank all-reduce's 16-byte slots a thread */
 };
 
 typedef struct {
@@ -1153,6 +1154,10 @@ static bool gen_allreduce_tp(Gen *g, const AmkTask *t, const AmkInstParams *p,
                 "(%" PRId64 ")", a.numel, n_off, o.numel);
   EMIT(inst, allreduce_tp, a.dtype, o.dtype, o.numel, a.numel, n_off, slot->seq, slot->flags,
        slot->data, g->tp_size);
+  /* A large one's vectors pass through shared memory, TP_STAGE_VECS a
+   * thread (the device's rule: more of them a thread than that). */
+  if (o.numel / 4 > (int64_t)TP_STAGE_VECS * g->nt)
+    need_smem(g, (size_t)TP_STAGE_VECS * 4 * (size_t)g->nt);
   return true;
 }
 
@@ -1865,6 +1870,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_printf(&s, "#define AMK_PUMP_THREAD %d\n", 32 * (opt->pump_warp - 1));
   if (opt && opt->tp_release_flags)
     amk_sb_puts(&s, "#define AMK_TP_RELAXED_FLAGS 0\n");
+  if (g.tp_size >= 2) /* the slots gen_allreduce_tp reserved */
+    amk_sb_printf(&s, "#define AMK_TP_STAGE_VECS %d\n", TP_STAGE_VECS);
   if (opt && opt->no_wait_cache)
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)

@@ -5698,6 +5698,19 @@ __device__ __forceinline__ void amk_st_release_sys(unsigned int *p, unsigned int
 #ifndef AMK_TP_RELAXED_FLAGS
 #define AMK_TP_RELAXED_FLAGS 1
 #endif
+// Vectors (16 bytes) a thread copies into shared memory at once in a large
+// collective, one whose thread has more vectors than these to move
+// (codegen.c's TP_STAGE_VECS reserves them: AMK_NT * 16 bytes each).
+// Loaded into registers one at a time, after the previous vector's stores,
+// each waits an L2 round trip: the 8B's lm_head gather at --tp 2 (64,128
+// floats, 188 round trips a thread) took 86 us on two H200s, 49 staged.
+// The 4096-float all-reduces were slower staged (6.2-6.9 -> 6.9-7.7 us:
+// 4 vectors a thread), so they keep the loop. More vectors held in
+// registers made ptxas spill in every variant of the kernel.
+#ifndef AMK_TP_STAGE_VECS
+#define AMK_TP_STAGE_VECS 8
+#endif
+static_assert(AMK_TP_STAGE_VECS >= 1, "a thread stages at least one vector");
 __device__ __forceinline__ void amk_st_relaxed_sys(unsigned int *p, unsigned int v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -5752,10 +5765,37 @@ __device__ void amk_allreduce_tp(AmkP P, AmkI I, AmkA A, int idx, int pos, float
   const unsigned int e = s_launch;
   const long long parity = e & 1u;
   // The part into slot [parity][me] of every rank's mailbox, this rank's
-  // own included: 16-byte stores where the part is whole fp32 vectors.
+  // own included: 16-byte stores where the part is whole fp32 vectors; in a
+  // large collective each thread's vectors pass through its own
+  // shared-memory slots AMK_TP_STAGE_VECS at a time (a thread reads back
+  // only what it copied: the wait is its only synchronisation).
   constexpr bool VEC = DT == AMK_ABI_DTYPE_F32 && NUMEL % 4 == 0 && PART % 4 == 0 && N_OFF % 4 == 0;
   const long long mine = (parity * N + me) * NUMEL + N_OFF;
-  if constexpr (VEC) {
+  const float4 *stage = (const float4 *)smem; // [AMK_TP_STAGE_VECS][AMK_NT]
+  const unsigned stage_at = amk_smem_addr(smem) + (unsigned)threadIdx.x * 16u;
+  if constexpr (VEC && PART / 4 > (long long)AMK_NT * AMK_TP_STAGE_VECS) {
+    const float4 *src = (const float4 *)part;
+    constexpr long long NV = PART / 4;
+    for (long long i0 = threadIdx.x; i0 < NV; i0 += (long long)AMK_NT * AMK_TP_STAGE_VECS) {
+#pragma unroll
+      for (int b = 0; b < AMK_TP_STAGE_VECS; b++) {
+        long long i = i0 + (long long)b * AMK_NT;
+        amk_cp_async16(stage_at + (unsigned)(b * AMK_NT * 16), src + (i < NV ? i : 0), i < NV);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      amk_cp_async_wait<0>();
+#pragma unroll
+      for (int b = 0; b < AMK_TP_STAGE_VECS; b++) {
+        long long i = i0 + (long long)b * AMK_NT;
+        if (i < NV) {
+          float4 v = stage[b * AMK_NT + threadIdx.x];
+#pragma unroll 4
+          for (int s = 0; s < N; s++)
+            ((float4 *)((float *)(amk_tp.mailbox[s] + DATA) + mine))[i] = v;
+        }
+      }
+    }
+  } else if constexpr (VEC) {
     const float4 *src = (const float4 *)part;
     for (long long i = threadIdx.x; i < PART / 4; i += AMK_NT) {
       float4 v = src[i];
@@ -5793,19 +5833,49 @@ __device__ void amk_allreduce_tp(AmkP P, AmkI I, AmkA A, int idx, int pos, float
     return;
   const float *slots = (const float *)(amk_tp.mailbox[me] + DATA) + parity * N * NUMEL;
   if constexpr (NUMEL % 4 == 0) {
-    for (long long i = threadIdx.x; i < NUMEL / 4; i += AMK_NT) {
-      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int s = 0; s < N; s++) {
-        float4 v = __ldcg((const float4 *)(slots + s * NUMEL) + i);
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
+    // In a large collective, B vectors of every slot through the thread's
+    // shared-memory slots at once (B * N <= AMK_TP_STAGE_VECS), then their
+    // sums in rank order; else (or a group of more ranks) each loaded as
+    // it is summed.
+    constexpr long long NV = NUMEL / 4;
+    constexpr bool STAGED = N <= AMK_TP_STAGE_VECS && NV > (long long)AMK_NT * AMK_TP_STAGE_VECS;
+    constexpr int B = STAGED ? AMK_TP_STAGE_VECS / N : 1;
+    for (long long i0 = threadIdx.x; i0 < NV; i0 += (long long)AMK_NT * B) {
+      if constexpr (STAGED) {
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+          long long i = i0 + (long long)b * AMK_NT;
+#pragma unroll
+          for (int s = 0; s < N; s++)
+            amk_cp_async16(stage_at + (unsigned)((b * N + s) * AMK_NT * 16),
+                           (const float4 *)(slots + s * NUMEL) + (i < NV ? i : 0), i < NV);
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        amk_cp_async_wait<0>();
       }
-      amk_st<ODT>(out, 4 * i, sum.x);
-      amk_st<ODT>(out, 4 * i + 1, sum.y);
-      amk_st<ODT>(out, 4 * i + 2, sum.z);
-      amk_st<ODT>(out, 4 * i + 3, sum.w);
+#pragma unroll
+      for (int b = 0; b < B; b++) {
+        long long i = i0 + (long long)b * AMK_NT;
+        if (i >= NV)
+          continue;
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int s = 0; s < N; s++) {
+          float4 x;
+          if constexpr (STAGED)
+            x = stage[(b * N + s) * AMK_NT + threadIdx.x];
+          else
+            x = __ldcg((const float4 *)(slots + s * NUMEL) + i);
+          sum.x += x.x;
+          sum.y += x.y;
+          sum.z += x.z;
+          sum.w += x.w;
+        }
+        amk_st<ODT>(out, 4 * i, sum.x);
+        amk_st<ODT>(out, 4 * i + 1, sum.y);
+        amk_st<ODT>(out, 4 * i + 2, sum.z);
+        amk_st<ODT>(out, 4 * i + 3, sum.w);
+      }
     }
   } else {
     for (long long i = threadIdx.x; i < NUMEL; i += AMK_NT) {
