@@ -917,8 +917,9 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
   }
   /* AMK_TILE_MLP_COLS=N: the gate and up projections in tiles of N
    * columns (a measurement knob: split_down's mlp tiles each add all of
-   * the hidden size into one accumulator, so fewer, wider tiles mean fewer
-   * atomic adds on each of its elements). */
+   * the hidden size into one accumulator, and fewer, wider tiles mean
+   * fewer adds on each element; on SmolLM2 they were slower by about
+   * 0.16 us a column, docs/Performance.md, twenty-sixth session). */
   const char *mlp_cols_env = getenv("AMK_TILE_MLP_COLS");
   if (mlp_cols_env && *mlp_cols_env) {
     char *end;
