@@ -16,7 +16,11 @@
 # empty or missing: no anchors), OUT (logs; default /tmp/amk-bench-gpu),
 # AMK_BENCH_QUANT (weight-only formats to time too, "int8 int4" or either:
 # each shape again with --quant, and a table of them beside the bf16 step
-# and cuBLAS's bf16 linears, docs/Quantization.md; default none).
+# and cuBLAS's bf16 linears, docs/Quantization.md; default none),
+# AMK_BENCH_TP (tensor-parallel group sizes to time too, "2" or "2 4":
+# each shape again with --tp N where the machine has N GPUs, and a table of
+# the --tp N step against the one-GPU step of the same call, with rank 0's
+# collectives from its trace, docs/TensorParallel.md; default none).
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BIN=${AMK_BUILD:-build}/bin
@@ -28,6 +32,15 @@ QUANTS=${AMK_BENCH_QUANT-}
 for q in $QUANTS; do
   case $q in int8 | int4) ;; *) echo "bench-gpu: AMK_BENCH_QUANT takes int8 and int4, not '$q'" >&2; exit 2 ;; esac
 done
+TPS=${AMK_BENCH_TP-}
+for n in $TPS; do
+  case $n in
+    [2-9] | [1-9][0-9]) ;;
+    *) echo "bench-gpu: AMK_BENCH_TP takes group sizes from 2 to 99, not '$n'" >&2; exit 2 ;;
+  esac
+done
+GPUS=0
+[ -n "$TPS" ] && GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ ${#SHAPES[@]} -eq 0 ] && SHAPES=(llama-3.2-1b smollm2-135m llama-3.1-8b qwen2.5-0.5b qwen3-0.6b)
 ANCHORS=${AMK_ANCHORS-}
 if [ -z "${AMK_ANCHORS+set}" ]; then
@@ -58,6 +71,14 @@ for shape in "${SHAPES[@]}"; do
     echo "== ours: $shape --quant $q (positions $pos)"
     bench "$shape" "$pos" "$LOG/$shape.$q.bench.log" --quant "$q"
   done
+  for n in $TPS; do
+    if [ "$GPUS" -lt "$n" ]; then
+      echo "== ours: $shape --tp $n: skipped ($GPUS GPUs)"
+      continue
+    fi
+    echo "== ours: $shape --tp $n (positions $pos)"
+    bench "$shape" "$pos" "$LOG/$shape.tp$n.bench.log" --tp "$n" --trace "$LOG/$shape.tp$n.trace.json"
+  done
   if [ "$shape" = llama-3.2-1b ]; then
     # Time to first token of a 512-token prompt: one prefill program of 512
     # rows, its KV rows copied into the fused decode program's caches, plus
@@ -86,10 +107,11 @@ else
   echo "== anchors: anchors.py not found (set AMK_ANCHORS); ours alone"
 fi
 
-AMK_BENCH_QUANT="$QUANTS" python3 - "$LOG" "${SHAPES[@]}" <<'PY'
+AMK_BENCH_QUANT="$QUANTS" AMK_BENCH_TP="$TPS" python3 - "$LOG" "${SHAPES[@]}" <<'PY'
 import json, os, re, sys
 log, shapes = sys.argv[1], sys.argv[2:]
 quants = os.environ.get("AMK_BENCH_QUANT", "").split()
+tps = os.environ.get("AMK_BENCH_TP", "").split()
 anchors = {}
 path = os.path.join(log, "anchors.json")
 if os.path.exists(path):
@@ -168,6 +190,39 @@ if quants:
             l = f"{lin:.3f}" if lin else "-"
             print(f"| {s} | {r['pos']} | {t:.4f} | " + " | ".join(cells) + f" | {l} | {','.join(sorted(checks))} |")
     print()
+# Tensor-parallel steps beside the one-GPU step (AMK_BENCH_TP): a rank's %
+# of its card's read bandwidth counts its own weight bytes; issue 18's bar
+# is the 8B at --tp 2 <= 0.6x. Then rank 0's collectives from its trace.
+if tps:
+    print("| shape | pos | --tp 1 ms | " + " | ".join(f"--tp {n} ms (% read bw) | --tp {n} / --tp 1" for n in tps) + " | check |")
+    print("|" + "---|" * (4 + 2 * len(tps)))
+    for s in shapes:
+        base = ours(s)
+        runs = {n: ours(s, "tp" + n) for n in tps}
+        for r in base["results"] if base else []:
+            t = r["median_ms"]
+            cells, checks = [], {r["check"]}
+            for n in tps:
+                qr = next((x for x in (runs[n] or {}).get("results", []) if x["pos"] == r["pos"]), None)
+                if not qr:
+                    cells.append(f"no result (see {s}.tp{n}.bench.log) | -")
+                    continue
+                checks.add(qr["check"])
+                cells.append(f"{qr['median_ms']:.4f} ({qr['pct_read_bw']:.1f}%) | {qr['median_ms'] / t:.2f}")
+            print(f"| {s} | {r['pos']} | {t:.4f} | " + " | ".join(cells) + f" | {','.join(sorted(checks))} |")
+    print()
+    for s in shapes:
+        for n in tps:
+            p = os.path.join(log, f"{s}.tp{n}.bench.log")
+            text = open(p).read() if os.path.exists(p) else ""
+            # The first position's report: up to the next launch's.
+            first = re.split(r"^amk-run: trace of the launch at position.*$", text, flags=re.M)
+            first = first[1] if len(first) > 1 else text
+            rows = [l for l in first.splitlines() if re.match(r"^\| \S*(allreduce|gather)", l)]
+            if rows:
+                print(f"-- {s} --tp {n}: rank 0's collectives (trace of one launch, first position)")
+                print("\n".join(rows))
+                print()
 print("floor: weight bytes over the read bandwidth amk-run measured in the same run;")
 print("ours vs X: X's time over ours (above 1: we are faster).")
 for s in shapes:
