@@ -165,30 +165,36 @@ if "llama-3.2-1b" in shapes and os.path.exists(p):
     print()
 # Weight-only quantized steps beside the bf16 one (AMK_BENCH_QUANT): the %
 # of read bandwidth counts the bytes a step streams (weights and scales).
+# Each shape's one-GPU bf16 rows with the runs of other settings beside
+# them (their logs' tags: int8, tp2, ...): cell(t, run's row) where the run
+# has the position, else "no result" and `missing` more empty cells.
+def beside(s, tags, cell, missing):
+    base = ours(s)
+    runs = {tag: ours(s, tag) for tag in tags}
+    for r in base["results"] if base else []:
+        cells, checks = [], {r["check"]}
+        for tag in tags:
+            vr = next((x for x in (runs[tag] or {}).get("results", []) if x["pos"] == r["pos"]), None)
+            if vr:
+                checks.add(vr["check"])
+                cells.append(cell(r["median_ms"], vr))
+            else:
+                cells.append(f"no result (see {s}.{tag}.bench.log)" + " | -" * missing)
+        yield r, cells, ",".join(sorted(checks))
 if quants:
     head = "| shape | pos | bf16 ms | " + " | ".join(f"{q} ms (% read bw) | {q} vs bf16 | {q} vs cuBLAS" for q in quants)
     head += " | cuBLAS bf16 linears ms | check |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for s in shapes:
-        base = ours(s)
         lin = anchors.get(s, {}).get("cublas_linears_graph", {}).get("median_ms")
-        runs = {q: ours(s, q) for q in quants}
-        for i, r in enumerate(base["results"] if base else []):
-            t = r["median_ms"]
-            cells, checks = [], {r["check"]}
-            for q in quants:
-                o = runs[q]
-                qr = next((x for x in (o or {}).get("results", []) if x["pos"] == r["pos"]), None)
-                if not qr:
-                    cells.append(f"no result (see {s}.{q}.bench.log) | - | -")
-                    continue
-                tq = qr["median_ms"]
-                checks.add(qr["check"])
-                vl = f"{lin / tq:.2f}x" if lin else "-"
-                cells.append(f"{tq:.4f} ({qr['pct_read_bw']:.1f}%) | {t / tq:.2f}x | {vl}")
-            l = f"{lin:.3f}" if lin else "-"
-            print(f"| {s} | {r['pos']} | {t:.4f} | " + " | ".join(cells) + f" | {l} | {','.join(sorted(checks))} |")
+        def quant_cell(t, qr):
+            tq = qr["median_ms"]
+            vl = f"{lin / tq:.2f}x" if lin else "-"
+            return f"{tq:.4f} ({qr['pct_read_bw']:.1f}%) | {t / tq:.2f}x | {vl}"
+        l = f"{lin:.3f}" if lin else "-"
+        for r, cells, checks in beside(s, quants, quant_cell, 2):
+            print(f"| {s} | {r['pos']} | {r['median_ms']:.4f} | " + " | ".join(cells) + f" | {l} | {checks} |")
     print()
 # Tensor-parallel steps beside the one-GPU step (AMK_BENCH_TP): a rank's %
 # of its card's read bandwidth counts its own weight bytes; issue 18's bar
@@ -196,20 +202,10 @@ if quants:
 if tps:
     print("| shape | pos | --tp 1 ms | " + " | ".join(f"--tp {n} ms (% read bw) | --tp {n} / --tp 1" for n in tps) + " | check |")
     print("|" + "---|" * (4 + 2 * len(tps)))
+    tp_cell = lambda t, tr: f"{tr['median_ms']:.4f} ({tr['pct_read_bw']:.1f}%) | {tr['median_ms'] / t:.2f}"
     for s in shapes:
-        base = ours(s)
-        runs = {n: ours(s, "tp" + n) for n in tps}
-        for r in base["results"] if base else []:
-            t = r["median_ms"]
-            cells, checks = [], {r["check"]}
-            for n in tps:
-                qr = next((x for x in (runs[n] or {}).get("results", []) if x["pos"] == r["pos"]), None)
-                if not qr:
-                    cells.append(f"no result (see {s}.tp{n}.bench.log) | -")
-                    continue
-                checks.add(qr["check"])
-                cells.append(f"{qr['median_ms']:.4f} ({qr['pct_read_bw']:.1f}%) | {qr['median_ms'] / t:.2f}")
-            print(f"| {s} | {r['pos']} | {t:.4f} | " + " | ".join(cells) + f" | {','.join(sorted(checks))} |")
+        for r, cells, checks in beside(s, ["tp" + n for n in tps], tp_cell, 1):
+            print(f"| {s} | {r['pos']} | {r['median_ms']:.4f} | " + " | ".join(cells) + f" | {checks} |")
     print()
     for s in shapes:
         for n in tps:
