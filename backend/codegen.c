@@ -70,6 +70,9 @@ typedef struct {
   int qgemv_stages; /* AMK_QGEMV_STAGES: the staged quantized GEMV's ring depth (0: off) */
   int qgemv_staged_kb; /* the fewest weight KiB of a staged tile (0: by qdtype) */
   int qgemv_stage_rows; /* AMK_QGEMV_STAGE_ROWS: rows a warp streams through one stage */
+  int qgemv_split; /* which tiles take the split-K path (AMK_QGEMV_SPLIT_*) */
+  int qsplit_stages; /* AMK_QSPLIT_STAGES: its ring depth */
+  int qsplit_pieces; /* AMK_QSPLIT_PIECES: a thread's pieces a stage */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
   int attn_o_stage_kb; /* AMK_ATTN_ONE_STAGE_FLOATS in KiB (0: the template's default) */
   /* A rank program's cross-rank all-reduces: the group size (0: none), and
@@ -232,6 +235,9 @@ enum {
   QGEMV_STAGED_KB_I8 = 384, /* the fewest weight KiB of a staged tile (gen_gemv_quant) */
   QGEMV_STAGED_KB_I4 = 128,
   QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
+  QSPLIT_STAGES_DEFAULT = 4, /* AMK_QSPLIT_STAGES */
+  QSPLIT_PIECES_DEFAULT = 4, /* AMK_QSPLIT_PIECES */
+  QSPLIT_PIECES_MAX = 16,
   GEMV_MMA_MAX_ROWS = 64, /* AMK_GEMV_MMA_MAX_ROWS: the largest tile on the tensor cores */
   NORM_STAGE_MAX_BYTES = 32768, /* the largest norm weight staged (AMK_CUDA_NORM_STAGE) */
   TP_STAGE_VECS = 8, /* AMK_TP_STAGE_VECS: a cross-rank all-reduce's 16-byte slots a thread */
@@ -579,12 +585,45 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
     if (staged)
       need_smem(g, need);
   }
+  /* The split-K path (AmkQSplitShape): as large tiles as the staged path
+   * takes (AMK_CUDA_QGEMV_SPLIT=1) or every tile it can take (2); it comes
+   * before the staged path where both apply. After `red`, the tile's
+   * residual values, its warps' sums (W a row) and a ring of stages of the
+   * block, whose depth halves until the block's shared memory fits it. */
+  bool split = false;
+  if (!g->qgemv_mma && g->qgemv_split != AMK_QGEMV_SPLIT_NONE && g->qsplit_stages > 0 &&
+      quant_pieces_ok(p->qdtype.i, k, group) &&
+      (sc.dtype == AMK_DTYPE_F32 ||
+       ((sc.dtype == AMK_DTYPE_F16 || sc.dtype == AMK_DTYPE_BF16) && n_groups_q % 2 == 0)) &&
+      (g->qgemv_split == AMK_QGEMV_SPLIT_ALL || tile_bytes >= staged_kb * 1024)) {
+    int64_t nv = k / piece_cols, nwarps = g->nt / 32, group_warps = 1;
+    while (group_warps < (nv + 31) / 32 && group_warps < nwarps)
+      group_warps *= 2;
+    int64_t pt = (nv + 32 * group_warps - 1) / (32 * group_warps), r = g->qsplit_pieces / pt;
+    r = r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : 1;
+    bool in_registers = pt * (piece_cols + 1) <= 34; /* AmkQSplitShape::OK */
+    size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
+                  (size_t)(stack * n_tile) * (size_t)(1 + group_warps) + 4;
+    size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_NORM_BYTES -
+                   STREAM_HEADER_SCALES_BYTES) /
+                  4;
+    size_t stage_bytes = (size_t)g->nt * (size_t)(r * pt) * (16 + 4); /* AmkQSplitShape::STAGE */
+    while (in_registers && g->qsplit_stages > 1 &&
+           base + (size_t)g->qsplit_stages * stage_bytes / 4 > room)
+      g->qsplit_stages /= 2;
+    size_t need = base + (size_t)g->qsplit_stages * stage_bytes / 4;
+    split = in_registers && need <= room;
+    if (split) {
+      need_smem(g, need);
+      staged = false;
+    }
+  }
   if (g->qgemv_mma)
     need_smem(g, (size_t)k + (size_t)(k / 16) * 4 + 32 + (size_t)(k / 16) * 12);
   if (quant_row_bytes(p->qdtype.i, k) % 16 == 0)
     g->quant_streams = true;
   EMIT(inst, gemv_quant, pattern, x.dtype, w.dtype, o.dtype, aux_in ? (int)a.dtype : 0,
-       sc.dtype, k, n_out, stack, group, bias ? 1 : 0, staged ? 1 : 0);
+       sc.dtype, k, n_out, stack, group, bias ? 1 : 0, split ? 2 : staged ? 1 : 0);
   return true;
 }
 
@@ -1604,6 +1643,39 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->qgemv_stage_rows = stage_rows;
   }
+  int split;
+  if (!env_int("AMK_CUDA_QGEMV_SPLIT", 2, &split, &set, diag))
+    return false;
+  if (set)
+    o->qgemv_split = split == 0   ? AMK_QGEMV_SPLIT_NONE
+                     : split == 1 ? AMK_QGEMV_SPLIT_LARGE
+                                  : AMK_QGEMV_SPLIT_ALL;
+  int qsplit_stages;
+  if (!env_int("AMK_CUDA_QSPLIT_STAGES", QGEMV_STAGES_MAX, &qsplit_stages, &set, diag))
+    return false;
+  if (set) {
+    if (qsplit_stages < 1 || (qsplit_stages & (qsplit_stages - 1))) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_QSPLIT_STAGES must be a power of two from 1 to %d, not %d",
+                QGEMV_STAGES_MAX, qsplit_stages);
+      return false;
+    }
+    o->qsplit_stages = qsplit_stages;
+  }
+  int qsplit_pieces;
+  if (!env_int("AMK_CUDA_QSPLIT_PIECES", QSPLIT_PIECES_MAX, &qsplit_pieces, &set, diag))
+    return false;
+  if (set) {
+    if (qsplit_pieces < 1) {
+      AmkLoc none = {0, 0};
+      amk_error(diag, none, "AMK_CUDA_QSPLIT_PIECES must be from 1 to %d, not 0",
+                QSPLIT_PIECES_MAX);
+      return false;
+    }
+    o->qsplit_pieces = qsplit_pieces;
+  }
+  if (!env_switch_off("AMK_CUDA_SILU_FAST", &o->silu_precise, diag))
+    return false;
   if (!env_int("AMK_CUDA_MLP_LOADS", 32, &o->mlp_loads, &set, diag))
     return false;
   if (!env_int("AMK_CUDA_MLP_GU_ROWS", 8, &o->mlp_gu_rows, &set, diag))
@@ -1729,6 +1801,13 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
            .qgemv_staged_kb = opt ? opt->qgemv_staged_kb : 0,
            .qgemv_stage_rows = opt && opt->qgemv_stage_rows > 0 ? opt->qgemv_stage_rows
                                                               : QGEMV_STAGE_ROWS_DEFAULT,
+           .qgemv_split = opt && opt->qgemv_split != AMK_QGEMV_SPLIT_DEFAULT
+                              ? (int)opt->qgemv_split
+                              : AMK_QGEMV_SPLIT_LARGE,
+           .qsplit_stages = opt && opt->qsplit_stages > 0 ? opt->qsplit_stages
+                                                          : QSPLIT_STAGES_DEFAULT,
+           .qsplit_pieces = opt && opt->qsplit_pieces > 0 ? opt->qsplit_pieces
+                                                          : QSPLIT_PIECES_DEFAULT,
            .qgemv_stages = !opt || opt->qgemv_stages == 0 ? QGEMV_STAGES_DEFAULT
                            : opt->qgemv_stages < 0 ? 0
                            : opt->qgemv_stages > QGEMV_STAGES_MAX ? QGEMV_STAGES_MAX
@@ -1902,6 +1981,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   if (opt && opt->qgemv_early > 0)
     amk_sb_printf(&s, "#define AMK_QGEMV_EARLY %d\n", opt->qgemv_early - 1);
   amk_sb_printf(&s, "#define AMK_QGEMV_STAGE_ROWS %d\n", g.qgemv_stage_rows);
+  amk_sb_printf(&s, "#define AMK_QSPLIT_STAGES %d\n#define AMK_QSPLIT_PIECES %d\n",
+                g.qsplit_stages, g.qsplit_pieces);
+  if (opt && opt->silu_precise)
+    amk_sb_puts(&s, "#define AMK_SILU_FAST 0\n");
   amk_sb_puts(&s, "#define INFINITY __int_as_float(0x7f800000)\n");
   amk_sb_puts(&s, "// ---- include/amk/tables.h ----\n");
   amk_sb_puts(&s, amk_embed_tables_h);

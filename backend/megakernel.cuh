@@ -1800,6 +1800,23 @@ template <int XCOLS> __device__ __forceinline__ int amk_xpad(int i) {
   return XCOLS ? i + (i / (XCOLS ? XCOLS : 1)) * 4 : i;
 }
 
+// SiLU(g) * u, as the SiLU prologues stage a down projection's input. Each
+// tile of a down projection split by output rows computes it for the whole
+// intermediate (the 8B's 14336 pairs: 56 a thread, an exp and an IEEE
+// division each), so AMK_SILU_FAST takes the hardware's exp2 and reciprocal
+// instead: a few ulp of fp32 apart, before the product is rounded to the
+// staged dtype (the 8B int8 step 4.54 -> 4.31 ms on an H200; 0 where
+// AmkCodegenOptions.silu_precise asks for expf and the division).
+#ifndef AMK_SILU_FAST
+#define AMK_SILU_FAST 1
+#endif
+__device__ __forceinline__ float amk_silu_mul(float g, float u) {
+  if constexpr (AMK_SILU_FAST != 0)
+    return __fdividef(g, 1.0f + __expf(-g)) * u;
+  else
+    return g / (1.0f + expf(-g)) * u;
+}
+
 template <int PAT, int XDT, int ODT, int ADT, int K, int M, int XCOLS = 0>
 __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux, float eps,
                                                   float *xs, float *red) {
@@ -1828,7 +1845,7 @@ __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux
   } else if constexpr (PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL) {
     for (int k = threadIdx.x; k < K; k += AMK_NT) {
       float g = amk_ld<XDT>(x, k), u = amk_ld<XDT>(x, (long long)K + k);
-      xs[amk_xpad<XCOLS>(k)] = amk_round<ODT>(g / (1.0f + expf(-g)) * u);
+      xs[amk_xpad<XCOLS>(k)] = amk_round<ODT>(amk_silu_mul(g, u));
     }
   } else {
     for (int k = threadIdx.x; k < M * K; k += AMK_NT)
@@ -1896,7 +1913,7 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
 #pragma unroll
           for (int e = 0; e < VE; e++)
             f[e] = NORM ? amk_round<ODT>(f[e] * inv * g[e])
-                        : amk_round<ODT>(f[e] / (1.0f + expf(-f[e])) * g[e]);
+                        : amk_round<ODT>(amk_silu_mul(f[e], g[e]));
         }
 #pragma unroll
         for (int e = 0; e < VE; e += 4)
@@ -3113,6 +3130,271 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
   }
 };
 
+// ---- the quantized GEMV with K split over the block (STAGED == 2) ---------------
+//
+// The staged path above gives each warp whole rows, so every lane reads its
+// pieces' inputs from shared memory again for every row: 4 bytes of input
+// per int8 weight beside the weight's own copy in and out, which is about
+// what an SM's shared memory moves while HBM delivers its share (Nsight
+// Compute had that loop waiting on shared memory for half its samples).
+// Here each thread owns the same pieces of every row instead: thread tl of
+// a group of W warps takes pieces tl, tl + 32 W, ... (PT of them) of each
+// row the group takes, holds those pieces' inputs in registers for the
+// whole tile and applies them to each stage's R rows, whose pieces it
+// copied itself (cp.async into its own slots, so cp.async.wait_group is the
+// only synchronisation, as above).
+// A warp sums its R rows' partial dots in one transposed exchange (R - 1 +
+// log2(32 / R) shuffles rather than 5 a row), and the W warps' sums meet in
+// shared memory; after one barrier thread i stores row i. A group is as
+// many warps (a power of two) as a row's pieces need, so short rows leave
+// several groups, each taking every RG-th stage of rows.
+#ifndef AMK_QSPLIT_STAGES
+#define AMK_QSPLIT_STAGES 4
+#endif
+// A thread's pieces a stage (rows x its pieces of a row), before rounding
+// the rows down to a power of two.
+#ifndef AMK_QSPLIT_PIECES
+#define AMK_QSPLIT_PIECES 4
+#endif
+__device__ constexpr int amk_pow2_floor(int n) { return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
+__device__ constexpr int amk_pow2_ceil(int n, int cap) {
+  int p = 1;
+  while (p < n && p < cap)
+    p *= 2;
+  return p;
+}
+template <int QDT, int SDT, int K, int GROUP> struct AmkQSplitShape {
+  static constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS;
+  static constexpr int W = amk_pow2_ceil((NV + 31) / 32, AMK_NWARPS); // warps a group
+  static constexpr int RG = AMK_NWARPS / W;                           // groups
+  static constexpr int NTG = 32 * W;                                  // threads a group
+  static constexpr int PT = (NV + NTG - 1) / NTG;                     // pieces a thread a row
+  static constexpr int R = amk_pow2_floor(AMK_QSPLIT_PIECES / PT);    // rows a stage
+  static constexpr int SLOTS = R * PT;                                // a thread's pieces a stage
+  static constexpr int NG = (K + GROUP - 1) / GROUP;
+  static constexpr int SB = SDT == AMK_ABI_DTYPE_F32 ? 4 : 2;
+  static constexpr int STAGE = AMK_NT * SLOTS * (16 + 4); // gen_gemv_quant's stage_bytes
+  // A thread's pieces' inputs stay in registers: at most 34 floats (int8 K
+  // up to 8192 with 256 threads; int4 up to 8192). With more, read again
+  // every stage, the 8B's int8 down projection (K 14336, 4 pieces a
+  // thread) was slower than the per-warp staged path (32.3 us a tile
+  // against 29.1). 16-bit scales: rows of an even number of groups keep a
+  // piece's scale in the same half of its word in every row.
+  static constexpr bool OK = AMK_QSPLIT_STAGES > 0 && amk_qvec_ok<QDT, K, GROUP>() &&
+                             AMK_NWARPS % W == 0 && PT * (COLS + 1) <= 34 &&
+                             (SDT == AMK_ABI_DTYPE_F32 ||
+                              ((SDT == AMK_ABI_DTYPE_F16 || SDT == AMK_ABI_DTYPE_BF16) &&
+                               NG % 2 == 0));
+};
+template <int QDT, int SDT, int K, int GROUP> __device__ constexpr bool amk_qsplit_ok() {
+  return AmkQSplitShape<QDT, SDT, K, GROUP>::OK;
+}
+
+// v[0..R) per lane: afterwards every lane holds the warp's sum of row
+// amk_qsplit_row<R>(lane) in v[0]. Each round a lane keeps half of its rows
+// and adds its partner's copy of them.
+template <int R> __device__ __forceinline__ void amk_qsplit_reduce(float (&v)[R]) {
+  int lane = threadIdx.x & 31;
+  int n = R, off = 16;
+#pragma unroll
+  for (int round = 0; round < 3; round++) {
+    if (n > 1) {
+      int half = n / 2;
+      bool upper = (lane & off) != 0;
+#pragma unroll
+      for (int k = 0; k < R / 2; k++) {
+        if (k < half) {
+          float send = upper ? v[k] : v[k + half];
+          float keep = upper ? v[k + half] : v[k];
+          v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+      }
+      n = half;
+      off >>= 1;
+    }
+  }
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1)
+    if (o <= off)
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+}
+template <int R> __device__ __forceinline__ int amk_qsplit_row(int lane) {
+  int row = 0, n = R, off = 16;
+#pragma unroll
+  for (int round = 0; round < 3; round++) {
+    if (n > 1) {
+      n /= 2;
+      if (lane & off)
+        row += n;
+      off >>= 1;
+    }
+  }
+  return row;
+}
+// The lanes that store a row's sum: one of each set that holds the same row.
+template <int R> __device__ __forceinline__ bool amk_qsplit_writer(int lane) {
+  constexpr int LOW = 32 / R; // lanes that end with the same row
+  return (lane & (LOW - 1)) == 0;
+}
+
+// A stage holds, for each of its SLOTS pieces e (row r, piece j: e = r * PT
+// + j) and each thread t, the piece at (e * AMK_NT + t) * 16 and the word
+// holding its scale at SLOTS * AMK_NT * 16 + (e * AMK_NT + t) * 4.
+// (Copying a warp's 512 contiguous bytes of a row with one cp.async.bulk
+// from its lane 0, completing on a per-warp mbarrier, was slower: the 8B
+// int8 step 4.72 ms against 4.27, docs/Quantization.md.)
+template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSplit {
+  using Shape = AmkQSplitShape<QDT, SDT, K, GROUP>;
+  static constexpr int COLS = Shape::COLS, NV = Shape::NV, W = Shape::W, RG = Shape::RG;
+  static constexpr int NTG = Shape::NTG, PT = Shape::PT, R = Shape::R, SLOTS = Shape::SLOTS;
+  static constexpr int NG = Shape::NG, SB = Shape::SB, D = AMK_QSPLIT_STAGES;
+  static constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
+  static_assert((D & (D - 1)) == 0, "AMK_QSPLIT_STAGES must be a power of two");
+  const char *Q, *S;
+  unsigned ring; // the block's stages (shared memory address)
+  int n_off, n_tile, rows, stages, issued, group, tl, wig;
+
+  // The group's rows: stages g, g + RG, ... of R rows each.
+  __device__ __forceinline__ void begin(const void *Q_, const void *S_, char *ring_base,
+                                        int n_off_, int n_tile_) {
+    Q = (const char *)Q_;
+    S = (const char *)S_;
+    n_off = n_off_;
+    n_tile = n_tile_;
+    ring = amk_smem_addr(ring_base);
+    rows = STACK * n_tile;
+    int warp = threadIdx.x >> 5;
+    group = warp / W;
+    wig = warp - group * W;
+    tl = threadIdx.x - group * NTG;
+    int all = (rows + R - 1) / R;
+    stages = all > group ? (all - group + RG - 1) / RG : 0;
+    issued = 0;
+#pragma unroll 1
+    for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
+      issue();
+  }
+  __device__ __forceinline__ void fill() {
+#pragma unroll 1
+    while (issued < D)
+      issue();
+  }
+  // Copies the group's next stage (if any) into its slot; one commit group a
+  // call. Rows past the tile's last are not copied (nor stored).
+  __device__ __forceinline__ void issue() {
+    if (issued < stages) {
+      unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE);
+      int row0 = (group + issued * RG) * R, c = row0, s = 0; // row0 = s * n_tile + c
+      while (c >= n_tile) {
+        c -= n_tile;
+        s++;
+      }
+      long long wrow = (long long)s * NOUT + n_off + c;
+      const char *wp = Q + wrow * RB + (long long)tl * 16, *sp = S + wrow * NG * SB;
+#pragma unroll
+      for (int i = 0; i < R; i++) {
+        if (row0 + i < rows) {
+#pragma unroll
+          for (int j = 0; j < PT; j++) {
+            int p = tl + NTG * j;
+            if (p < NV) {
+              int e = i * PT + j;
+              amk_cp_async16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16),
+                             wp + (long long)NTG * 16 * j, true);
+              long long sidx = (long long)p * COLS / GROUP;
+              if constexpr (SB == 2)
+                sidx &= ~1ll;
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                               slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4)),
+                           "l"(sp + sidx * SB)
+                           : "memory");
+            }
+          }
+        }
+        wp += RB;
+        sp += NG * SB;
+        if (++c == n_tile) { // the next stacked matrix
+          c = 0;
+          wp += (long long)(NOUT - n_tile) * RB;
+          sp += (long long)(NOUT - n_tile) * NG * SB;
+        }
+      }
+    }
+    issued++;
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  // Every stage of the group, its warps' sums into part[row * W + warp in
+  // group]; then (all threads, after a barrier) store(i, wrow, col, sum)
+  // for each row i of the tile.
+  template <typename Store>
+  __device__ __forceinline__ void run(const float *xs, float *part, Store store) {
+    int lane = threadIdx.x & 31;
+    float x[PT][COLS], off[PT];
+#pragma unroll
+    for (int j = 0; j < PT; j++) {
+      int p = tl + NTG * j;
+      if (p < NV) {
+        amk_qx_load<QDT>(xs + p * (COLS + 4), x[j]);
+        off[j] = xs[p * (COLS + 4) + COLS];
+      }
+    }
+#pragma unroll 1
+    for (int t = 0; t < stages; t++) {
+      amk_cp_async_wait<D - 1>();
+      unsigned slot = ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
+      float acc[R];
+#pragma unroll
+      for (int i = 0; i < R; i++)
+        acc[i] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < PT; j++) {
+        int p = tl + NTG * j;
+        if (p < NV) {
+          int shift = SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
+#pragma unroll
+          for (int i = 0; i < R; i++) {
+            int e = i * PT + j;
+            uint4 q;
+            unsigned word;
+            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+                         : "r"(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16)));
+            asm volatile("ld.shared.u32 %0, [%1];"
+                         : "=r"(word)
+                         : "r"(slot + (unsigned)(SLOTS * AMK_NT * 16 +
+                                                 (e * AMK_NT + threadIdx.x) * 4)));
+            float sc;
+            if constexpr (SB == 4)
+              sc = __uint_as_float(word);
+            else if constexpr (SDT == AMK_ABI_DTYPE_F16)
+              sc = amk_h2f((unsigned short)(word >> shift));
+            else
+              sc = amk_bf2f((unsigned short)(word >> shift));
+            acc[i] += amk_qdot16r<QDT>(q, x[j], off[j]) * sc;
+          }
+        }
+      }
+      // Into the stage just read: its loads above are done (their values
+      // are used), and the copy lands no sooner than its round trip.
+      asm volatile("" ::: "memory");
+      issue();
+      amk_qsplit_reduce<R>(acc);
+      int row = (group + t * RG) * R + amk_qsplit_row<R>(lane);
+      if (amk_qsplit_writer<R>(lane) && row < rows)
+        part[row * W + wig] = acc[0];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += AMK_NT) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < W; w++)
+        sum += part[i * W + w];
+      int s = i / n_tile, c = i - s * n_tile;
+      store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum * AMK_QDOT_UNSCALE);
+    }
+  }
+};
+
 // The general path: one column at a time, each dequantized with its scale.
 template <int QDT, int SDT, int K, int GROUP>
 __device__ __forceinline__ float amk_qrow_dot_any(const void *Q, const void *S, long long wrow,
@@ -3471,8 +3753,9 @@ __device__ __forceinline__ void amk_gemv_quant_rows(const void *Q, const void *S
 // (NORM), the residual (RESIDUAL, SILU_RESIDUAL) or a bias (PLAIN, BIAS);
 // rows [n_off, n_off + N_tile) of each of STACK stacked matrices. The
 // prologue and the store are the bf16 GEMV's.
-// STAGED: the tile streams its weights through per-warp stages (codegen
-// picks it for large tiles: backend/codegen.c, qgemv_staged).
+// STAGED 1: the tile streams its weights through per-warp stages (codegen
+// picks it for large tiles: backend/codegen.c, qgemv_staged); 2: through
+// the block's stages with K split over the warps (AmkQSplit, qgemv_split).
 template <int PAT, int XDT, int QDT, int ODT, int ADT, int SDT, int K, int NOUT, int STACK,
           int GROUP, int BIAS, int STAGED>
 __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
@@ -3489,18 +3772,28 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
                        PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
                           ? ODT
                           : XDT;
-  static_assert(!STAGED || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
-                             amk_qstaged_ok<QDT, SDT, K, GROUP>()),
+  static_assert(STAGED != 1 || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
+                                 amk_qstaged_ok<QDT, SDT, K, GROUP>()),
                 "a staged quantized GEMV needs the staged path's shapes");
-  // The staged path's residual (or bias) values after red, then its rings;
-  // the first stages' copies start before the input is staged.
+  static_assert(STAGED != 2 || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
+                                 amk_qsplit_ok<QDT, SDT, K, GROUP>()),
+                "a split-K quantized GEMV needs the split path's shapes");
+  // The staged paths' residual (or bias) values after red, (the split
+  // path's warp sums,) then their rings; the first stages' copies start
+  // before the input is staged.
   float *pre = red + AMK_NWARPS;
   AmkQStaged<QDT, SDT, K, NOUT, STACK, GROUP> st;
-  if constexpr (STAGED != 0) {
-    char *ring = (char *)(((unsigned long long)(pre + STACK * n_tile) + 15ull) & ~15ull);
+  AmkQSplit<QDT, SDT, K, NOUT, STACK, GROUP> sp;
+  float *part = pre + STACK * n_tile;
+  if constexpr (STAGED == 1) {
+    char *ring = (char *)(((unsigned long long)part + 15ull) & ~15ull);
     st.begin(Q, S, ring, n_off, n_tile);
-    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
+  } else if constexpr (STAGED == 2) {
+    char *ring = (char *)(((unsigned long long)(part + STACK * n_tile * sp.W) + 15ull) & ~15ull);
+    sp.begin(Q, S, ring, n_off, n_tile);
   }
+  if constexpr (STAGED != 0)
+    amk_gemv_stage_pre<PAT, ADT, NOUT, STACK, BIAS>(aux, pre, n_off, n_tile);
   if (!amk_gemv_prologue16<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red))
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
@@ -3510,11 +3803,16 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     __syncthreads();
   }
   int lane = threadIdx.x & 31;
-  if constexpr (STAGED != 0) {
+  if constexpr (STAGED == 1) {
     st.fill();
     st.run(xs, [&](int i, long long wrow, long long col, float sum) {
       if (lane == 0)
         amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
+    });
+  } else if constexpr (STAGED == 2) {
+    sp.fill();
+    sp.run(xs, part, [&](int i, long long wrow, long long col, float sum) {
+      amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
     });
   } else if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {
     unsigned short *xb = (unsigned short *)(red + 32);

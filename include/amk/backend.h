@@ -120,6 +120,18 @@ typedef struct {
   int qgemv_stage_rows; /* rows a warp streams through one stage, 1 or 2 (0: 1) */
   bool qgemv_mma;       /* quantized GEMV on the tensor cores (bf16/f16 inputs; slower in the
                          * megakernel so far: docs/Quantization.md) */
+  enum {
+    AMK_QGEMV_SPLIT_DEFAULT = 0, /* large */
+    AMK_QGEMV_SPLIT_NONE,  /* no tile: per-warp rows (registers or the staged path) */
+    AMK_QGEMV_SPLIT_LARGE, /* the tiles the staged path would take */
+    AMK_QGEMV_SPLIT_ALL,   /* every tile of a shape it takes */
+  } qgemv_split;        /* quantized GEMV tiles with K split over the block's warps, each
+                         * thread's inputs in registers (AmkQSplit; rows of at most 8192
+                         * int8 or int4 weights with 256 threads) */
+  int qsplit_stages;    /* the split path's ring depth, a power of two (0: 4, halved to fit) */
+  int qsplit_pieces;    /* the split path's pieces a thread a stage (0: 4) */
+  bool silu_precise;    /* SiLU prologues with expf and an IEEE division (off: the default,
+                         * the hardware's exp2 and reciprocal) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
   int mlp_loads;        /* mlp tiles: down-projection loads per lane in flight (0: 16) */

@@ -54,6 +54,10 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_QGEMV_EARLY");
   unsetenv("AMK_CUDA_QGEMV_STAGED_KB");
   unsetenv("AMK_CUDA_QGEMV_STAGE_ROWS");
+  unsetenv("AMK_CUDA_QGEMV_SPLIT");
+  unsetenv("AMK_CUDA_QSPLIT_STAGES");
+  unsetenv("AMK_CUDA_QSPLIT_PIECES");
+  unsetenv("AMK_CUDA_SILU_FAST");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
   unsetenv("AMK_CUDA_MLP_LOADS");
@@ -309,6 +313,36 @@ static void test_row_knobs(UnitCounts *c) {
                strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_GEMV_PAIR_MIN_ROWS must be an integer in [0, 1073741824], "
                       "not '-1'"));
+  /* The split-K quantized GEMV and the SiLU prologue: unset leaves the
+   * defaults (large tiles split, the fast SiLU), each value maps to its
+   * option, and bad values are refused by name. */
+  clear_env();
+  o = (AmkCodegenOptions){0};
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_DEFAULT &&
+               o.qsplit_stages == 0 && o.qsplit_pieces == 0 && !o.silu_precise);
+  setenv("AMK_CUDA_QGEMV_SPLIT", "0", 1);
+  setenv("AMK_CUDA_QSPLIT_STAGES", "8", 1);
+  setenv("AMK_CUDA_QSPLIT_PIECES", "2", 1);
+  setenv("AMK_CUDA_SILU_FAST", "0", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_NONE &&
+               o.qsplit_stages == 8 && o.qsplit_pieces == 2 && o.silu_precise);
+  setenv("AMK_CUDA_QGEMV_SPLIT", "1", 1);
+  setenv("AMK_CUDA_SILU_FAST", "1", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_LARGE &&
+               !o.silu_precise);
+  setenv("AMK_CUDA_QGEMV_SPLIT", "2", 1);
+  CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_ALL);
+  size_t before = amk_diag_captured_count(d);
+  setenv("AMK_CUDA_QSPLIT_STAGES", "6", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  setenv("AMK_CUDA_QSPLIT_STAGES", "4", 1);
+  setenv("AMK_CUDA_QSPLIT_PIECES", "17", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == before + 2 &&
+               strstr(amk_diag_captured(d, before)->message,
+                      "AMK_CUDA_QSPLIT_STAGES must be a power of two from 1 to 64, not 6") &&
+               strstr(amk_diag_captured(d, before + 1)->message,
+                      "AMK_CUDA_QSPLIT_PIECES must be an integer in [0, 16], not '17'"));
   clear_env();
   amk_diag_free(d);
 
