@@ -2938,6 +2938,42 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
 #ifndef AMK_QGEMV_STAGE_ROWS
 #define AMK_QGEMV_STAGE_ROWS 1
 #endif
+// Both staged paths: a thread's 16-byte piece and the 4-byte word holding
+// its scale, read back from its own slots; the scale from its word (the
+// half at `shift` for 16-bit scales).
+__device__ __forceinline__ uint4 amk_lds16(unsigned addr) {
+  uint4 q;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
+               : "r"(addr));
+  return q;
+}
+__device__ __forceinline__ unsigned amk_lds32(unsigned addr) {
+  unsigned word;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(addr));
+  return word;
+}
+template <int SDT> __device__ __forceinline__ float amk_scale_of_word(unsigned word, int shift) {
+  if constexpr (SDT == AMK_ABI_DTYPE_F32)
+    return __uint_as_float(word);
+  else if constexpr (SDT == AMK_ABI_DTYPE_F16)
+    return amk_h2f((unsigned short)(word >> shift));
+  else
+    return amk_bf2f((unsigned short)(word >> shift));
+}
+// Both staged paths: the first AMK_QGEMV_EARLY of a ring's D stages are
+// issued before the input is staged, the rest after (fill).
+template <int D, class Ring> __device__ __forceinline__ void amk_stages_early(Ring &ring) {
+#pragma unroll 1
+  for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
+    ring.issue();
+}
+template <int D, class Ring> __device__ __forceinline__ void amk_stages_fill(Ring &ring) {
+#pragma unroll 1
+  while (ring.issued < D)
+    ring.issue();
+}
+
 template <int QDT, int SDT, int K, int GROUP> struct AmkQStageShape {
   static constexpr int COLS = AmkQuant<QDT>::COLS, NV = K / COLS, PER = NV / 32;
   static constexpr int P = PER % 4 == 0 ? 4 : PER % 2 == 0 ? 2 : 1; // pieces a lane a stage
@@ -3019,15 +3055,9 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
     load.c = warp - load.s * n_tile;
     if (my_rows > 0)
       row_pointers();
-#pragma unroll 1
-    for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
-      issue();
+    amk_stages_early<D>(*this);
   }
-  __device__ __forceinline__ void fill() {
-#pragma unroll 1
-    while (issued < D)
-      issue();
-  }
+  __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the next stage (if any) into its slot; one commit group a call.
   // A group's rows past the warp's last are not copied (nor stored).
   __device__ __forceinline__ void issue() {
@@ -3093,22 +3123,9 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
           float off = xp[COLS];
 #pragma unroll
           for (int i = 0; i < RW; i++) {
-            uint4 q;
-            unsigned word;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
-                         : "r"(slot + (unsigned)((i * P + p) * 512 + lane * 16)));
-            asm volatile("ld.shared.u32 %0, [%1];"
-                         : "=r"(word)
-                         : "r"(slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4)));
-            float sc;
-            if constexpr (SB == 4)
-              sc = __uint_as_float(word);
-            else if constexpr (SDT == AMK_ABI_DTYPE_F16)
-              sc = amk_h2f((unsigned short)(word >> shift));
-            else
-              sc = amk_bf2f((unsigned short)(word >> shift));
-            acc[i] += amk_qdot16r<QDT>(q, x, off) * sc;
+            uint4 q = amk_lds16(slot + (unsigned)((i * P + p) * 512 + lane * 16));
+            unsigned word = amk_lds32(slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4));
+            acc[i] += amk_qdot16r<QDT>(q, x, off) * amk_scale_of_word<SDT>(word, shift);
           }
           xp += 32 * (COLS + 4);
         }
@@ -3270,15 +3287,9 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     int all = (rows + R - 1) / R;
     stages = all > group ? (all - group + RG - 1) / RG : 0;
     issued = 0;
-#pragma unroll 1
-    for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
-      issue();
+    amk_stages_early<D>(*this);
   }
-  __device__ __forceinline__ void fill() {
-#pragma unroll 1
-    while (issued < D)
-      issue();
-  }
+  __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the group's next stage (if any) into its slot; one commit group a
   // call. Rows past the tile's last are not copied (nor stored).
   __device__ __forceinline__ void issue() {
@@ -3354,23 +3365,10 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
 #pragma unroll
           for (int i = 0; i < R; i++) {
             int e = i * PT + j;
-            uint4 q;
-            unsigned word;
-            asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
-                         : "r"(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16)));
-            asm volatile("ld.shared.u32 %0, [%1];"
-                         : "=r"(word)
-                         : "r"(slot + (unsigned)(SLOTS * AMK_NT * 16 +
-                                                 (e * AMK_NT + threadIdx.x) * 4)));
-            float sc;
-            if constexpr (SB == 4)
-              sc = __uint_as_float(word);
-            else if constexpr (SDT == AMK_ABI_DTYPE_F16)
-              sc = amk_h2f((unsigned short)(word >> shift));
-            else
-              sc = amk_bf2f((unsigned short)(word >> shift));
-            acc[i] += amk_qdot16r<QDT>(q, x[j], off[j]) * sc;
+            uint4 q = amk_lds16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16));
+            unsigned word =
+                amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4));
+            acc[i] += amk_qdot16r<QDT>(q, x[j], off[j]) * amk_scale_of_word<SDT>(word, shift);
           }
         }
       }
