@@ -15,8 +15,9 @@
 # of anchors.py; default ../shared/bench/anchors.py, else shared/bench/...;
 # empty or missing: no anchors), OUT (logs; default /tmp/amk-bench-gpu),
 # AMK_BENCH_QUANT (weight-only formats to time too, "int8 int4" or either:
-# each shape again with --quant, and a table of them beside the bf16 step
-# and cuBLAS's bf16 linears, docs/Quantization.md; default none),
+# each shape again with --quant, a table of them beside the bf16 step and
+# cuBLAS's bf16 linears, and each one's trace report after the bf16 one's,
+# docs/Quantization.md; default none),
 # AMK_BENCH_TP (tensor-parallel group sizes to time too, "2" or "2 4":
 # each shape again with --tp N where the machine has N GPUs, and a table of
 # the --tp N step against the one-GPU step of the same call, with rank 0's
@@ -69,7 +70,7 @@ for shape in "${SHAPES[@]}"; do
   bench "$shape" "$pos" "$LOG/$shape.bench.log" --trace "$LOG/$shape.trace.json"
   for q in $QUANTS; do
     echo "== ours: $shape --quant $q (positions $pos)"
-    bench "$shape" "$pos" "$LOG/$shape.$q.bench.log" --quant "$q"
+    bench "$shape" "$pos" "$LOG/$shape.$q.bench.log" --quant "$q" --trace "$LOG/$shape.$q.trace.json"
   done
   for n in $TPS; do
     if [ "$GPUS" -lt "$n" ]; then
@@ -222,11 +223,12 @@ if tps:
 print("floor: weight bytes over the read bandwidth amk-run measured in the same run;")
 print("ours vs X: X's time over ours (above 1: we are faster).")
 for s in shapes:
-    p = os.path.join(log, s + ".bench.log")
-    text = open(p).read() if os.path.exists(p) else ""
-    rep = [l for l in text.splitlines() if l.startswith("trace:") or re.match(r"^\| [a-z]", l)]
-    if rep:
-        print(f"\n-- {s}: trace of one launch (first position)")
-        n = next((i for i, l in enumerate(rep[1:], 1) if l.startswith("trace:") and "from the first arrival" in l), len(rep))
-        print("\n".join(rep[:n]))
+    for q in [None] + quants:
+        p = os.path.join(log, s + (f".{q}" if q else "") + ".bench.log")
+        text = open(p).read() if os.path.exists(p) else ""
+        rep = [l for l in text.splitlines() if l.startswith("trace:") or re.match(r"^\| [a-z]", l)]
+        if rep:
+            print(f"\n-- {s}{f' --quant {q}' if q else ''}: trace of one launch (first position)")
+            n = next((i for i, l in enumerate(rep[1:], 1) if l.startswith("trace:") and "from the first arrival" in l), len(rep))
+            print("\n".join(rep[:n]))
 PY
