@@ -33,8 +33,11 @@
  *                    tiles, which add their share of it (and, one of them,
  *                    the residual) into an f32 accumulator (attention_o);
  *                    needs the attention block fusions (row pos from qkv),
- *                    gemv+add and split_down, and unpartitioned attention
- *                    (tile then picks one KV partition by itself)
+ *                    gemv+add, unpartitioned attention (tile then picks one
+ *                    KV partition by itself) and an fp o projection; also
+ *                    before an MLP split_down leaves (its gate|up norm and
+ *                    down residual read the accumulator) whose gate|up
+ *                    tiles are wide (by default as split_down's rule)
  *
  * The groups, their spellings and the AMK_FUSE_* switches are in
  * fusion_groups.c (tile asks it whether split_o will run).
@@ -208,6 +211,7 @@ typedef struct {
   bool kv_from_qkv; /* attention_rope tiles take row pos from qkv (AMK_FUSE_KV_FROM_QKV) */
   int64_t split_down_min_cols; /* the fewest intermediate columns a gate|up tile may have */
   int64_t split_o_slices;      /* AMK_FUSE_SPLIT_O_SLICES (0: by the SMs) */
+  int64_t split_o_min_cols;    /* the same, for split_o over an MLP split_down leaves */
 } Fuser;
 
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
@@ -1507,21 +1511,39 @@ static bool fuse_one_split_o(Fuser *f, uint32_t attn) {
   if (!span_equal(span(&f->ix.readers, wo), o.tiles) || strchr(wob->source, '+') ||
       strstr(wob->source, "^T"))
     return false;
-  /* y: read only by split_down's mlp tiles (as their x), which wait on its
-   * counter and take an f32 x. */
+  /* y: read only by tiles that wait on its counter and take it as an f32
+   * input, each reading it once: split_down's mlp tiles (as their x), or
+   * an MLP split_down left, its norm-fused gate|up tiles (their x: on
+   * average at least split_o_min_cols columns each) and its down tiles
+   * (their residual operand). */
   Span y_readers = span(&f->ix.readers, y);
   if (y_readers.n == 0 || !span_equal(span(&f->ix.waiters, o.counter), y_readers) ||
       any_dead(f, y_readers))
     return false;
+  int64_t norm_tiles = 0, norm_cols = 0;
   for (uint32_t i = 0; i < y_readers.n; i++) {
     const AmkTask *t = &m->tasks[y_readers.at[i]];
-    if (t->op != AMK_OP_GEMV_TILE || amk_rw_pattern(t) != AMK_PATTERN_MLP ||
-        t->n_inputs < 1 || t->inputs[0] != y_id)
+    if (t->op != AMK_OP_GEMV_TILE)
       return false;
-    for (uint32_t j = 1; j < t->n_inputs; j++)
-      if (t->inputs[j] == y_id)
+    int64_t pattern = amk_rw_pattern(t), cols;
+    uint32_t y_at = pattern == AMK_PATTERN_MLP || pattern == AMK_PATTERN_NORM ? 0
+                    : pattern == AMK_PATTERN_RESIDUAL || pattern == AMK_PATTERN_SILU_RESIDUAL
+                        ? base_inputs(t)
+                        : UINT32_MAX;
+    if (y_at >= t->n_inputs || t->inputs[y_at] != y_id)
+      return false;
+    for (uint32_t j = 0; j < t->n_inputs; j++)
+      if (j != y_at && t->inputs[j] == y_id)
         return false;
+    if (pattern == AMK_PATTERN_NORM) {
+      if (!amk_task_param_int(t, "N_tile", &cols) || cols <= 0)
+        return false;
+      norm_tiles++;
+      norm_cols += cols;
+    }
   }
+  if (norm_tiles > 0 && norm_cols < f->split_o_min_cols * norm_tiles)
+    return false;
 
   /* An attention_o tile waits where its head's attention tile did and where
    * the residual tiles did, less attn's counter; within the cap. */
@@ -1645,10 +1667,10 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   bool split_o = amk_fusion_split_o(&plan);
   if (on[AMK_FUSION_SPLIT_O] && !split_o)
     amk_warning(ctx->diag, no_loc,
-                "fuse: split_o folds the o projection into the fused attention tiles "
-                "before split_down's MLP; without qkv, rope+kv_append, rope+attention, "
-                "gemv+add and split_down (with its groups), or with "
-                "AMK_FUSE_KV_FROM_QKV=0, it does nothing");
+                "fuse: split_o folds the o projection into the fused attention tiles; "
+                "without qkv, rope+kv_append, rope+attention, gemv+add, rmsnorm+gemv, "
+                "gate+up and silu_mul+gemv, or with AMK_FUSE_KV_FROM_QKV=0, it does "
+                "nothing");
   if (on[AMK_FUSION_COMBINE] && !on[AMK_FUSION_RESIDUAL])
     amk_warning(ctx->diag, no_loc,
                 "fuse: combine+gemv folds the combine into residual tiles; without "
@@ -1661,7 +1683,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
   uint32_t tasks_before = m->n_tasks, counters_before = m->n_counters;
 
   Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv, .split_o_slices = plan.split_o_slices,
-             .split_down_min_cols = split_down_min_cols};
+             .split_down_min_cols = split_down_min_cols,
+             .split_o_min_cols = amk_fusion_split_o_min_cols(&plan)};
   if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
     amk_rw_edit_init(&f.edit, m);
     bool identity = true;

@@ -201,7 +201,7 @@ bool amk_fusion_plan_read(const AmkModule *m, const AmkPassContext *ctx,
   plan->kv_from_qkv = true;
   if (!read_switch("AMK_FUSE_SPLIT_DOWN", diag, &plan->on[AMK_FUSION_SPLIT_DOWN],
                    &plan->split_down_env) ||
-      !read_switch("AMK_FUSE_SPLIT_O", diag, &plan->on[AMK_FUSION_SPLIT_O], NULL) ||
+      !read_switch("AMK_FUSE_SPLIT_O", diag, &plan->on[AMK_FUSION_SPLIT_O], &plan->split_o_env) ||
       !read_switch("AMK_FUSE_KV_FROM_QKV", diag, &plan->kv_from_qkv, NULL))
     return false;
   /* AMK_FUSE_SPLIT_O_SLICES=N: split_o's tiles a query head at most N (a
@@ -237,8 +237,10 @@ bool amk_fusion_split_down(const AmkFusionPlan *plan) {
 }
 
 bool amk_fusion_split_o(const AmkFusionPlan *plan) {
+  /* The accumulator's readers: split_down's mlp tiles, or the fused MLP's
+   * norm-fused gate|up tiles and residual-fused down tiles. */
   return plan->on[AMK_FUSION_SPLIT_O] && amk_fusion_attention(plan) && plan->kv_from_qkv &&
-         plan->on[AMK_FUSION_RESIDUAL] && amk_fusion_split_down(plan);
+         plan->on[AMK_FUSION_RESIDUAL] && plan->on[AMK_FUSION_NORM] && amk_fusion_mlp(plan);
 }
 
 int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan) {
@@ -255,8 +257,18 @@ int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan) {
   return plan->defaults && !plan->split_down_env ? SPLIT_DOWN_MIN_COLS : 1;
 }
 
+int64_t amk_fusion_split_o_min_cols(const AmkFusionPlan *plan) {
+  /* The same rule as split_down's, measured for split_o over MLPs that
+   * split_down leaves (H200, docs/Performance.md "Twenty-eighth session"):
+   * the 8B's quantized MLPs (tiles of 108 columns) int8 -12%, int4 -14%,
+   * the 1B's (64) int8 -2.5%, int4 -1.7% at position 0; SmolLM2's bf16
+   * MLP (16 columns) +5%. */
+  enum { SPLIT_O_MIN_COLS = 33 };
+  return plan->defaults && !plan->split_o_env ? SPLIT_O_MIN_COLS : 1;
+}
+
 bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
-                                int64_t *split_down_min_cols) {
+                                int64_t *split_down_min_cols, int64_t *split_o_min_cols) {
   /* A rank program's o projection writes a partial for the cross-rank
    * all-reduce, which attention_o tiles do not feed: fuse leaves its
    * attention tiles alone, so tile must not drop their split-KV for it
@@ -269,5 +281,37 @@ bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
   if (!amk_fusion_plan_read(m, ctx, NULL, &plan) || !amk_fusion_split_o(&plan))
     return false;
   *split_down_min_cols = amk_fusion_split_down_min_cols(&plan);
+  *split_o_min_cols = amk_fusion_split_o_min_cols(&plan);
   return true;
+}
+
+bool amk_fusion_split_o_wants_fp_o(const AmkModule *m, const AmkPassContext *ctx) {
+  int64_t split_down_min_cols, split_o_min_cols;
+  if (!amk_fusion_split_o_planned(m, ctx, &split_down_min_cols, &split_o_min_cols))
+    return false;
+  /* tile's columns a gate|up tile: --gemv-n-tile, else the intermediate
+   * over the target's SMs (its balanced tiles; the rows of a prefill
+   * program's GEMMs do not count, so that its o projection takes the
+   * decode program's dtype). */
+  int64_t n_tile = 0;
+  amk_pass_option_int(ctx, "gemv-n-tile", &n_tile);
+  int64_t sms = m->target && m->target->num_sms > 0 && m->target->num_sms <= 1000000
+                    ? m->target->num_sms
+                    : 132;
+  int mlps = 0;
+  for (uint32_t i = 0; i < m->n_tasks; i++) {
+    const AmkTask *t = &m->tasks[i];
+    if (t->op != AMK_OP_SILU_MUL || t->n_inputs != 2)
+      continue;
+    const AmkBuffer *up = amk_module_buffer(m, t->inputs[1]);
+    int64_t inter = 0;
+    if (!up || up->rank < 1 || !amk_value_as_int(&up->shape[up->rank - 1], &inter) ||
+        inter <= 0)
+      return false;
+    int64_t cols = n_tile > 0 ? (n_tile < inter ? n_tile : inter) : inter / sms;
+    if (cols < split_o_min_cols)
+      return false;
+    mlps++;
+  }
+  return mlps > 0;
 }

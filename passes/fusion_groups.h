@@ -46,6 +46,7 @@ typedef struct {
    * config.fusion_grouping (split_down then keeps to wide MLPs). */
   bool defaults;
   bool split_down_env; /* AMK_FUSE_SPLIT_DOWN was 0 or 1 */
+  bool split_o_env;    /* AMK_FUSE_SPLIT_O was 0 or 1 */
   bool kv_from_qkv;    /* AMK_FUSE_KV_FROM_QKV unset or 1 */
   int64_t split_o_slices; /* AMK_FUSE_SPLIT_O_SLICES: at most this many tiles a query
                            * head (0: as many as the SMs allow) */
@@ -75,11 +76,27 @@ bool amk_fusion_split_o(const AmkFusionPlan *plan);
  * only MLPs it measured faster on (fusion_groups.c), else every one. */
 int64_t amk_fusion_split_down_min_cols(const AmkFusionPlan *plan);
 
+/* The fewest intermediate columns a gate|up tile may have for split_o to
+ * take a layer whose MLP split_down leaves (a quantized MLP, or split_down
+ * off): the o projection's accumulator is then read by the gate|up tiles'
+ * norm and the down tiles' residual. By default split_down's rule (wide
+ * MLPs: SmolLM2's tiles of 16 columns were slower with it); named
+ * (--fusion, the config) or by AMK_FUSE_SPLIT_O=1, every layer it can. */
+int64_t amk_fusion_split_o_min_cols(const AmkFusionPlan *plan);
+
+/* Whether quantize's --quant-keep=auto keeps the o projections in the
+ * program's dtype: split_o is planned (amk_fusion_split_o_planned) and
+ * every MLP's intermediate, cut over the target's SMs (or into
+ * --gemv-n-tile columns), is at least its column rule wide, so that fuse
+ * will take every layer's o projection into the attention tiles (split_o
+ * has no quantized form). */
+bool amk_fusion_split_o_wants_fp_o(const AmkModule *m, const AmkPassContext *ctx);
+
 /* Whether fuse will try split_o, for tile: the module's groups (quietly;
  * false where they cannot be read) turn it on with all it needs; then
- * *split_down_min_cols is split_down's rule (split_o needs split_down on
- * the layer). */
+ * *split_down_min_cols is split_down's rule and *split_o_min_cols split_o's
+ * for the layers split_down leaves (amk_fusion_split_o_min_cols). */
 bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
-                                int64_t *split_down_min_cols);
+                                int64_t *split_down_min_cols, int64_t *split_o_min_cols);
 
 #endif

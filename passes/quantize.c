@@ -10,7 +10,8 @@
  * the same program runs from the original checkpoint or from the folder
  * `amk-opt --emit-weights` writes.
  *
- * Projections named in --quant-keep stay in their dtype. Only plain tiles
+ * Projections named in --quant-keep stay in their dtype (by default, auto:
+ * the o projection where fuse's split_o will take it). Only plain tiles
  * are rewritten (fuse then fuses the quantized tiles, docs/Quantization.md),
  * so an fp weight already fused is an error: quantize before -fuse.
  */
@@ -23,6 +24,7 @@
 #include "amk/quantize.h"
 #include "amk/strbuf.h"
 #include "amk/tp.h"
+#include "fusion_groups.h"
 #include "schedule_rewrite.h"
 
 static const AmkLoc no_loc = {0, 0};
@@ -70,8 +72,11 @@ static int projection_of(const char *key) {
   return -1;
 }
 
-/* --quant-keep: "none", or projections joined by ','. Sets keep[]. */
-static bool parse_keep(const char *text, bool *keep, AmkDiagEngine *diag) {
+/* --quant-keep: "auto", "none", or projections joined by ','. Sets keep[];
+ * auto keeps o_proj where fuse's split_o will take every layer's o
+ * projection (it has no quantized form; amk_fusion_split_o_wants_fp_o). */
+static bool parse_keep(const char *text, const AmkModule *m, const AmkPassContext *ctx,
+                       bool *keep, AmkDiagEngine *diag) {
   char known[160];
   size_t at = 0;
   for (int r = 0; r < PROJ_COUNT; r++)
@@ -79,6 +84,10 @@ static bool parse_keep(const char *text, bool *keep, AmkDiagEngine *diag) {
                            projection_names[r]);
   if (strcmp(text, "none") == 0)
     return true;
+  if (strcmp(text, "auto") == 0) {
+    keep[PROJ_O] = amk_fusion_split_o_wants_fp_o(m, ctx);
+    return true;
+  }
   const char *p = text;
   for (;;) {
     const char *end = strchr(p, ',');
@@ -90,7 +99,7 @@ static bool parse_keep(const char *text, bool *keep, AmkDiagEngine *diag) {
     if (found < 0) {
       amk_error(diag, no_loc,
                 "quantize: --quant-keep names '%.*s', which is not a projection (known: %s; "
-                "or none)",
+                "or auto, or none)",
                 (int)len, p, known);
       return false;
     }
@@ -345,7 +354,7 @@ bool amk_pass_quantize(AmkModule *m, AmkPassContext *ctx) {
   amk_pass_option_int(ctx, "quant-group", &plan.group);
   bool keep[PROJ_COUNT] = {false};
   const char *keep_text = amk_pass_option_string(ctx, "quant-keep");
-  if (!parse_keep(keep_text ? keep_text : AMK_QUANT_DEFAULT_KEEP, keep, diag))
+  if (!parse_keep(keep_text ? keep_text : AMK_QUANT_DEFAULT_KEEP, m, ctx, keep, diag))
     return false;
 
   Readers *readers = find_readers(m);

@@ -298,13 +298,14 @@ static int64_t *plan_tile_rows(const AmkModule *m, const TilePlan *plan) {
 }
 
 
-/* Whether fuse's split_down will take every MLP once tiled with these
- * rows: at least one, and each one's up projection (the second input of
- * its silu_mul) unquantized (the mlp pattern has no quantized form) and cut
- * into tiles of at least min_cols columns on average (fuse_split_down's
- * rule, amk_fusion_split_down_min_cols). */
-static bool split_down_takes_every_mlp(const AmkModule *m, const int64_t *tile_rows,
-                                       int64_t min_cols) {
+/* Whether every MLP once tiled with these rows has its up projection (the
+ * second input of its silu_mul) cut into tiles of at least min_cols
+ * columns on average, and at least one MLP: with quantized false, also
+ * unquantized (fuse_split_down's rule, amk_fusion_split_down_min_cols: the
+ * mlp pattern has no quantized form); with true, of any dtype (split_o's
+ * over an MLP split_down leaves, amk_fusion_split_o_min_cols). */
+static bool mlps_tiled_wide(const AmkModule *m, const int64_t *tile_rows, int64_t min_cols,
+                            bool quantized) {
   int mlps = 0;
   for (uint32_t s = 0; s < m->n_tasks; s++) {
     const AmkTask *silu = &m->tasks[s];
@@ -316,7 +317,8 @@ static bool split_down_takes_every_mlp(const AmkModule *m, const int64_t *tile_r
       int64_t n;
       int64_t rows = tile_rows[pos];
       if (!is_splittable_gemv(up) || up->n_outputs != 1 || up->outputs[0] != silu->inputs[1] ||
-          amk_rw_quantized(up) || !amk_task_param_int(up, "N_tile", &n) || n <= 0 || rows == 0)
+          (!quantized && amk_rw_quantized(up)) || !amk_task_param_int(up, "N_tile", &n) ||
+          n <= 0 || rows == 0)
         continue;
       /* rows < 0: that many balanced pieces (balanced_pieces). */
       int64_t tiles = rows < 0 ? -rows : (n + rows - 1) / rows;
@@ -933,10 +935,11 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     plan.mlp_cols = cols;
   }
   /* Whether fuse's split_o will run (its groups and switches, read quietly:
-   * fuse reports a bad one when it runs); it needs split_down, so also
-   * that split_down's column rule takes the MLPs as tiled here (below). */
-  int64_t split_down_min_cols = 1;
-  plan.split_o = amk_fusion_split_o_planned(m, ctx, &split_down_min_cols);
+   * fuse reports a bad one when it runs): then also every MLP as tiled
+   * here (below) is one split_down takes, or wide enough for split_o's
+   * column rule over an MLP split_down leaves (a quantized one). */
+  int64_t split_down_min_cols = 1, split_o_min_cols = 1;
+  plan.split_o = amk_fusion_split_o_planned(m, ctx, &split_down_min_cols, &split_o_min_cols);
   if (!plan.n_tile) {
     if (!m->target || m->target->num_sms <= 0 || m->target->num_sms > 1000000) {
       amk_error(ctx->diag, no_loc,
@@ -953,7 +956,8 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     return false;
   }
   if (plan.split_o)
-    plan.split_o = split_down_takes_every_mlp(m, tile_rows, split_down_min_cols);
+    plan.split_o = mlps_tiled_wide(m, tile_rows, split_down_min_cols, false) ||
+                   mlps_tiled_wide(m, tile_rows, split_o_min_cols, true);
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)

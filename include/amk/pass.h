@@ -108,12 +108,15 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "Bind activations to scratch pages (linear, graph_color or none)")
 
 /* The projections quantize leaves in the program's dtype when --quant-keep
- * is not given. Measured (utils/quant-quality.py, docs/Quantization.md):
+ * is not given: auto, the o projection where fuse's split_o will fold it
+ * into the attention tiles (split_o has no quantized form; on an H200 the
+ * 8B int8 step 4.19 -> 3.68 ms, int4 3.24 -> 2.77, the 1B int8 -2.5%,
+ * docs/Quantization.md), else none. Measured (utils/quant-quality.py):
  * keeping lm_head in bf16 keeps no more greedy choices for int8 and about
  * 1 in 70 more for int4, while it streams as many bytes as the rest of an
- * int4 Llama-3.2-1B; so none. (The embedding table is a gather, not a
- * GEMV: never quantized.) */
-#define AMK_QUANT_DEFAULT_KEEP "none"
+ * int4 Llama-3.2-1B; so not the head. (The embedding table is a gather,
+ * not a GEMV: never quantized.) */
+#define AMK_QUANT_DEFAULT_KEEP "auto"
 
 /* Options that passes read: X(key, pass flag name, type, min, max, words,
  * help), see AmkPassOptionInfo. Drivers accept exactly these as
@@ -142,9 +145,10 @@ typedef bool (*AmkPassFn)(AmkModule *m, AmkPassContext *ctx);
     "weights per fp16 scale along K (default 128; the last group may be "     \
     "shorter)")                                                                \
   X("quant-keep", "quantize", AMK_OPTION_STRING, 0, 0, NULL,                  \
-    "projections left unquantized: none, or some of q_proj, k_proj, v_proj, " \
-    "o_proj, gate_proj, up_proj, down_proj, lm_head (default "                \
-    AMK_QUANT_DEFAULT_KEEP ", measured; the embedding is never quantized)")   \
+    "projections left unquantized: auto (o_proj where fuse's split_o takes "  \
+    "it), none, or some of q_proj, k_proj, v_proj, o_proj, gate_proj, "       \
+    "up_proj, down_proj, lm_head (default " AMK_QUANT_DEFAULT_KEEP            \
+    ", measured; the embedding is never quantized)")                          \
   X("gemv-n-tile", "tile", AMK_OPTION_INT, 1, 2147483647, NULL,                \
     "GEMV tile rows, overriding config.tiling.gemv.N_tile (default: per SM)") \
   X("kv-partitions", "tile", AMK_OPTION_INT, 1, 8, NULL,                       \
