@@ -3267,15 +3267,21 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   static constexpr int NG = Shape::NG, SB = Shape::SB, D = AMK_QSPLIT_STAGES;
   static constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
   static_assert((D & (D - 1)) == 0, "AMK_QSPLIT_STAGES must be a power of two");
-  const char *Q, *S;
+  // The thread's first piece of the tile's first row, and the word of its
+  // scale (pieces j > 0 of a row are NTG * 16 bytes on; their scale words
+  // at soff[j]).
+  const char *wbase, *sbase;
+  int soff[PT];
   unsigned ring; // the block's stages (shared memory address)
   int n_off, n_tile, rows, stages, issued, group, tl, wig;
+  // Row offsets from the tile's first fit 32 bits when a whole stack of
+  // the matrix does (every shape here: the 8B head is 525 MB of int8).
+  static constexpr bool OFF32 = (long long)STACK * NOUT * RB < (1ll << 31) &&
+                                (long long)STACK * NOUT * NG * SB < (1ll << 31);
 
   // The group's rows: stages g, g + RG, ... of R rows each.
   __device__ __forceinline__ void begin(const void *Q_, const void *S_, char *ring_base,
                                         int n_off_, int n_tile_) {
-    Q = (const char *)Q_;
-    S = (const char *)S_;
     n_off = n_off_;
     n_tile = n_tile_;
     ring = amk_smem_addr(ring_base);
@@ -3284,6 +3290,13 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     group = warp / W;
     wig = warp - group * W;
     tl = threadIdx.x - group * NTG;
+    wbase = (const char *)Q_ + (long long)n_off * RB + (long long)tl * 16;
+    sbase = (const char *)S_ + (long long)n_off * NG * SB;
+#pragma unroll
+    for (int j = 0; j < PT; j++) {
+      int sidx = (tl + NTG * j) * COLS / GROUP;
+      soff[j] = (SB == 2 ? sidx & ~1 : sidx) * SB;
+    }
     int all = (rows + R - 1) / R;
     stages = all > group ? (all - group + RG - 1) / RG : 0;
     issued = 0;
@@ -3291,43 +3304,46 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   }
   __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the group's next stage (if any) into its slot; one commit group a
-  // call. Rows past the tile's last are not copied (nor stored).
+  // call. Rows past the tile's last are not copied (nor stored). Tile row r
+  // is row r of the matrix after the tile's first, plus NOUT - n_tile for
+  // each stacked matrix before its own (a compare for two; the loop, with
+  // 64-bit pointer steps, cost the 8B int8 gate|up tiles about a third of
+  // their instructions).
   __device__ __forceinline__ void issue() {
     if (issued < stages) {
-      unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE);
-      int row0 = (group + issued * RG) * R, c = row0, s = 0; // row0 = s * n_tile + c
-      while (c >= n_tile) {
-        c -= n_tile;
-        s++;
-      }
-      long long wrow = (long long)s * NOUT + n_off + c;
-      const char *wp = Q + wrow * RB + (long long)tl * 16, *sp = S + wrow * NG * SB;
+      unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE) + threadIdx.x * 16u;
+      int row0 = (group + issued * RG) * R;
 #pragma unroll
       for (int i = 0; i < R; i++) {
-        if (row0 + i < rows) {
+        int r = row0 + i;
+        if (r < rows) {
+          int m = r;
+          if constexpr (STACK == 2) {
+            m = r >= n_tile ? r + (NOUT - n_tile) : r;
+          } else if constexpr (STACK > 2) {
+            for (int c = r; c >= n_tile; c -= n_tile)
+              m += NOUT - n_tile;
+          }
+          const char *wp, *sp;
+          if constexpr (OFF32) {
+            wp = wbase + (unsigned)m * (unsigned)RB;
+            sp = sbase + (unsigned)m * (unsigned)(NG * SB);
+          } else {
+            wp = wbase + (long long)m * RB;
+            sp = sbase + (long long)m * NG * SB;
+          }
 #pragma unroll
           for (int j = 0; j < PT; j++) {
-            int p = tl + NTG * j;
-            if (p < NV) {
+            if (tl + NTG * j < NV) {
               int e = i * PT + j;
-              amk_cp_async16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16),
-                             wp + (long long)NTG * 16 * j, true);
-              long long sidx = (long long)p * COLS / GROUP;
-              if constexpr (SB == 2)
-                sidx &= ~1ll;
+              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + NTG * 16 * j, true);
               asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                               slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4)),
-                           "l"(sp + sidx * SB)
+                               slot - threadIdx.x * 12u +
+                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
+                           "l"(sp + soff[j])
                            : "memory");
             }
           }
-        }
-        wp += RB;
-        sp += NG * SB;
-        if (++c == n_tile) { // the next stacked matrix
-          c = 0;
-          wp += (long long)(NOUT - n_tile) * RB;
-          sp += (long long)(NOUT - n_tile) * NG * SB;
         }
       }
     }
