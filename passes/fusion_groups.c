@@ -280,7 +280,7 @@ bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
   AmkFusionPlan plan;
   if (!amk_fusion_plan_read(m, ctx, NULL, &plan) || !amk_fusion_split_o(&plan))
     return false;
-  *split_down_min_cols = amk_fusion_split_down_min_cols(&plan);
+  *split_down_min_cols = amk_fusion_split_down(&plan) ? amk_fusion_split_down_min_cols(&plan) : 0;
   *split_o_min_cols = amk_fusion_split_o_min_cols(&plan);
   return true;
 }

@@ -94,8 +94,9 @@ bool amk_fusion_split_o_wants_fp_o(const AmkModule *m, const AmkPassContext *ctx
 
 /* Whether fuse will try split_o, for tile: the module's groups (quietly;
  * false where they cannot be read) turn it on with all it needs; then
- * *split_down_min_cols is split_down's rule and *split_o_min_cols split_o's
- * for the layers split_down leaves (amk_fusion_split_o_min_cols). */
+ * *split_down_min_cols is split_down's rule (0: split_down is off) and
+ * *split_o_min_cols split_o's for the layers split_down leaves
+ * (amk_fusion_split_o_min_cols). */
 bool amk_fusion_split_o_planned(const AmkModule *m, const AmkPassContext *ctx,
                                 int64_t *split_down_min_cols, int64_t *split_o_min_cols);
 

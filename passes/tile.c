@@ -956,8 +956,9 @@ bool amk_pass_tile(AmkModule *m, AmkPassContext *ctx) {
     return false;
   }
   if (plan.split_o)
-    plan.split_o = mlps_tiled_wide(m, tile_rows, split_down_min_cols, false) ||
-                   mlps_tiled_wide(m, tile_rows, split_o_min_cols, true);
+    plan.split_o =
+        (split_down_min_cols > 0 && mlps_tiled_wide(m, tile_rows, split_down_min_cols, false)) ||
+        mlps_tiled_wide(m, tile_rows, split_o_min_cols, true);
 
   int64_t path_before = 0, layer_before = 0;
   if (ctx->stats)
