@@ -478,6 +478,42 @@ static int64_t find_whole(const AmkPlan *full, const char *name, const AmkSource
   return -1;
 }
 
+/* Rows [row_at, row_at + rows) of a random slice, each row `cols` elements
+ * of the whole's stream from its own offset (rows `fcols` apart there): in
+ * parallel over the rows, each standing alone (a 70B rank's partial-width
+ * slices are billions of elements). With transpose, the slice's tensor row
+ * k is column k of the buffer's rows instead (split_down's transposed
+ * down weight on a rank): parallel over k, a line buffer a range. */
+typedef struct {
+  AmkRandomRule rule;
+  AmkDType dtype;
+  char *dst;
+  int64_t elem, rows, cols, fcols, row_at, total_rows;
+} SliceJob;
+
+static void slice_rows(void *arg, int64_t begin, int64_t end) {
+  SliceJob *j = arg;
+  for (int64_t r = begin; r < end && j->row_at + r < j->total_rows; r++) {
+    AmkRandomRule row = j->rule;
+    row.state += (uint64_t)(r * j->fcols) * SPLITMIX64_GAMMA;
+    random_fill_range(&row, j->dtype, 0, j->cols, j->dst + (j->row_at + r) * j->cols * j->elem);
+  }
+}
+
+static void slice_columns(void *arg, int64_t begin, int64_t end) {
+  SliceJob *j = arg;
+  char *line = amk_xmalloc((size_t)(j->rows > 0 ? j->rows : 1) * (size_t)j->elem);
+  for (int64_t k = begin; k < end; k++) {
+    AmkRandomRule row = j->rule;
+    row.state += (uint64_t)(k * j->fcols) * SPLITMIX64_GAMMA;
+    random_fill_range(&row, j->dtype, 0, j->rows, line);
+    for (int64_t c = 0; c < j->rows && j->row_at + c < j->total_rows; c++)
+      memcpy(j->dst + ((j->row_at + c) * j->cols + k) * j->elem, line + c * j->elem,
+             (size_t)j->elem);
+  }
+  free(line);
+}
+
 AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, uint64_t seed,
                                       AmkDiagEngine *diag) {
   AmkWeights *whole = amk_weights_random(full, seed, diag);
@@ -556,15 +592,8 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
          * column k of the buffer's rows [row_at, row_at + rows). */
         if (!dst)
           dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
-        char *line = amk_xmalloc((size_t)(rows > 0 ? rows : 1) * (size_t)elem);
-        for (int64_t k = 0; k < cols; k++) {
-          AmkRandomRule row = rule;
-          row.state += (uint64_t)(k * fcols) * SPLITMIX64_GAMMA;
-          random_fill_range(&row, fill_dtype, 0, rows, line);
-          for (int64_t c = 0; c < rows && row_at + c < total_rows; c++)
-            memcpy(dst + ((row_at + c) * cols + k) * elem, line + c * elem, (size_t)elem);
-        }
-        free(line);
+        SliceJob job = {rule, fill_dtype, dst, elem, rows, cols, fcols, row_at, total_rows};
+        parallel_ranges(cols, (1 << 20) / (rows > 0 ? rows : 1) + 1, slice_columns, &job);
       } else if (!quantized && one_part && fcols == cols && rows * cols == pb->numel) {
         w->buffers[b] = (WeightBuffer){.origin = AMK_WEIGHTS_RANDOM,
                                        .nbytes = (size_t)pb->nbytes, .rule = rule};
@@ -572,11 +601,8 @@ AmkWeights *amk_weights_random_slices(const AmkPlan *plan, const AmkPlan *full, 
         /* A host copy, not a rule an engine could fill from. */
         if (!dst)
           dst = own_copy(w, b, AMK_WEIGHTS_CONVERTED);
-        for (int64_t r = 0; r < rows && row_at + r < total_rows; r++) {
-          AmkRandomRule row = rule;
-          row.state += (uint64_t)(r * fcols) * SPLITMIX64_GAMMA;
-          random_fill_range(&row, fill_dtype, 0, cols, dst + (row_at + r) * cols * elem);
-        }
+        SliceJob job = {rule, fill_dtype, dst, elem, rows, cols, fcols, row_at, total_rows};
+        parallel_ranges(rows, (1 << 20) / (cols > 0 ? cols : 1) + 1, slice_rows, &job);
       }
       row_at += rows;
       part = end ? end + 1 : part + len;
