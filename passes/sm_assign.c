@@ -194,21 +194,16 @@ static double *upward_rank(const AmkTaskGraph *g, const Adjacency *succs,
 /* A task nothing in the step waits on beside other tasks (fuse's rope_kv:
  * the attention takes row pos from qkv, so rope_kv writes only for the
  * steps after) ranks by its own cost alone, so list scheduling would queue
- * it after everything, at the end of the step. It is ranked just below its
- * lowest-ranked sibling instead (the other successors of its predecessors,
- * those that something waits on), capped below each predecessor so the
- * rank order stays topological: list scheduling places it after the
- * siblings, on the SMs they leave idle (the 1B's 128 attention tiles leave
- * 4 of 132), where it delays nothing. Ranked above them (the sixth to
- * twenty-eighth sessions), the rope_kv tasks took the first SMs and four
- * attention tiles queued behind them: a rope_kv task and a same-block hop
- * on the step's critical chain in most layers. */
+ * it after everything, at the end of the step. It is ranked with its
+ * siblings instead (the other successors of its predecessors, those that
+ * something waits on), capped below each predecessor so the rank order
+ * stays topological: it runs in the idle time beside them. */
 static void rank_sinks_with_siblings(const AmkTaskGraph *g, const Adjacency *preds,
                                      const Adjacency *succs, const double *cost, double *rank) {
   for (uint32_t t = 0; t < g->n_tasks; t++) {
     if (succs->off[t + 1] > succs->off[t] || preds->off[t + 1] == preds->off[t])
       continue;
-    double sibling = INFINITY, cap = INFINITY;
+    double sibling = 0, cap = INFINITY;
     for (uint32_t j = preds->off[t]; j < preds->off[t + 1]; j++) {
       uint32_t p = preds->list[j];
       double below = rank[p] - cost[p] - CROSS_SM_DEP_US;
@@ -216,15 +211,11 @@ static void rank_sinks_with_siblings(const AmkTaskGraph *g, const Adjacency *pre
         cap = below;
       for (uint32_t k = succs->off[p]; k < succs->off[p + 1]; k++) {
         uint32_t s = succs->list[k];
-        if (s != t && succs->off[s + 1] > succs->off[s] && rank[s] < sibling)
+        if (s != t && succs->off[s + 1] > succs->off[s] && rank[s] > sibling)
           sibling = rank[s];
       }
     }
-    /* Just below: a thousandth of a microsecond orders it after the
-     * siblings and before anything ranked under them. */
-    if (sibling == INFINITY)
-      continue;
-    double want = sibling - 1e-3 < cap ? sibling - 1e-3 : cap;
+    double want = sibling < cap ? sibling : cap;
     if (want > rank[t])
       rank[t] = want;
   }
