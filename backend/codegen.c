@@ -1604,6 +1604,8 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (set)
     o->gemv_row_pairs = pairs ? AMK_GEMV_ROW_PAIRS_ALWAYS : AMK_GEMV_ROW_PAIRS_NEVER;
   if (!env_int("AMK_CUDA_WAIT_GAP_NS", 100000, &o->wait_gap_ns, &set, diag) ||
+      !env_int("AMK_CUDA_WAIT_SLOW_AFTER_NS", 1000000, &o->wait_slow_after_ns, &set, diag) ||
+      !env_int("AMK_CUDA_WAIT_SLOW_GAP_NS", 100000, &o->wait_slow_gap_ns, &set, diag) ||
       !env_int("AMK_CUDA_WAIT_DEPTH", 8, &o->wait_depth, &set, diag) ||
       !env_switch_off("AMK_CUDA_WAIT_CACHE", &o->no_wait_cache, diag) ||
       !env_switch_off("AMK_CUDA_GEMV_XS_VEC", &o->gemv_xs_scalar, diag) ||
@@ -1955,6 +1957,10 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_WAIT_CACHE 0\n");
   if (opt && opt->wait_gap_ns > 0)
     amk_sb_printf(&s, "#define AMK_WAIT_GAP_NS %d\n", opt->wait_gap_ns);
+  if (opt && opt->wait_slow_after_ns > 0)
+    amk_sb_printf(&s, "#define AMK_WAIT_SLOW_AFTER_NS %d\n", opt->wait_slow_after_ns);
+  if (opt && opt->wait_slow_gap_ns > 0)
+    amk_sb_printf(&s, "#define AMK_WAIT_SLOW_GAP_NS %d\n", opt->wait_slow_gap_ns);
   if (opt && opt->wait_depth > 0)
     amk_sb_printf(&s, "#define AMK_WAIT_DEPTH %d\n", opt->wait_depth);
   if (opt && opt->gemv_row_pairs != AMK_GEMV_ROW_PAIRS_AUTO)

@@ -192,6 +192,20 @@ __device__ __forceinline__ void amk_mark_staged() {
 #ifndef AMK_WAIT_GAP_NS
 #define AMK_WAIT_GAP_NS 128
 #endif
+// Opt-in backoff (AMK_CUDA_WAIT_SLOW_AFTER_NS; 0: off): a wait still
+// polling after this many ns polls every AMK_WAIT_SLOW_GAP_NS instead. Every
+// waiting block polls its counter's line in one L2 slice, and the streaming
+// tiles' lines in that slice wait behind the polls: on an H200 the 8B int4
+// step's tiles ran 3% shorter with a 2048 ns gap (twenty-ninth session,
+// docs/Performance.md), while each hop was noticed about 1 us later. A wait
+// on the critical chain is mostly short; the long ones are blocks that
+// finished early.
+#ifndef AMK_WAIT_SLOW_AFTER_NS
+#define AMK_WAIT_SLOW_AFTER_NS 0
+#endif
+#ifndef AMK_WAIT_SLOW_GAP_NS
+#define AMK_WAIT_SLOW_GAP_NS 1024
+#endif
 static_assert(AMK_WAIT_DEPTH >= 1 && AMK_WAIT_DEPTH <= 8, "1 to 8 polls in flight");
 // The counter values thread 0 has seen in this launch, direct-mapped by
 // counter: a wait that a value already seen satisfies needs no round trip
@@ -220,7 +234,7 @@ __device__ __forceinline__ bool amk_spin_here(AmkP P, int idx, int counter, unsi
   volatile unsigned int *st = (volatile unsigned int *)P.status;
   volatile unsigned int *host_abort = (volatile unsigned int *)P.abort_flag;
   unsigned long long t0 = amk_globaltimer(), next_check = t0 + AMK_HOST_POLL_NS;
-  unsigned int v[AMK_WAIT_DEPTH], iter = 0, seen = 0;
+  unsigned int v[AMK_WAIT_DEPTH], iter = 0, seen = 0, gap = AMK_WAIT_GAP_NS;
 #pragma unroll
   for (int i = 0; i < AMK_WAIT_DEPTH; i++) {
     if (i > 0)
@@ -235,7 +249,10 @@ __device__ __forceinline__ bool amk_spin_here(AmkP P, int idx, int counter, unsi
         seen = v[i];
         there = true;
       } else {
-        __nanosleep(AMK_WAIT_GAP_NS);
+        if (AMK_WAIT_SLOW_AFTER_NS > 0 && gap != AMK_WAIT_SLOW_GAP_NS &&
+            amk_globaltimer() - t0 >= (unsigned long long)AMK_WAIT_SLOW_AFTER_NS)
+          gap = AMK_WAIT_SLOW_GAP_NS;
+        __nanosleep(gap);
         v[i] = amk_ld_relaxed(c);
       }
     }

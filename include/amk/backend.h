@@ -95,6 +95,8 @@ typedef struct {
       gemv_row_pairs;
   int wait_depth;        /* polls of a counter in flight at once (0: 1) */
   int wait_gap_ns;       /* time between two polls issued (0: 128 ns) */
+  int wait_slow_after_ns; /* a wait polling this long polls every wait_slow_gap_ns (0: never) */
+  int wait_slow_gap_ns;  /* that gap (0: 1024 ns) */
   bool no_wait_cache;    /* poll every wait's counter, even one already seen */
   bool gemv_xs_scalar;   /* GEMV inputs read from shared memory one float at a time */
   int gemv_pair_max_bytes; /* auto row pairs: rows of at most this (0: 2048) */
@@ -177,7 +179,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_L2_AHEAD_KB, AMK_CUDA_L2_HOLD_KB, AMK_CUDA_MLP_HEAD_KB (up to 200),
  * AMK_CUDA_RING_SLOT_BYTES, AMK_CUDA_RING_SLOTS,
  * AMK_CUDA_LOOKAHEAD, AMK_CUDA_GEMV_ROW_PAIRS (0 or 1), AMK_CUDA_WAIT_DEPTH (1 to 8),
- * AMK_CUDA_WAIT_GAP_NS,
+ * AMK_CUDA_WAIT_GAP_NS, AMK_CUDA_WAIT_SLOW_AFTER_NS, AMK_CUDA_WAIT_SLOW_GAP_NS,
  * AMK_CUDA_WAIT_CACHE (0 or 1), AMK_CUDA_GEMV_XS_VEC (0 or 1),
  * AMK_CUDA_GEMV_PAIR_BYTES, AMK_CUDA_GEMV_XS_PAD (0 or 1), AMK_CUDA_KV_PREFETCH (0, 1 or 2),
  * AMK_CUDA_ATTN_V_LOADS (1, 2, 4, 8 or 16), AMK_CUDA_ATTN_O_STAGE_KB (8 to 192),

@@ -40,6 +40,8 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_RING_SLOTS");
   unsetenv("AMK_CUDA_LOOKAHEAD");
   unsetenv("AMK_CUDA_WAIT_GAP_NS");
+  unsetenv("AMK_CUDA_WAIT_SLOW_AFTER_NS");
+  unsetenv("AMK_CUDA_WAIT_SLOW_GAP_NS");
   unsetenv("AMK_CUDA_WAIT_DEPTH");
   unsetenv("AMK_CUDA_WAIT_CACHE");
   unsetenv("AMK_CUDA_THREADS");
@@ -206,24 +208,34 @@ static void test_wait_knobs(UnitCounts *c) {
   setenv("AMK_CUDA_THREADS", "512", 1);
   setenv("AMK_CUDA_GEMV_XS_VEC", "0", 1);
   setenv("AMK_CUDA_GEMV_PAIR_BYTES", "16384", 1);
+  setenv("AMK_CUDA_WAIT_SLOW_AFTER_NS", "2000", 1);
+  setenv("AMK_CUDA_WAIT_SLOW_GAP_NS", "512", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.wait_gap_ns == 256 && o.wait_depth == 2 && o.no_wait_cache &&
-               o.threads_per_block == 512 && o.gemv_xs_scalar && o.gemv_pair_max_bytes == 16384);
-  setenv("AMK_CUDA_THREADS", "300", 1);
+               o.threads_per_block == 512 && o.gemv_xs_scalar && o.gemv_pair_max_bytes == 16384 &&
+               o.wait_slow_after_ns == 2000 && o.wait_slow_gap_ns == 512);
+  unsetenv("AMK_CUDA_WAIT_SLOW_AFTER_NS");
+  setenv("AMK_CUDA_WAIT_SLOW_GAP_NS", "200000", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
   CHECK(c, amk_diag_captured_count(d) == 1 &&
                strstr(amk_diag_captured(d, 0)->message,
+                      "AMK_CUDA_WAIT_SLOW_GAP_NS must be an integer in [0, 100000], not '200000'"));
+  unsetenv("AMK_CUDA_WAIT_SLOW_GAP_NS");
+  setenv("AMK_CUDA_THREADS", "300", 1);
+  CHECK(c, !amk_codegen_options_from_env(&o, d));
+  CHECK(c, amk_diag_captured_count(d) == 2 &&
+               strstr(amk_diag_captured(d, 1)->message,
                       "AMK_CUDA_THREADS must be 128, 256, 512 or 1024, not 300"));
   setenv("AMK_CUDA_THREADS", "256", 1);
   setenv("AMK_CUDA_WAIT_CACHE", "2", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
-  CHECK(c, amk_diag_captured_count(d) == 2 &&
-               strstr(amk_diag_captured(d, 1)->message,
+  CHECK(c, amk_diag_captured_count(d) == 3 &&
+               strstr(amk_diag_captured(d, 2)->message,
                       "AMK_CUDA_WAIT_CACHE must be an integer in [0, 1], not '2'"));
   setenv("AMK_CUDA_WAIT_CACHE", "1", 1);
   setenv("AMK_CUDA_WAIT_DEPTH", "9", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
-  CHECK(c, amk_diag_captured_count(d) == 3 &&
-               strstr(amk_diag_captured(d, 2)->message,
+  CHECK(c, amk_diag_captured_count(d) == 4 &&
+               strstr(amk_diag_captured(d, 3)->message,
                       "AMK_CUDA_WAIT_DEPTH must be an integer in [0, 8], not '9'"));
   clear_env();
   amk_diag_free(d);
@@ -236,6 +248,7 @@ static void test_wait_knobs(UnitCounts *c) {
     CHECK(c, dflt && !strstr(dflt, "#define AMK_WAIT_CACHE 0") &&
                  !strstr(dflt, "#define AMK_WAIT_GAP_NS 96\n") &&
                  !strstr(dflt, "#define AMK_WAIT_DEPTH 3\n") &&
+
                  strstr(dflt, "#define AMK_NT 256\n"));
     /* By default the L2 stream carries the attention variant's KV rows (its
      * case in amk_variant_kv_span), so no variant has a prewait bit; with
@@ -258,12 +271,15 @@ static void test_wait_knobs(UnitCounts *c) {
     const char *device = dflt ? strstr(dflt, "// ---- backend/megakernel.cuh ----") : NULL;
     const char *kv = dflt ? strstr(dflt, "#define AMK_KV_PREFETCH ") : NULL;
     const char *v = dflt ? strstr(dflt, "#define AMK_ATTN_V_LOADS ") : NULL;
-    CHECK(c, device && kv > device && v > device);
+    const char *slow = dflt ? strstr(dflt, "#define AMK_WAIT_SLOW_AFTER_NS ") : NULL;
+    const char *slow_gap = dflt ? strstr(dflt, "#define AMK_WAIT_SLOW_GAP_NS ") : NULL;
+    CHECK(c, device && kv > device && v > device && slow > device && slow_gap > device);
     CHECK(c, dflt && !strstr(dflt, "#define AMK_GEMV_XS_PAD 0\n") &&
                  !strstr(dflt, "#define AMK_KV_PREFETCH 0\n") &&
                  !strstr(dflt, "#define AMK_QGEMV_LOADS 4\n") &&
                  !strstr(dflt, "#define AMK_QGEMV_MMA 1\n"));
     AmkCodegenOptions knobs = {.threads_per_block = 512, .wait_gap_ns = 96, .wait_depth = 3,
+                               .wait_slow_after_ns = 3000, .wait_slow_gap_ns = 768,
                                .no_wait_cache = true, .gemv_xs_scalar = true,
                                .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
                                .kv_prefetch = 1, .attn_v_loads = 2,
@@ -279,6 +295,8 @@ static void test_wait_knobs(UnitCounts *c) {
                  strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
                  strstr(k, "#define AMK_WAIT_GAP_NS 96\n") &&
                  strstr(k, "#define AMK_WAIT_DEPTH 3\n") &&
+                 strstr(k, "#define AMK_WAIT_SLOW_AFTER_NS 3000\n") &&
+                 strstr(k, "#define AMK_WAIT_SLOW_GAP_NS 768\n") &&
                  strstr(k, "#define AMK_NT 512\n"));
     free(dflt);
     free(k);
