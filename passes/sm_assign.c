@@ -197,28 +197,59 @@ static double *upward_rank(const AmkTaskGraph *g, const Adjacency *succs,
  * it after everything, at the end of the step. It is ranked with its
  * siblings instead (the other successors of its predecessors, those that
  * something waits on), capped below each predecessor so the rank order
- * stays topological: it runs in the idle time beside them. */
+ * stays topological: it runs in the idle time beside them. By default with
+ * the highest-ranked sibling, so it is placed first, on the first SMs
+ * (where four of the 1B's 128 attention tiles then queue behind rope_kv
+ * tasks); with AMK_SM_SINKS=idle just below the lowest-ranked one, so it is
+ * placed after them, on the SMs they leave idle. On an H200 (twenty-ninth
+ * session, docs/Performance.md) idle took the bf16 1B 1.1% and the 8B 0.5%
+ * faster but the 8B int4 step 7% slower, every kind of its tiles running
+ * longer, so it is not the default. */
 static void rank_sinks_with_siblings(const AmkTaskGraph *g, const Adjacency *preds,
-                                     const Adjacency *succs, const double *cost, double *rank) {
+                                     const Adjacency *succs, const double *cost, bool below,
+                                     double *rank) {
   for (uint32_t t = 0; t < g->n_tasks; t++) {
     if (succs->off[t + 1] > succs->off[t] || preds->off[t + 1] == preds->off[t])
       continue;
-    double sibling = 0, cap = INFINITY;
+    double high = 0, low = INFINITY, cap = INFINITY;
     for (uint32_t j = preds->off[t]; j < preds->off[t + 1]; j++) {
       uint32_t p = preds->list[j];
-      double below = rank[p] - cost[p] - CROSS_SM_DEP_US;
-      if (below < cap)
-        cap = below;
+      double under = rank[p] - cost[p] - CROSS_SM_DEP_US;
+      if (under < cap)
+        cap = under;
       for (uint32_t k = succs->off[p]; k < succs->off[p + 1]; k++) {
         uint32_t s = succs->list[k];
-        if (s != t && succs->off[s + 1] > succs->off[s] && rank[s] > sibling)
-          sibling = rank[s];
+        if (s == t || succs->off[s + 1] == succs->off[s])
+          continue;
+        if (rank[s] > high)
+          high = rank[s];
+        if (rank[s] < low)
+          low = rank[s];
       }
     }
+    /* idle: a thousandth of a microsecond below orders it after the
+     * siblings and before anything ranked under them. */
+    double sibling = below ? (low < INFINITY ? low - 1e-3 : 0) : high;
     double want = sibling < cap ? sibling : cap;
     if (want > rank[t])
       rank[t] = want;
   }
+}
+
+/* AMK_SM_SINKS: where sinks rank among their siblings (above), siblings
+ * (the default) or idle. */
+static bool read_sinks_below(AmkDiagEngine *diag, bool *below) {
+  const char *text = getenv("AMK_SM_SINKS");
+  *below = false;
+  if (!text || !*text || strcmp(text, "siblings") == 0)
+    return true;
+  if (strcmp(text, "idle") == 0) {
+    *below = true;
+    return true;
+  }
+  AmkLoc none = {0, 0};
+  amk_error(diag, none, "sm-assign: AMK_SM_SINKS must be siblings or idle, not '%s'", text);
+  return false;
 }
 
 /* Sorting helpers: indices by decreasing rank, ties by topological position. */
@@ -495,6 +526,9 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
     return false;
   }
   int64_t num_sms = m->target->num_sms;
+  bool sinks_below;
+  if (!read_sinks_below(ctx->diag, &sinks_below))
+    return false;
   AmkSmPolicy policy = m->config ? m->config->sm_assignment : AMK_SM_LOAD_BALANCE;
   /* The words of --sm-assignment in AMK_PASS_OPTIONS, in order (explicit
    * maps come only from the module's config). */
@@ -553,7 +587,7 @@ bool amk_pass_sm_assign(AmkModule *m, AmkPassContext *ctx) {
 
   Adjacency preds = build_predecessors(&g), succs = build_successors(&g);
   double *rank = upward_rank(&g, &succs, cost);
-  rank_sinks_with_siblings(&g, &preds, &succs, cost, rank);
+  rank_sinks_with_siblings(&g, &preds, &succs, cost, sinks_below, rank);
   Keyed *keyed = amk_xmalloc((n ? n : 1) * sizeof *keyed);
   for (uint32_t t = 0; t < n; t++)
     keyed[t] = (Keyed){rank[t], g.topo_pos[t], t};
