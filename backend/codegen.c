@@ -630,12 +630,69 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
 /* Pattern mlp (docs/Fusion.md): inputs x, Wgu [2I, K], g [K], Wdt [I, K]
  * (the down weight transposed); the tile's gate|up rows, act, and its share
  * of the down projection added into an f32 accumulator of K elements. */
+/* A quantized mlp tile (split_down over a quantized MLP, opt-in:
+ * AMK_FUSE_SPLIT_DOWN_QUANT=1): x, qWgu [2I, K] and its scales, the norm
+ * weight, qWd [K, I] and its scales, one qdtype and group; both matrices of
+ * whole 16-byte pieces each in one group (amk_mlp_quant). */
+static bool gen_mlp_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
+  if (!amk_inst_param_has(p, AMK_PARAM_group))
+    return fail(g, t, "a quantized mlp needs param group");
+  if (t->n_inputs != 6 || t->n_outputs != 1)
+    return fail(g, t, "a quantized mlp reads x, qWgu, scales, g, qWd, scales and writes one "
+                      "accumulator");
+  BufInfo x, wgu, sgu, gw, wd, sd, o;
+  if (!buf_info(g, t, t->inputs[0], &x) || !buf_info(g, t, t->inputs[1], &wgu) ||
+      !buf_info(g, t, t->inputs[2], &sgu) || !buf_info(g, t, t->inputs[3], &gw) ||
+      !buf_info(g, t, t->inputs[4], &wd) || !buf_info(g, t, t->inputs[5], &sd) ||
+      !buf_info(g, t, t->outputs[0], &o))
+    return false;
+  if (!is_float(x.dtype) || !is_float(sgu.dtype) || !is_float(gw.dtype) || !is_float(sd.dtype) ||
+      sgu.dtype != sd.dtype)
+    return fail(g, t, "a quantized mlp reads f32, f16 or bf16 x, norm weight and scales (both "
+                      "scales of one dtype)");
+  if (o.dtype != AMK_DTYPE_F32)
+    return fail(g, t, "mlp adds into an f32 accumulator, not %s", amk_dtype_text_name(o.dtype));
+  if (!quant_weights_match(g, t, p, &wgu) || !quant_weights_match(g, t, p, &wd))
+    return false;
+  int64_t qdtype = p->qdtype.i, k = p->K.i, n_off = p->n_off.i, n_tile = p->N_tile.i;
+  int64_t group = p->group.i;
+  if (x.numel != k || o.numel != k || gw.numel < k || wgu.numel % k != 0 ||
+      wgu.numel / k % 2 != 0)
+    return fail(g, t, "a quantized mlp wants x, g and the accumulator of K = %" PRId64
+                      " elements and qWgu of an even number of rows of K",
+                k);
+  int64_t inter = wgu.numel / k / 2;
+  if (inter <= 0 || inter > INT32_MAX / 2 || wd.numel != k * inter ||
+      sgu.numel != 2 * inter * ((k + group - 1) / group) ||
+      sd.numel != k * ((inter + group - 1) / group))
+    return fail(g, t, "qWd '%s' or the scales are not [K, I] and its groups (K = %" PRId64
+                      ", I = %" PRId64 ")",
+                wd.b->name, k, inter);
+  if (!quant_pieces_ok(qdtype, k, group) || !quant_pieces_ok(qdtype, inter, group))
+    return fail(g, t, "a quantized mlp takes rows of whole 16-byte pieces each in one group "
+                      "(K = %" PRId64 ", I = %" PRId64 ", group = %" PRId64 ")",
+                k, inter, group);
+  if (n_off < 0 || n_tile <= 0 || n_off + n_tile > inter)
+    return fail(g, t, "tile [%" PRId64 ", %" PRId64 ") exceeds the %" PRId64
+                      " intermediate columns",
+                n_off, n_off + n_tile, inter);
+  /* xs (K, a 4-float gap after each piece), the warp sums, gate and up,
+   * then act staged over the pieces covering the tile; part[] aliases xs. */
+  int64_t cols = quant_piece_cols(qdtype);
+  need_smem(g, (size_t)(k + k / cols * 4) + (size_t)((g->nt / 32 + 3) & ~3) +
+                   (size_t)((2 * n_tile + 3) & ~3) +
+                   (size_t)((n_tile / cols + 2) * (cols + 4)));
+  g->quant_streams = true;
+  EMIT(inst, mlp_quant, x.dtype, wgu.dtype, gw.dtype, sgu.dtype, k, inter, group);
+  return true;
+}
+
 static bool gen_gemv_mlp(Gen *g, const AmkTask *t, const AmkInstParams *p, AmkStrBuf *inst) {
   if (!amk_inst_param_has(p, AMK_PARAM_K) || !amk_inst_param_has(p, AMK_PARAM_N_tile) ||
       !amk_inst_param_has(p, AMK_PARAM_n_off) || !amk_inst_param_has(p, AMK_PARAM_eps))
     return fail(g, t, "mlp needs params K, N_tile, n_off and eps");
   if (amk_inst_param_has(p, AMK_PARAM_qdtype))
-    return fail(g, t, "mlp takes fp weights, not quantized ones");
+    return gen_mlp_quant(g, t, p, inst);
   if (t->n_inputs != 4 || t->n_outputs != 1)
     return fail(g, t, "mlp reads x, Wgu, g, Wdt and writes one accumulator");
   BufInfo x, wgu, gw, wd, o;
@@ -2026,6 +2083,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
       amk_sb_printf(&s, "  case %d: return amk_gemv_combine_stream%s();\n", k, keys[k] + 16);
     else if (strncmp(keys[k], "amk_gemv_mlp<", 13) == 0)
       amk_sb_printf(&s, "  case %d: return amk_gemv_mlp_stream%s();\n", k, keys[k] + 12);
+    else if (strncmp(keys[k], "amk_mlp_quant<", 14) == 0)
+      amk_sb_printf(&s, "  case %d: return amk_mlp_quant_stream%s();\n", k, keys[k] + 13);
     else if (strncmp(keys[k], "amk_attention_o<", 16) == 0)
       amk_sb_printf(&s, "  case %d: return amk_attention_o_stream%s();\n", k, keys[k] + 15);
     else if (strncmp(keys[k], "amk_gemv_quant<", 15) == 0)

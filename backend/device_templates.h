@@ -18,6 +18,7 @@
   X(gemm_mma, "iiiiiiiii")                                                     \
   X(gemv_combine, "iiiiiiiii")                                                 \
   X(gemv_mlp, "iiiiiii")                                                       \
+  X(mlp_quant, "iiiiiii")                                                      \
   X(gemv_quant, "iiiiiiiiiiii")                                                 \
   X(gemv_quant_combine, "iiiiiiiiii")                                          \
   X(gemm_mma_quant, "iiiiiiiii")                                               \

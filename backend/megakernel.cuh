@@ -3876,6 +3876,152 @@ __device__ amk_stream_info_t amk_gemv_quant_stream() {
   return amk_gemv_quant_info<QDT, SDT, K, NOUT, STACK, GROUP>();
 }
 
+// ---- the quantized mlp tile (split_down over a quantized MLP) ----------------------
+//
+// Opt-in (AMK_FUSE_SPLIT_DOWN_QUANT=1; docs/Fusion.md): inputs x (XDT), qWgu
+// [2 * INTER, K] and its scales (SDT), the norm weight g (GDT), the down
+// weight as it is, qWd [K, INTER], and its scales; the tile's intermediate
+// columns [n_off, n_off + n_tile). The norm and the gate|up rows are the
+// quantized GEMV's (amk_qx_finish's staged input, amk_qrows_dot a row a
+// warp), gate, up and their SiLU product rounded to XDT as the VM does; then
+// the tile's columns of every row of qWd: 8 lanes a row, each lane one
+// 16-byte piece of the columns' pieces (the tile's own act at its columns,
+// zero beside them, so a piece shared with the next tile adds nothing
+// twice), the piece's sum scaled by its group's scale (GROUP a multiple of a
+// piece's columns), the 8 lanes' sums meeting by shuffles, into part[]
+// (aliasing xs); then part (and x at the first tile) added into the f32
+// accumulator as the fp mlp does. Compiled and checked by the VM's logits
+// on the CPU; not yet run on a GPU.
+template <int QDT, int INTER, int GROUP> __device__ constexpr bool amk_mlp_quant_ok() {
+  return INTER % AmkQuant<QDT>::COLS == 0 && GROUP % AmkQuant<QDT>::COLS == 0 &&
+         AmkQuant<QDT>::row_bytes(INTER) % 16 == 0;
+}
+// Floats of shared memory the down part's staged act takes: the pieces
+// that cover n_tile columns from any start (COLS + 4 floats each).
+template <int QDT> __device__ constexpr int amk_mlp_quant_act_floats(int n_tile) {
+  return (n_tile / AmkQuant<QDT>::COLS + 2) * (AmkQuant<QDT>::COLS + 4);
+}
+template <int XDT, int QDT, int GDT, int SDT, int K, int INTER, int GROUP>
+__device__ void amk_mlp_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *smem) {
+  static_assert(amk_qvec_ok<QDT, K, GROUP>() && amk_mlp_quant_ok<QDT, INTER, GROUP>(),
+                "a quantized mlp tile needs whole 16-byte pieces (codegen checks)");
+  const void *x = amk_in(A, 0), *Qgu = amk_in(A, 1), *Sgu = amk_in(A, 2);
+  const void *g = amk_in(A, 3), *Qd = amk_in(A, 4), *Sd = amk_in(A, 5);
+  float *out = (float *)amk_out(A, 0);
+  int n_off = I.params.n_off.i, n_tile = I.params.N_tile.i;
+  if (!amk_tile_rows_ok(P, idx, n_off, n_tile, INTER))
+    return;
+  constexpr int COLS = AmkQuant<QDT>::COLS;
+  float *xs = smem;                                  // K, a gap after each piece
+  float *red = smem + K + K / COLS * 4;              // AMK_NWARPS
+  float *gu = red + ((AMK_NWARPS + 3) & ~3);         // 2 * n_tile: gate, up; then act
+  float *actx = gu + ((2 * n_tile + 3) & ~3);        // the down part's pieces of act
+  float *part = xs;                                  // K sums, once xs is done with
+  if (!amk_gemv_prologue16<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, COLS>(
+          x, g, I.params.eps.f, xs, red))
+    amk_gemv_prologue<AMK_ABI_PATTERN_NORM, XDT, XDT, GDT, K, 1, COLS>(x, g, I.params.eps.f,
+                                                                      xs, red);
+  __syncthreads();
+  amk_mark_staged();
+  amk_qx_finish<QDT, K>(xs);
+  __syncthreads();
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  {
+    constexpr int NV = K / COLS, PER = (NV + 31) / 32;
+    constexpr int LOADS = QDT == AMK_ABI_DTYPE_I8 ? 8 : 4;
+    constexpr int U = amk_gemv_unroll(PER < LOADS ? PER : LOADS);
+    for (int r = warp; r < 2 * n_tile; r += AMK_NWARPS) {
+      long long wrow[1] = {(long long)(r / n_tile) * INTER + n_off + r % n_tile};
+      float sum[1];
+      amk_qrows_dot<QDT, SDT, K, GROUP, 1, U>(Qgu, Sgu, wrow, 1, xs, sum);
+      if (lane == 0)
+        gu[r] = amk_round<XDT>(sum[0]);
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < n_tile; j += AMK_NT) {
+    float gt = gu[j], up = gu[n_tile + j];
+    gu[j] = amk_round<XDT>(gt / (1.0f + expf(-gt)) * up);
+  }
+  __syncthreads();
+  // The pieces of qWd's rows that hold the tile's columns, and act staged
+  // over them as amk_qx_finish stages x (zero outside the tile).
+  int p0 = n_off / COLS, np = (n_off + n_tile + COLS - 1) / COLS - p0;
+  constexpr float OFFSET = (QDT == AMK_ABI_DTYPE_I8 ? 128.0f : 8.0f) / AMK_QDOT_UNSCALE;
+  for (int p = threadIdx.x; p < np; p += AMK_NT) {
+    float *a = actx + p * (COLS + 4), sum = 0.0f;
+    for (int e = 0; e < COLS; e++) {
+      int c = (p0 + p) * COLS + e - n_off;
+      float v = c >= 0 && c < n_tile ? gu[c] : 0.0f;
+      sum += v;
+      a[e] = v * AMK_QX_SCALE;
+    }
+    a[COLS] = sum * OFFSET;
+  }
+  __syncthreads();
+  constexpr long long RBD = AmkQuant<QDT>::row_bytes(INTER);
+  constexpr int NGD = (INTER + GROUP - 1) / GROUP;
+  // L lanes a row, ROWS rows a pass of the block, DU passes a lane's loads
+  // in flight (DU pieces of 16 bytes a lane: 32 KiB a block).
+  constexpr int L = 8, ROWS = AMK_NT / L, DU = 8;
+  int sub = threadIdx.x & (L - 1), row0 = threadIdx.x / L;
+  const char *qbase = (const char *)Qd + (long long)p0 * 16;
+  for (int n0 = 0; n0 < K; n0 += DU * ROWS) {
+    float acc[DU];
+    uint4 q[DU];
+    float sc[DU];
+#pragma unroll
+    for (int u = 0; u < DU; u++) {
+      int n = n0 + u * ROWS + row0;
+      bool have = n < K && sub < np;
+      q[u] = have ? amk_ldw16(qbase + (long long)n * RBD + (long long)sub * 16)
+                  : make_uint4(0u, 0u, 0u, 0u);
+      sc[u] = have ? amk_ld<SDT>(Sd, (long long)n * NGD + (long long)(p0 + sub) * COLS / GROUP)
+                   : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < DU; u++)
+      acc[u] = sub < np ? amk_qdot16<QDT>(q[u], actx + sub * (COLS + 4)) * sc[u] : 0.0f;
+    // Pieces past the first L of a row (tiles of more than L pieces).
+    for (int j = sub + L; j < np; j += L) {
+#pragma unroll
+      for (int u = 0; u < DU; u++) {
+        int n = n0 + u * ROWS + row0;
+        if (n < K) {
+          uint4 qq = amk_ldw16(qbase + (long long)n * RBD + (long long)j * 16);
+          float s = amk_ld<SDT>(Sd, (long long)n * NGD + (long long)(p0 + j) * COLS / GROUP);
+          acc[u] += amk_qdot16<QDT>(qq, actx + j * (COLS + 4)) * s;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < DU; u++) {
+#pragma unroll
+      for (int o = L / 2; o > 0; o >>= 1)
+        acc[u] += __shfl_xor_sync(0xffffffffu, acc[u], o);
+      int n = n0 + u * ROWS + row0;
+      if (sub == 0 && n < K)
+        part[n] = acc[u] * AMK_QDOT_UNSCALE;
+    }
+  }
+  __syncthreads();
+  // The tile at column 0 adds the residual x too, unless the program is a
+  // tensor-parallel rank's other than 0 (its all-reduce takes x once).
+  bool first = n_off == 0 && !(I.params.flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
+  auto res4 = [&](int v) {
+    return make_float4(amk_ld<XDT>(x, 4 * v), amk_ld<XDT>(x, 4 * v + 1), amk_ld<XDT>(x, 4 * v + 2),
+                       amk_ld<XDT>(x, 4 * v + 3));
+  };
+  auto res1 = [&](int n) { return amk_ld<XDT>(x, n); };
+  amk_share_add<K>(out, part, first, n_off, n_tile, res4, res1);
+}
+// Its weight stream: the gate|up rows and their scales, as the quantized
+// GEMV's (the down rows are read a few pieces a row).
+template <int XDT, int QDT, int GDT, int SDT, int K, int INTER, int GROUP>
+__device__ amk_stream_info_t amk_mlp_quant_stream() {
+  return amk_gemv_quant_info<QDT, SDT, K, INTER, 2, GROUP>();
+}
+
 // ---- weight-only quantized GEMM tiles (prefill, W8A16 / W4A16) --------------------
 //
 // out[m, n] = sum_k x[m, k] * (q[n, k] * scale[n, k / GROUP]) over the

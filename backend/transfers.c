@@ -74,8 +74,9 @@ static bool reads_shadow(const AmkPlan *plan, uint32_t t, uint32_t k) {
   case AMK_PATTERN_COMBINE_RESIDUAL: /* fp weights: the quantized form reads no shadow */
     return !amk_inst_param_has(&pt->params, AMK_PARAM_qdtype) && (k == 0 || k >= 3) &&
            amk_inst_param_has(&pt->params, AMK_PARAM_head_dim) && pt->params.head_dim.i % 2 == 0;
-  case AMK_PATTERN_MLP:
-    return k == 0 && amk_inst_param_has(&pt->params, AMK_PARAM_K) && pt->params.K.i % 8 == 0;
+  case AMK_PATTERN_MLP: /* fp weights: the quantized form reads no shadow */
+    return k == 0 && !amk_inst_param_has(&pt->params, AMK_PARAM_qdtype) &&
+           amk_inst_param_has(&pt->params, AMK_PARAM_K) && pt->params.K.i % 8 == 0;
   case AMK_PATTERN_ATTENTION_O:
     return false;
   default:

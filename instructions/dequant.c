@@ -66,24 +66,30 @@ int inst_quant_matrix(const AmkInstCall *call, const AmkTensorView *q,
 /* One group's scale (and zero-point) is read once, then its columns are
  * decoded in a tight loop: the same values as (q - zero) * scale per
  * element, without a dtype dispatch per weight. */
-void inst_quant_row(const InstQuantMatrix *m, int64_t row, float *dst) {
+void inst_quant_row_range(const InstQuantMatrix *m, int64_t row, int64_t begin, int64_t end,
+                          float *dst) {
   const uint8_t *bytes = (const uint8_t *)m->q->data + row * m->row_bytes;
-  for (int64_t g = 0; g < m->n_groups; g++) {
-    int64_t k0 = g * m->group, k1 = k0 + m->group < m->cols ? k0 + m->group : m->cols;
+  for (int64_t g = begin / m->group; g < m->n_groups && g * m->group < end; g++) {
+    int64_t k0 = g * m->group > begin ? g * m->group : begin;
+    int64_t k1 = (g + 1) * m->group < end ? (g + 1) * m->group : end;
     int64_t at = row * m->n_groups + g;
     float scale = inst_load(m->scales, at);
     float zero = m->zeros ? inst_load(m->zeros, at) : 0.0f;
     if (m->qdtype == AMK_QDTYPE_INT8) {
       for (int64_t k = k0; k < k1; k++)
-        dst[k] = ((float)(int8_t)bytes[k] - zero) * scale;
+        dst[k - begin] = ((float)(int8_t)bytes[k] - zero) * scale;
     } else {
       for (int64_t k = k0; k < k1; k++) {
         uint8_t byte = bytes[k / 2];
         int q = ((k & 1) ? byte >> 4 : byte & 0xF) - 8; /* stored as q + 8 */
-        dst[k] = ((float)q - zero) * scale;
+        dst[k - begin] = ((float)q - zero) * scale;
       }
     }
   }
+}
+
+void inst_quant_row(const InstQuantMatrix *m, int64_t row, float *dst) {
+  inst_quant_row_range(m, row, 0, m->cols, dst);
 }
 
 /* inputs [q, scales(, zeros)] -> output [rows, K] in the output's dtype,

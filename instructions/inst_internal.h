@@ -113,6 +113,9 @@ int inst_quant_matrix(const AmkInstCall *call, const AmkTensorView *q,
                       InstQuantMatrix *m);
 /* Dequantize row `row` into dst[cols]: (q - zero) * scale in fp32. */
 void inst_quant_row(const InstQuantMatrix *m, int64_t row, float *dst);
+/* The same for columns [begin, end) of the row, into dst[0, end - begin). */
+void inst_quant_row_range(const InstQuantMatrix *m, int64_t row, int64_t begin, int64_t end,
+                          float *dst);
 
 /* ---- attention (attention.c), shared with the fused patterns ---------------- */
 

@@ -567,21 +567,24 @@ static int run_attention_rope(const AmkInstCall *call, int64_t pattern) {
 
 /* ---- mlp (and the split-K projection attention_o shares) -------------------- */
 
-/* The shapes of an mlp tile; sets *inter to I, the intermediate's width. */
-static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
+/* The shapes of an mlp tile; sets *inter to I, the intermediate's width.
+ * fp: x, Wgu [2I, K], g, Wdt [I, K] (the down weight transposed).
+ * Weight-only quantized (qdtype, group): x, qWgu [2I, K] and its scales,
+ * g, qWd [K, I] (the down weight as it is: a tile reads its columns) and
+ * its scales, both matrices of the same qdtype and group; *gu and *down
+ * then describe them. */
+static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter,
+                     InstQuantMatrix *gu, InstQuantMatrix *down) {
   static const AmkParamField required[] = {AMK_PARAM_K, AMK_PARAM_N_tile, AMK_PARAM_n_off,
                                            AMK_PARAM_eps};
   int rc;
-  if ((rc = require_fp_weights(call, pattern)) ||
-      (rc = require_inputs(call, pattern, 4, "x, Wgu, g, Wdt")) ||
+  bool q = quantized(call);
+  if ((rc = q ? require_inputs(call, pattern, 6, "x, qWgu, scales, g, qWd, scales")
+              : require_inputs(call, pattern, 4, "x, Wgu, g, Wdt")) ||
       (rc = inst_require_all(call, required, sizeof required / sizeof required[0])))
     return rc;
-  const AmkTensorView *x = &call->in[0], *wgu = &call->in[1], *g = &call->in[2],
-                      *wdt = &call->in[3], *out = &call->out[0];
-  if ((rc = inst_require_numeric(call, x, "x")) ||
-      (rc = inst_require_numeric(call, wgu, "Wgu")) ||
-      (rc = inst_require_numeric(call, g, "g")) ||
-      (rc = inst_require_numeric(call, wdt, "Wdt")))
+  const AmkTensorView *x = &call->in[0], *g = &call->in[q ? 3 : 2], *out = &call->out[0];
+  if ((rc = inst_require_numeric(call, x, "x")) || (rc = inst_require_numeric(call, g, "g")))
     return rc;
   const char *name = pattern_text(pattern);
   /* x's dtype is the intermediates': an integer one would truncate them. */
@@ -593,18 +596,43 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "%s: x has %" PRId64 " elements, want K = %" PRId64 " (positive)", name,
                      x->numel, k);
-  int64_t i = wdt->numel / k;
-  if (inst_width(wdt) != k || i <= 0 || wdt->numel % k != 0)
-    return inst_fail(call, AMK_INST_ERR_SHAPE,
-                     "%s: Wdt has %" PRId64 " elements of width %" PRId64
-                     ", want [I, K] with K = %" PRId64,
-                     name, wdt->numel, inst_width(wdt), k);
-  if (inst_width(wgu) != k || wgu->numel % k != 0 || wgu->numel / k != 2 * i)
-    return inst_fail(call, AMK_INST_ERR_SHAPE,
-                     "%s: Wgu has %" PRId64 " elements of width %" PRId64
-                     ", want [2I, K] = [%" PRId64 ", %" PRId64 "] (I = %" PRId64
-                     ", Wdt's rows)",
-                     name, wgu->numel, inst_width(wgu), 2 * i, k, i);
+  int64_t i;
+  if (q) {
+    int32_t qdtype = inst_int_or(call, AMK_PARAM_qdtype, 0);
+    int64_t group = inst_int_or(call, AMK_PARAM_group, (int32_t)k);
+    if ((rc = inst_quant_matrix(call, &call->in[1], &call->in[2], NULL, qdtype, k, group, gu)))
+      return rc;
+    i = gu->rows / 2;
+    if (i <= 0 || gu->rows != 2 * i)
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "%s: qWgu has %" PRId64 " rows, want 2I (a positive even count)", name,
+                       gu->rows);
+    if ((rc = inst_quant_matrix(call, &call->in[4], &call->in[5], NULL, qdtype, i, group,
+                                down)))
+      return rc;
+    if (down->rows != k)
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "%s: qWd has %" PRId64 " rows, want [K, I] = [%" PRId64 ", %" PRId64
+                       "] (I = half of qWgu's rows)",
+                       name, down->rows, k, i);
+  } else {
+    const AmkTensorView *wgu = &call->in[1], *wdt = &call->in[3];
+    if ((rc = inst_require_numeric(call, wgu, "Wgu")) ||
+        (rc = inst_require_numeric(call, wdt, "Wdt")))
+      return rc;
+    i = wdt->numel / k;
+    if (inst_width(wdt) != k || i <= 0 || wdt->numel % k != 0)
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "%s: Wdt has %" PRId64 " elements of width %" PRId64
+                       ", want [I, K] with K = %" PRId64,
+                       name, wdt->numel, inst_width(wdt), k);
+    if (inst_width(wgu) != k || wgu->numel % k != 0 || wgu->numel / k != 2 * i)
+      return inst_fail(call, AMK_INST_ERR_SHAPE,
+                       "%s: Wgu has %" PRId64 " elements of width %" PRId64
+                       ", want [2I, K] = [%" PRId64 ", %" PRId64 "] (I = %" PRId64
+                       ", Wdt's rows)",
+                       name, wgu->numel, inst_width(wgu), 2 * i, k, i);
+  }
   if (g->numel != k)
     return inst_fail(call, AMK_INST_ERR_SHAPE,
                      "%s: g has %" PRId64 " elements, want K = %" PRId64, name, g->numel, k);
@@ -619,6 +647,35 @@ static int check_mlp(const AmkInstCall *call, int64_t pattern, int64_t *inter) {
                      " columns",
                      name, n_off, n_off + n_tile, i);
   *inter = i;
+  return AMK_INST_OK;
+}
+
+/* The quantized mlp's share of the down projection: out[n] += p[n] (plus
+ * r[n] when `add_residual`), p[n] the fp32 sum over the tile's columns c,
+ * in increasing c from 0, of act[c] * Wd[n, n_off + c], Wd the dequantized
+ * down weight [K, I] read a row at a time (the plain quantized GEMV's
+ * arithmetic: each weight dequantized, then multiplied). The caller
+ * checked the shapes. */
+static int add_down_partial_quant(const AmkInstCall *call, const AmkTensorView *act,
+                                  const InstQuantMatrix *wd, uint32_t residual,
+                                  bool add_residual) {
+  const AmkTensorView *r = &call->in[residual];
+  AmkTensorView *out = &call->out[0];
+  int64_t width = out->numel, n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
+  float *a = malloc((size_t)(2 * n_tile + 1) * sizeof *a);
+  if (!a)
+    return inst_fail(call, AMK_INST_ERR_NOMEM, "out of memory");
+  float *w = a + n_tile;
+  inst_load_row(act, 0, n_tile, a);
+  for (int64_t n = 0; n < width; n++) {
+    inst_quant_row_range(wd, n, n_off, n_off + n_tile, w);
+    float p = 0.0f;
+    for (int64_t c = 0; c < n_tile; c++)
+      p += a[c] * w[c];
+    float add = add_residual ? inst_load(r, n) + p : p;
+    inst_store(out, n, inst_load(out, n) + add);
+  }
+  free(a);
   return AMK_INST_OK;
 }
 
@@ -660,14 +717,18 @@ static int add_down_partial(const AmkInstCall *call, const AmkTensorView *act,
  * gate|up GEMV of those columns into a [2, I] scratch, SILU_MUL of them
  * (all scratch of x's dtype, the unfused intermediates'), then the tile's
  * share of the down projection (Wdt, input 3) added into the output with x
- * (input 0) as the residual (add_down_partial).
+ * (input 0) as the residual (add_down_partial). Quantized (x, qWgu,
+ * scales, g, qWd, scales): the gate|up GEMV is the quantized plain tile's
+ * and the share reads columns of qWd (add_down_partial_quant).
  * The engine zeroes the accumulator before each step and must not let two
  * tiles add at once. */
 static int run_mlp(const AmkInstCall *call, int64_t pattern) {
   int64_t inter = 0;
-  int rc = check_mlp(call, pattern, &inter);
+  InstQuantMatrix qgu, qdown;
+  int rc = check_mlp(call, pattern, &inter, &qgu, &qdown);
   if (rc)
     return rc;
+  bool q = quantized(call);
   const AmkTensorView *x = &call->in[0];
   int64_t n_off = call->p->n_off.i, n_tile = call->p->N_tile.i;
   AmkInstParams norm_params = {0};
@@ -680,15 +741,17 @@ static int run_mlp(const AmkInstCall *call, int64_t pattern) {
   if (!(rc = scratch(call, x->dtype, x->rank, x->shape, &xn)) &&
       !(rc = scratch(call, x->dtype, 2, gu_shape, &gu)) &&
       !(rc = scratch(call, x->dtype, 1, act_shape, &act))) {
-    AmkTensorView norm_in[2] = {*x, call->in[2]};
+    AmkTensorView norm_in[2] = {*x, call->in[q ? 3 : 2]};
     AmkTensorView halves[2] = {slice(&gu, n_off, n_tile), slice(&gu, inter + n_off, n_tile)};
     if (!(rc = step(call, pattern, AMK_OP_RMSNORM, amk_kernel_RMSNORM, &norm_params, norm_in,
                     2, &xn)) &&
         !(rc = gemv_step(call, pattern, &xn, &gu)) &&
         !(rc = step(call, pattern, AMK_OP_SILU_MUL, amk_kernel_SILU_MUL, &none, halves, 2,
-                    &act)))
-      rc = add_down_partial(call, &act, 3, 0,
-                            n_off == 0 && !(call->p->flags.i & AMK_FLAG_MLP_NO_RESIDUAL));
+                    &act))) {
+      bool first = n_off == 0 && !(call->p->flags.i & AMK_FLAG_MLP_NO_RESIDUAL);
+      rc = q ? add_down_partial_quant(call, &act, &qdown, 0, first)
+             : add_down_partial(call, &act, 3, 0, first);
+    }
   }
   free(xn.data);
   free(gu.data);

@@ -161,10 +161,13 @@ int amk_op_max_inputs(AmkOp op, int64_t flags) {
    * within the table's 3). */
   if (op == AMK_OP_GEMV_TILE &&
       (pattern == AMK_PATTERN_NORM || pattern == AMK_PATTERN_RESIDUAL ||
-       pattern == AMK_PATTERN_SILU_RESIDUAL || pattern == AMK_PATTERN_MLP))
+       pattern == AMK_PATTERN_SILU_RESIDUAL))
     return 4;
   if (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_ATTENTION_O)
     return 5;
+  /* mlp: [x, Wgu, g, Wdt], or quantized [x, qWgu, scales, g, qWd, scales]. */
+  if (op == AMK_OP_GEMV_TILE && pattern == AMK_PATTERN_MLP)
+    return 6;
   return (unsigned)op < AMK_OP_COUNT ? op_table[op].max_inputs : 0;
 }
 

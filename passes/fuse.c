@@ -212,6 +212,7 @@ typedef struct {
   int64_t split_down_min_cols; /* the fewest intermediate columns a gate|up tile may have */
   int64_t split_o_slices;      /* AMK_FUSE_SPLIT_O_SLICES (0: by the SMs) */
   int64_t split_o_min_cols;    /* the same, for split_o over an MLP split_down leaves */
+  bool split_down_quant;       /* split_down takes quantized MLPs (AMK_FUSE_SPLIT_DOWN_QUANT) */
 } Fuser;
 
 static uint32_t bufpos(const Fuser *f, int32_t id) { return amk_id_index_get(&f->ix.bufs, id); }
@@ -801,13 +802,23 @@ static void fuse_mlp(Fuser *f) {
  * residual) into an f32 y, a tensor-parallel rank's partial, become mlp
  * tiles that add no x. The tiles read Wd as its
  * transpose Wdt [I, hidden] (source "KEY^T"), so that a tile's columns are
- * contiguous rows. The down tiles, Wd, gu and its counter go. */
+ * contiguous rows. The down tiles, Wd, gu and its counter go.
+ * With AMK_FUSE_SPLIT_DOWN_QUANT=1 weight-only quantized MLPs too (both
+ * projections of one qdtype and group): the mlp tiles read [x, qWgu,
+ * scales, g, qWd, scales], the down weight and its scales as they are (a
+ * tile reads its columns of every row; a transposed quantized copy would
+ * need the loader to transpose packed nibbles and their scales), which
+ * stay. */
 static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   AmkModule *m = f->m;
   TileSet up, down;
   const AmkBuffer *gub = &m->buffers[gu];
   if (gub->kind != AMK_KIND_ACTIVATION || gub->rank != 2 || dim(gub, 0) != 2 ||
-      !tile_set(f, gu, PATTERN_BIT(NORM), &up) || amk_rw_quantized(&m->tasks[up.tiles.at[0]]))
+      !tile_set(f, gu, PATTERN_BIT(NORM), &up))
+    return false;
+  const AmkTask *u0 = &m->tasks[up.tiles.at[0]];
+  bool quant = amk_rw_quantized(u0);
+  if (quant && (!f->split_down_quant || !quant_form_ok(u0)))
     return false;
   int64_t inter = dim(gub, 1);
   Span readers = span(&f->ix.readers, gu);
@@ -817,7 +828,8 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   const AmkTask *d0 = &m->tasks[readers.at[0]];
   uint32_t y = d0->n_outputs == 1 ? bufpos(f, d0->outputs[0]) : AMK_NO_INDEX;
   if (y == AMK_NO_INDEX || !tile_set(f, y, PATTERN_BIT(SILU_RESIDUAL) | PATTERN_BIT(SILU), &down) ||
-      !span_equal(down.tiles, readers) || amk_rw_quantized(d0) ||
+      !span_equal(down.tiles, readers) || amk_rw_quantized(d0) != quant ||
+      (quant && (!same_quant(u0, d0) || !quant_form_ok(d0))) ||
       m->buffers[y].kind != AMK_KIND_ACTIVATION)
     return false;
   /* Down tiles without the residual (silu): a tensor-parallel rank's share
@@ -827,33 +839,45 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
   bool residual = down.pattern == AMK_PATTERN_SILU_RESIDUAL;
   if (!residual && m->buffers[y].dtype != AMK_DTYPE_F32)
     return false;
-  const AmkTask *u0 = &m->tasks[up.tiles.at[0]];
   int32_t x = u0->inputs[0];
   int64_t hidden = width_of(f, x);
   uint32_t wd = tile_weight(f, &down), wgu = tile_weight(f, &up);
+  /* Quantized rows may be packed (int4 as bytes): the VM and the validator
+   * check their widths; here the row counts. */
   if (hidden <= 0 || wd == AMK_NO_INDEX || wgu == AMK_NO_INDEX ||
-      dim(&m->buffers[wd], 0) != hidden || dim(&m->buffers[wd], 1) != inter ||
-      dim(&m->buffers[wgu], 0) != 2 * inter || dim(&m->buffers[wgu], 1) != hidden ||
+      dim(&m->buffers[wd], 0) != hidden || (!quant && dim(&m->buffers[wd], 1) != inter) ||
+      dim(&m->buffers[wgu], 0) != 2 * inter || (!quant && dim(&m->buffers[wgu], 1) != hidden) ||
       width_of(f, m->buffers[y].id) != hidden || m->buffers[y].rank > 2 ||
       (m->buffers[y].rank == 2 && dim(&m->buffers[y], 0) != 1))
     return false;
+  uint32_t base = quant ? 3 : 2; /* the operand's slot */
+  int32_t sgu = quant ? u0->inputs[2] : -1, sd = quant ? d0->inputs[2] : -1;
   for (uint32_t i = 0; i < up.tiles.n; i++) {
     const AmkTask *t = &m->tasks[up.tiles.at[i]];
-    if (t->n_inputs != 3 || t->inputs[0] != x || t->inputs[1] != m->buffers[wgu].id)
+    if (t->n_inputs != base + 1 || t->inputs[0] != x || t->inputs[1] != m->buffers[wgu].id ||
+        (quant && (t->inputs[2] != sgu || !same_quant(t, u0))))
       return false;
   }
   for (uint32_t i = 0; i < down.tiles.n; i++) {
     const AmkTask *t = &m->tasks[down.tiles.at[i]];
-    if (t->n_inputs != (residual ? 3u : 2u) || t->inputs[0] != gub->id ||
-        (residual && t->inputs[2] != x))
+    if (t->n_inputs != base + (residual ? 1u : 0u) || t->inputs[0] != gub->id ||
+        (residual && t->inputs[base] != x) ||
+        (quant && (t->inputs[2] != sd || !same_quant(t, d0))))
       return false;
   }
-  /* Wd goes with the down tiles, replaced by its transpose: one tensor (a
-   * '+'-joined source would transpose each part), not transposed already. */
+  /* fp: Wd goes with the down tiles, replaced by its transpose: one tensor
+   * (a '+'-joined source would transpose each part), not transposed
+   * already. Quantized: Wd and its scales stay, read by the mlp tiles
+   * alone. */
   const AmkBuffer *wdb = &m->buffers[wd];
-  if (!span_equal(span(&f->ix.readers, wd), down.tiles) || strchr(wdb->source, '+') ||
-      strstr(wdb->source, "^T"))
+  if (!span_equal(span(&f->ix.readers, wd), down.tiles) ||
+      (!quant && (strchr(wdb->source, '+') || strstr(wdb->source, "^T"))))
     return false;
+  if (quant) {
+    uint32_t sdp = bufpos(f, sd);
+    if (sdp == AMK_NO_INDEX || !span_equal(span(&f->ix.readers, sdp), down.tiles))
+      return false;
+  }
   /* An mlp tile waits where its gate|up tile did and where the down tiles
    * did, less gu's counter (the residual's counter is x's: already there). */
   WaitSet *sets = amk_xmalloc(up.tiles.n * sizeof *sets);
@@ -863,19 +887,33 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     ok = merged_waits(&m->tasks[up.tiles.at[i]], &drop, 1, d0->waits, d0->n_waits, &sets[i]);
   if (ok) {
     int32_t out = m->buffers[y].id, counter = d0->out_counter;
-    int64_t elem = amk_dtype_nbytes(wdb->dtype, 1);
     char name[256], src[1024];
-    rename_part(wdb->name, "down_proj.w", "down_proj.wt", ".t", name, sizeof name);
-    snprintf(src, sizeof src, "%s^T", wdb->source);
-    int64_t wdt_dims[2] = {inter, hidden};
-    int32_t wdt = add_buffer(f, name, AMK_KIND_WEIGHT, wdb->dtype, 2, wdt_dims, src);
+    int32_t wdt = m->buffers[wd].id;
+    /* Bytes a tile streams of the down weight: its columns of each row (a
+     * quantized int4 byte holds two), with their scales. */
+    int64_t down_row_bytes = amk_dtype_nbytes(wdb->dtype, 1), down_scales_bytes = 0;
+    if (quant) {
+      int64_t qdtype = 0;
+      amk_task_param_int(u0, "qdtype", &qdtype);
+      down_row_bytes = qdtype == AMK_QDTYPE_INT4 ? 1 : 2; /* per two columns */
+      down_scales_bytes = 2 * hidden * 2;                  /* about two groups a tile */
+    } else {
+      rename_part(wdb->name, "down_proj.w", "down_proj.wt", ".t", name, sizeof name);
+      snprintf(src, sizeof src, "%s^T", wdb->source);
+      int64_t wdt_dims[2] = {inter, hidden};
+      wdt = add_buffer(f, name, AMK_KIND_WEIGHT, wdb->dtype, 2, wdt_dims, src);
+    }
     wdb = NULL; /* add_buffer may move the buffer table */
     for (uint32_t i = 0; i < up.tiles.n; i++) {
       AmkTask *t = &m->tasks[up.tiles.at[i]];
-      int32_t in[4] = {x, t->inputs[1], t->inputs[2], wdt};
+      int32_t in[6] = {x, t->inputs[1], t->inputs[2], wdt, 0, 0};
+      if (quant) {
+        int32_t qin[6] = {x, t->inputs[1], sgu, t->inputs[3], wdt, sd};
+        memcpy(in, qin, sizeof in);
+      }
       int64_t n_tile = 0;
       amk_task_param_int(t, "N_tile", &n_tile);
-      set_inputs(m, t, in, 4);
+      set_inputs(m, t, in, quant ? 6 : 4);
       set_waits(m, t, &sets[i]);
       set_pattern(m, t, AMK_PATTERN_MLP);
       if (!residual)
@@ -884,7 +922,8 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
                                          amk_rw_low_flags(t) | AMK_FLAG_MLP_NO_RESIDUAL));
       t->outputs = amk_arena_memdup(&m->arena, &out, sizeof out);
       t->out_counter = counter;
-      t->est_bytes += hidden * n_tile * elem + hidden * 4;
+      t->est_bytes += quant ? hidden * n_tile * down_row_bytes / 2 + down_scales_bytes + hidden * 4
+                            : hidden * n_tile * down_row_bytes + hidden * 4;
       t->est_flops += 2 * hidden * n_tile;
       rename_part(t->label, "gate_up_proj", "mlp", "", name, sizeof name);
       t->label = amk_arena_strdup(&m->arena, name);
@@ -893,7 +932,8 @@ static bool fuse_one_split_down(Fuser *f, uint32_t gu) {
     for (uint32_t i = 0; i < down.tiles.n; i++)
       amk_rw_kill_task(&f->edit, down.tiles.at[i]);
     amk_rw_kill_buffer(&f->edit, gu);
-    amk_rw_kill_buffer(&f->edit, wd);
+    if (!quant)
+      amk_rw_kill_buffer(&f->edit, wd);
     amk_rw_kill_counter(&f->edit, up.counter);
     f->done[AMK_FUSION_SPLIT_DOWN]++;
   }
@@ -1684,7 +1724,8 @@ bool amk_pass_fuse(AmkModule *m, AmkPassContext *ctx) {
 
   Fuser f = {.m = m, .ctx = ctx, .kv_from_qkv = kv_from_qkv, .split_o_slices = plan.split_o_slices,
              .split_down_min_cols = split_down_min_cols,
-             .split_o_min_cols = amk_fusion_split_o_min_cols(&plan)};
+             .split_o_min_cols = amk_fusion_split_o_min_cols(&plan),
+             .split_down_quant = plan.split_down_quant};
   if (m->n_buffers || m->n_counters) { /* ids must be positions for new records */
     amk_rw_edit_init(&f.edit, m);
     bool identity = true;

@@ -197,12 +197,16 @@ bool amk_fusion_plan_read(const AmkModule *m, const AmkPassContext *ctx,
   /* AMK_FUSE_SPLIT_DOWN=0|1 and AMK_FUSE_SPLIT_O=0|1 turn their group off,
    * or on, whatever the groups say, for A/B runs of the same program;
    * AMK_FUSE_KV_FROM_QKV=0 keeps the attention tiles waiting on rope_kv
-   * (the form before it was taken off the chain). */
+   * (the form before it was taken off the chain); AMK_FUSE_SPLIT_DOWN_QUANT=1
+   * lets split_down take weight-only quantized MLPs too (their mlp tiles
+   * read the down weight's columns as it is: docs/Fusion.md; opt-in until
+   * it has run on a GPU). */
   plan->kv_from_qkv = true;
   if (!read_switch("AMK_FUSE_SPLIT_DOWN", diag, &plan->on[AMK_FUSION_SPLIT_DOWN],
                    &plan->split_down_env) ||
       !read_switch("AMK_FUSE_SPLIT_O", diag, &plan->on[AMK_FUSION_SPLIT_O], &plan->split_o_env) ||
-      !read_switch("AMK_FUSE_KV_FROM_QKV", diag, &plan->kv_from_qkv, NULL))
+      !read_switch("AMK_FUSE_KV_FROM_QKV", diag, &plan->kv_from_qkv, NULL) ||
+      !read_switch("AMK_FUSE_SPLIT_DOWN_QUANT", diag, &plan->split_down_quant, NULL))
     return false;
   /* AMK_FUSE_SPLIT_O_SLICES=N: split_o's tiles a query head at most N (a
    * measurement knob: fewer tiles read each KV head's window fewer times,

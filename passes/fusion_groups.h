@@ -48,6 +48,7 @@ typedef struct {
   bool split_down_env; /* AMK_FUSE_SPLIT_DOWN was 0 or 1 */
   bool split_o_env;    /* AMK_FUSE_SPLIT_O was 0 or 1 */
   bool kv_from_qkv;    /* AMK_FUSE_KV_FROM_QKV unset or 1 */
+  bool split_down_quant; /* AMK_FUSE_SPLIT_DOWN_QUANT=1: split_down takes quantized MLPs too */
   int64_t split_o_slices; /* AMK_FUSE_SPLIT_O_SLICES: at most this many tiles a query
                            * head (0: as many as the SMs allow) */
 } AmkFusionPlan;
@@ -55,7 +56,8 @@ typedef struct {
 /* Reads the groups: --fusion (ctx's "fusion" option), else
  * config.fusion_grouping, else the defaults; then AMK_FUSE_SPLIT_DOWN and
  * AMK_FUSE_SPLIT_O (0 or 1: the group off or on whatever the groups say),
- * AMK_FUSE_KV_FROM_QKV and AMK_FUSE_SPLIT_O_SLICES (1 to 1024). False on a bad option, config or environment
+ * AMK_FUSE_KV_FROM_QKV, AMK_FUSE_SPLIT_DOWN_QUANT (0 or 1) and
+ * AMK_FUSE_SPLIT_O_SLICES (1 to 1024). False on a bad option, config or environment
  * value, reported through `diag` as fuse's error, or not reported when
  * `diag` is NULL (tile's question: fuse reports it when it runs). */
 bool amk_fusion_plan_read(const AmkModule *m, const AmkPassContext *ctx,

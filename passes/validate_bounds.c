@@ -195,10 +195,10 @@ static const char *quantized_inputs(int64_t pattern) {
   case AMK_PATTERN_SILU: return "gu, qW, scales";
   case AMK_PATTERN_SILU_RESIDUAL: return "gu, qW, scales, r";
   case AMK_PATTERN_COMBINE_RESIDUAL: return "p0, qW, scales, r, p1..";
+  case AMK_PATTERN_MLP: return "x, qWgu, scales, g, qWd, scales";
   case AMK_PATTERN_ROPE_KV:
   case AMK_PATTERN_ATTENTION:
   case AMK_PATTERN_ATTENTION_ROPE:
-  case AMK_PATTERN_MLP:
   case AMK_PATTERN_ATTENTION_O: /* Wot is fp (codegen and the VM read no scales) */
   case AMK_PATTERN_COUNT:
     break;
@@ -370,19 +370,27 @@ static void require_accumulator_kind(AmkValidator *v, const AmkTask *t, const ch
                 "accumulator starts every step at zero", pattern, out->id, out->name);
 }
 
+static int64_t quant_pair_rows(AmkValidator *v, const AmkTask *t, int64_t qdtype, int64_t k,
+                               int64_t group, const Shape *w, const Shape *scales);
+static int64_t quant_weight_rows_quiet(AmkValidator *v, int64_t qdtype, int64_t k,
+                                       const Shape *w);
+
 /* mlp (docs/Fusion.md): inputs [x, Wgu, g, Wdt] with x one row of K, the
  * stacked gate|up weight [2I, K], the norm weight of K and the transposed
- * down weight [I, K]; n_off / N_tile count columns of the intermediate I
- * (Wdt's rows),
- * and every tile adds into all K elements of its f32 accumulator, so the
+ * down weight [I, K]; or, weight-only quantized, [x, qWgu, scales, g, qWd,
+ * scales] with the down weight as it is, qWd [K, I] of the same qdtype and
+ * group (check_quantized_tile checks qWgu and its scales). n_off / N_tile
+ * count columns of the intermediate I (Wdt's rows, qWd's columns), and
+ * every tile adds into all K elements of its f32 accumulator, so the
  * output is K elements wide whatever the tile (check_tile leaves the
  * generic column bounds to this). The accumulator rules across tiles are
  * the WAW, page and coverage checks'. */
 static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt,
-                      const char *pattern, int64_t flags, bool have_k, int64_t k,
+                      const char *pattern, int64_t flags, bool quantized, bool have_k, int64_t k,
                       bool have_range, int64_t n_off, int64_t n_tile) {
   const Shape *x = shape_of(v, t->inputs[0]), *wgu = shape_of(v, t->inputs[1]);
-  const Shape *g = shape_of(v, t->inputs[2]), *wd = shape_of(v, t->inputs[3]);
+  const Shape *g = shape_of(v, t->inputs[quantized ? 3 : 2]);
+  const Shape *wd = shape_of(v, t->inputs[quantized ? 4 : 3]);
   const Shape *out = shape_of(v, t->outputs[0]);
   char expected[96];
   if (flags & ((INT64_C(1) << AMK_PATTERN_SHIFT) - 1) & ~(int64_t)AMK_FLAG_MLP_NO_RESIDUAL)
@@ -392,29 +400,63 @@ static void check_mlp(AmkValidator *v, const AmkTask *t, const AmkParamTable *pt
   if (!pt->v[AMK_PARAM_eps])
     bound_error(v, t, "pattern %s needs param 'eps'", pattern);
   require_accumulator_not_read(v, t, pattern, out);
-  /* I is the transposed down weight's rows (Wdt [I, K]). */
-  int64_t inter = wd->ok && wd->rank == 2 ? wd->dim[0] : -1;
-  if (have_k) {
-    require_numel(v, t, "input", k, "K: one row of the hidden state", x);
-    require_numel(v, t, "norm weight", k, "K", g);
-    int64_t want_wd[2] = {-1, k};
-    snprintf(expected, sizeof expected, "[I, K=%" PRId64 "] (the down weight transposed)", k);
-    require_shape(v, t, pattern, "down weight", wd, 2, want_wd, expected);
-    if (inter > 0) {
-      int64_t want_gu[2] = {2 * inter, k};
-      snprintf(expected, sizeof expected,
-               "[2*I=%" PRId64 ", K=%" PRId64 "] (I=%" PRId64 ": the down weight's rows)",
-               2 * inter, k, inter);
-      require_shape(v, t, pattern, "gate|up weight", wgu, 2, want_gu, expected);
+  int64_t inter = -1;
+  if (quantized) {
+    /* I is half of qWgu's rows; qWd [K, I] with scales [K, ceil(I/group)]. */
+    int64_t qdtype = 0, group = k;
+    if (have_k && pt->v[AMK_PARAM_qdtype] && amk_validator_int(pt->v[AMK_PARAM_qdtype], &qdtype) &&
+        (qdtype == AMK_QDTYPE_INT8 || qdtype == AMK_QDTYPE_INT4) &&
+        (!pt->v[AMK_PARAM_group] || amk_validator_int(pt->v[AMK_PARAM_group], &group)) &&
+        group >= 1 && wgu->ok) {
+      int64_t gu_rows = quant_weight_rows_quiet(v, qdtype, k, wgu);
+      if (gu_rows > 0 && gu_rows % 2 == 0) {
+        inter = gu_rows / 2;
+        int64_t rows = quant_pair_rows(v, t, qdtype, inter, group, wd,
+                                       shape_of(v, t->inputs[5]));
+        if (rows >= 0 && rows != k)
+          bound_error(v, t,
+                      "pattern %s: quantized down weight buffer #%" PRId32 " ('%s') has %" PRId64
+                      " rows, expected [K=%" PRId64 ", I=%" PRId64
+                      "] (I: half the gate|up weight's rows)",
+                      pattern, wd->id, wd->name, rows, k, inter);
+      } else if (gu_rows > 0) {
+        bound_error(v, t,
+                    "pattern %s: gate|up weight buffer #%" PRId32 " ('%s') has %" PRId64
+                    " rows, expected an even count [2*I, K]",
+                    pattern, wgu->id, wgu->name, gu_rows);
+      }
     }
-    require_numel(v, t, "output", k, "K: the f32 accumulator every tile adds to", out);
+    if (have_k) {
+      require_numel(v, t, "input", k, "K: one row of the hidden state", x);
+      require_numel(v, t, "norm weight", k, "K", g);
+      require_numel(v, t, "output", k, "K: the f32 accumulator every tile adds to", out);
+    }
+  } else {
+    /* I is the transposed down weight's rows (Wdt [I, K]). */
+    inter = wd->ok && wd->rank == 2 ? wd->dim[0] : -1;
+    if (have_k) {
+      require_numel(v, t, "input", k, "K: one row of the hidden state", x);
+      require_numel(v, t, "norm weight", k, "K", g);
+      int64_t want_wd[2] = {-1, k};
+      snprintf(expected, sizeof expected, "[I, K=%" PRId64 "] (the down weight transposed)", k);
+      require_shape(v, t, pattern, "down weight", wd, 2, want_wd, expected);
+      if (inter > 0) {
+        int64_t want_gu[2] = {2 * inter, k};
+        snprintf(expected, sizeof expected,
+                 "[2*I=%" PRId64 ", K=%" PRId64 "] (I=%" PRId64 ": the down weight's rows)",
+                 2 * inter, k, inter);
+        require_shape(v, t, pattern, "gate|up weight", wgu, 2, want_gu, expected);
+      }
+      require_numel(v, t, "output", k, "K: the f32 accumulator every tile adds to", out);
+    }
   }
   require_accumulator_kind(v, t, pattern, out);
   if (have_range && inter > 0 && n_off + n_tile > inter)
     bound_error(v, t,
                 "pattern %s: intermediate columns n_off+N_tile=%" PRId64 " exceed I=%" PRId64
-                ", the rows of down weight buffer #%" PRId32 " ('%s')",
-                pattern, n_off + n_tile, inter, wd->id, wd->name);
+                ", the %s of down weight buffer #%" PRId32 " ('%s')",
+                pattern, n_off + n_tile, inter, quantized ? "columns" : "rows", wd->id,
+                wd->name);
 }
 
 /* attention_o (docs/Fusion.md): inputs [qkv, Wot, inv_freq, kv_cache, x].
@@ -537,7 +579,9 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
     return;
   const char *name = amk_gemv_pattern_name(pattern);
   /* check_tile reported a quantized tile of another pattern. */
-  uint32_t extra = quantized ? 1 : 0, slot = 2 + extra; /* the operand */
+  /* A quantized mlp also has the down weight's scales after its qWd. */
+  uint32_t extra = quantized ? (pattern == AMK_PATTERN_MLP ? 2 : 1) : 0;
+  uint32_t slot = 2 + (quantized ? 1 : 0); /* the operand */
   uint32_t min = pattern_inputs[pattern].min + extra, max = pattern_inputs[pattern].max + extra;
   if (max > AMK_MAX_INPUTS)
     max = AMK_MAX_INPUTS; /* combine_residual's partials fill what is left */
@@ -581,7 +625,7 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
     require_residual(v, t, out, slot);
     return;
   case AMK_PATTERN_MLP:
-    check_mlp(v, t, pt, name, flags, have_k, k, have_range, n_off, n_tile);
+    check_mlp(v, t, pt, name, flags, quantized, have_k, k, have_range, n_off, n_tile);
     return;
   case AMK_PATTERN_ATTENTION_O:
     check_attention_o(v, t, pt, name, flags, have_range, n_off, n_tile);
@@ -689,6 +733,18 @@ static void check_pattern(AmkValidator *v, const AmkTask *t,
 /* The quantized weight [N, K] as the kernels read it: int8 as i8 [N, K];
  * int4 as i4 [N, K] (even K: rows start on a byte) or as the packed bytes
  * u8 / i8 [N, ceil(K/2)]. Its row count N, or -1 after reporting. */
+/* Whether w holds rows of k columns of qdtype, and how many (-1: not). */
+static int64_t quant_weight_rows_quiet(AmkValidator *v, int64_t qdtype, int64_t k,
+                                       const Shape *w) {
+  AmkDType d = dtype_of(v, w);
+  int64_t width = last_dim(w);
+  bool fits = qdtype == AMK_QDTYPE_INT8
+                  ? d == AMK_DTYPE_I8 && width == k
+                  : (d == AMK_DTYPE_I4 && width == k && k % 2 == 0) ||
+                        ((d == AMK_DTYPE_U8 || d == AMK_DTYPE_I8) && width == (k + 1) / 2);
+  return fits && width > 0 ? w->numel / width : -1;
+}
+
 static int64_t quant_weight_rows(AmkValidator *v, const AmkTask *t, int64_t qdtype,
                                  int64_t k, const Shape *w) {
   AmkDType d = dtype_of(v, w);
@@ -716,6 +772,34 @@ static int64_t quant_weight_rows(AmkValidator *v, const AmkTask *t, int64_t qdty
   return -1;
 }
 
+/* A quantized matrix w of rows of k columns and its scales: w's rows, or
+ * -1 after reporting (or where a shape is unknown). */
+static int64_t quant_pair_rows(AmkValidator *v, const AmkTask *t, int64_t qdtype, int64_t k,
+                               int64_t group, const Shape *w, const Shape *scales) {
+  if (!w->ok)
+    return -1;
+  int64_t rows = quant_weight_rows(v, t, qdtype, k, w);
+  if (rows < 0 || !scales->ok)
+    return -1;
+  AmkDType sd = dtype_of(v, scales);
+  if (!is_float_dtype(sd)) {
+    bound_error(v, t, "scales buffer #%" PRId32 " ('%s') is %s; scales are f16 (or f32, bf16)",
+                scales->id, scales->name, amk_dtype_text_name(sd));
+    return -1;
+  }
+  int64_t groups = (k + group - 1) / group; /* both int32: no overflow */
+  if (last_dim(scales) != groups || scales->numel != rows * groups) {
+    char have[96];
+    format_shape(scales, have, sizeof have);
+    bound_error(v, t,
+                "scales buffer #%" PRId32 " ('%s') has shape %s, expected [N=%" PRId64
+                ", ceil(K/group)=%" PRId64 "] (K=%" PRId64 ", group=%" PRId64 ")",
+                scales->id, scales->name, have, rows, groups, k, group);
+    return -1;
+  }
+  return rows;
+}
+
 /* A GEMV/GEMM tile with weight-only quantized weights: inputs [x, qW,
  * scales] (a fused pattern's operand after them: check_pattern), params
  * qdtype (6 int8, 7 int4) and group (default K); the scales are a float
@@ -735,27 +819,10 @@ static void check_quantized_tile(AmkValidator *v, const AmkTask *t, const AmkPar
   int64_t group = k;
   if (pt->v[AMK_PARAM_group] && !param_at_least(v, t, pt, AMK_PARAM_group, 1, &group))
     return;
-  const Shape *w = shape_of(v, t->inputs[1]), *scales = shape_of(v, t->inputs[2]);
-  if (!have_k || !w->ok)
+  if (!have_k)
     return;
-  int64_t rows = quant_weight_rows(v, t, qdtype, k, w);
-  if (rows < 0 || !scales->ok)
-    return;
-  AmkDType sd = dtype_of(v, scales);
-  if (!is_float_dtype(sd)) {
-    bound_error(v, t, "scales buffer #%" PRId32 " ('%s') is %s; scales are f16 (or f32, bf16)",
-                scales->id, scales->name, amk_dtype_text_name(sd));
-    return;
-  }
-  int64_t groups = (k + group - 1) / group; /* both int32: no overflow */
-  if (last_dim(scales) != groups || scales->numel != rows * groups) {
-    char have[96];
-    format_shape(scales, have, sizeof have);
-    bound_error(v, t,
-                "scales buffer #%" PRId32 " ('%s') has shape %s, expected [N=%" PRId64
-                ", ceil(K/group)=%" PRId64 "] (K=%" PRId64 ", group=%" PRId64 ")",
-                scales->id, scales->name, have, rows, groups, k, group);
-  }
+  quant_pair_rows(v, t, qdtype, k, group, shape_of(v, t->inputs[1]),
+                  shape_of(v, t->inputs[2]));
 }
 
 /* Whether a pattern's input 1 is a weight matrix whose rows are the tile's
@@ -799,7 +866,7 @@ static void check_tile(AmkValidator *v, const AmkTask *t,
   if (quantized && fused && !quantized_inputs(flags >> AMK_PATTERN_SHIFT)) {
     const char *pattern = amk_gemv_pattern_name(flags >> AMK_PATTERN_SHIFT);
     bound_error(v, t, "quantized weights (qdtype=%" PRId64 ") take the plain, norm, "
-                "residual, silu, silu_residual or combine_residual pattern, not %s",
+                "residual, silu, silu_residual, combine_residual or mlp pattern, not %s",
                 qdtype, pattern ? pattern : "an unknown one");
     return;
   }
@@ -1670,18 +1737,22 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
     int64_t n_off, n_tile;
     if (amk_validator_accumulating_pattern(v, w) != pattern)
       return; /* tiles of two patterns: the WAW check reported them */
+    bool quant = info->quant_inputs > 0 && task->n_inputs == info->quant_inputs;
     const Shape *wd = task->n_inputs == info->n_inputs ? shape_of(v, task->inputs[info->size_input])
-                                                       : &no_shape;
+                      : quant ? shape_of(v, task->inputs[info->quant_size_input])
+                              : &no_shape;
     amk_validator_params(v, w, &pt);
     /* Bad inputs or params: reported by the bounds checks. */
     if (!wd->ok || wd->rank != 2 || !amk_validator_int(pt.v[AMK_PARAM_n_off], &n_off) ||
         !amk_validator_int(pt.v[AMK_PARAM_N_tile], &n_tile) || n_off < 0 || n_tile < 1 ||
-        n_off > INT32_MAX || n_tile > INT32_MAX)
+        n_off > INT32_MAX || n_tile > INT32_MAX ||
+        (quant && wd->dim[0] % info->quant_rows_per_column != 0))
       return;
+    int64_t size = quant ? wd->dim[0] / info->quant_rows_per_column : wd->dim[0];
     if (first == AMK_NO_INDEX) {
       first = w;
-      inter = wd->dim[0];
-    } else if (wd->dim[0] != inter) {
+      inter = size;
+    } else if (size != inter) {
       const AmkTask *t0 = &m->tasks[first];
       amk_validator_report(v, AMK_SEVERITY_ERROR, task->loc,
                            "%s tiles %" PRId32 " ('%s') and %" PRId32 " ('%s') add into "
@@ -1689,7 +1760,7 @@ static void check_accumulator_coverage(AmkValidator *v, uint32_t b, CoverageScra
                            "sizes (%s of %" PRId64 " and %" PRId64 " rows)",
                            pname, t0->id, amk_validator_label(t0), task->id,
                            amk_validator_label(task), buf->id, buf->name ? buf->name : "",
-                           info->whole, info->weights, inter, wd->dim[0]);
+                           info->whole, info->weights, inter, size);
       return;
     }
     cs->fp[n++] = (Footprint){0, 1, clamp_i64(n_off, 0, inter),

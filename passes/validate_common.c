@@ -83,13 +83,14 @@ int64_t amk_validator_accumulating_pattern(const AmkValidator *v, uint32_t t) {
 
 const AmkAccumulatorInfo *amk_validator_accumulator_info(int64_t pattern) {
   /* mlp (docs/Fusion.md): [x, Wgu, g, Wdt], n_off / N_tile count columns of
-   * the intermediate I, Wdt's rows. */
+   * the intermediate I, Wdt's rows; quantized [x, qWgu, scales, g, qWd,
+   * scales], I half of qWgu's rows. */
   static const AmkAccumulatorInfo mlp = {"intermediate columns", "intermediates",
-                                         "down weights", "down projection", 4, 3};
+                                         "down weights", "down projection", 4, 3, 6, 1, 2};
   /* attention_o: [qkv, Wot, inv_freq, kv_cache, x], n_off / N_tile count
    * columns of the attention output (n_heads * head_dim), Wot's rows. */
   static const AmkAccumulatorInfo attention_o = {"attention columns", "attention outputs",
-                                                 "o weights", "o projection", 5, 1};
+                                                 "o weights", "o projection", 5, 1, 0, 0, 0};
   if (pattern < 0 || pattern >= AMK_PATTERN_COUNT)
     return NULL;
   /* Every pattern has a case: a new accumulating pattern does not compile

@@ -62,6 +62,9 @@ typedef struct {
   const char *projection; /* "down projection": the sum the tiles make */
   uint32_t n_inputs;      /* the pattern's inputs */
   uint32_t size_input;    /* the input whose rows (dim 0) are all the columns */
+  /* Its weight-only quantized form (0: none): its inputs, and the input
+   * whose rows over quant_rows_per_column are all the columns. */
+  uint32_t quant_inputs, quant_size_input, quant_rows_per_column;
 } AmkAccumulatorInfo;
 /* NULL for a pattern that does not accumulate. */
 const AmkAccumulatorInfo *amk_validator_accumulator_info(int64_t pattern);

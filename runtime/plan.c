@@ -418,6 +418,14 @@ static void describe_quant(const AmkModule *m, const AmkPlanQuant *q, char *out,
            q->group, q->cols, weights ? "scales" : "of", m->buffers[q->partner].name);
 }
 
+/* A quantized mlp tile (split_down's, docs/Fusion.md) also reads the down
+ * weight [K, I] and its scales at inputs 4 and 5. */
+static bool is_quantized_mlp(const AmkPlanTask *pt) {
+  return is_quantized_tile(pt) && pt->op == AMK_OP_GEMV_TILE && pt->n_inputs == 6 &&
+         amk_inst_param_has(&pt->params, AMK_PARAM_flags) &&
+         (uint32_t)pt->params.flags.i >> AMK_PATTERN_SHIFT == AMK_PATTERN_MLP;
+}
+
 /* Every quantized tile's weight and scales take their roles; one buffer
  * read two ways (two formats or groups, other scales, or by another task
  * or input) is an error: the loader fills a buffer one way. */
@@ -431,42 +439,56 @@ static bool plan_quant(AmkPlan *p, AmkDiagEngine *diag) {
     const AmkPlanTask *pt = &p->tasks[t];
     if (!is_quantized_tile(pt))
       continue;
-    uint32_t w = pt->inputs[1], s = pt->inputs[2];
-    AmkPlanQuant want = {.qdtype = pt->params.qdtype.i,
-                         .group = amk_inst_param_has(&pt->params, AMK_PARAM_group)
-                                      ? pt->params.group.i
-                                      : pt->params.K.i,
-                         .cols = pt->params.K.i};
-    const AmkPlanQuant roles[2] = {
-        {AMK_PLAN_QUANT_WEIGHT, (int32_t)s, want.qdtype, want.group, want.cols},
-        {AMK_PLAN_QUANT_SCALES, (int32_t)w, want.qdtype, want.group, want.cols}};
-    const uint32_t which[2] = {w, s};
-    for (int r = 0; r < 2 && ok; r++) {
-      AmkPlanQuant *have = &p->buffers[which[r]].quant;
-      if (have->role == AMK_PLAN_QUANT_NONE) {
-        *have = roles[r];
-        first[which[r]] = (int32_t)t;
-      } else if (!same_quant(have, &roles[r])) {
-        const AmkTask *a = &m->tasks[first[which[r]]], *b = &m->tasks[t];
-        char mine[256], theirs[256];
-        describe_quant(m, &roles[r], mine, sizeof mine);
-        describe_quant(m, have, theirs, sizeof theirs);
-        amk_error(diag, b->loc,
-                  "task %d ('%s') reads buffer '%s' as %s, but task %d ('%s') reads it as %s; "
-                  "one buffer holds one quantized form",
-                  b->id, b->label, m->buffers[which[r]].name, mine, a->id, a->label, theirs);
-        ok = false;
+    /* Pairs of (weight, scales) inputs and their rows' columns: K, and a
+     * quantized mlp's down weight, whose columns are the intermediate's
+     * (half of the gate|up weight's rows). */
+    uint32_t pairs = 1, pair_w[2] = {1, 4}, pair_s[2] = {2, 5};
+    int64_t pair_cols[2] = {pt->params.K.i, 0};
+    if (is_quantized_mlp(pt)) {
+      const AmkPlanBuffer *gu = &p->buffers[pt->inputs[1]];
+      pair_cols[1] = gu->rank >= 1 && gu->shape[0] > 0 ? gu->shape[0] / 2 : 0;
+      pairs = pair_cols[1] > 0 ? 2 : 1;
+    }
+    for (uint32_t pi = 0; pi < pairs && ok; pi++) {
+      uint32_t w = pt->inputs[pair_w[pi]], s = pt->inputs[pair_s[pi]];
+      AmkPlanQuant want = {.qdtype = pt->params.qdtype.i,
+                           .group = amk_inst_param_has(&pt->params, AMK_PARAM_group)
+                                        ? pt->params.group.i
+                                        : pt->params.K.i,
+                           .cols = pair_cols[pi]};
+      const AmkPlanQuant roles[2] = {
+          {AMK_PLAN_QUANT_WEIGHT, (int32_t)s, want.qdtype, want.group, want.cols},
+          {AMK_PLAN_QUANT_SCALES, (int32_t)w, want.qdtype, want.group, want.cols}};
+      const uint32_t which[2] = {w, s};
+      for (int r = 0; r < 2 && ok; r++) {
+        AmkPlanQuant *have = &p->buffers[which[r]].quant;
+        if (have->role == AMK_PLAN_QUANT_NONE) {
+          *have = roles[r];
+          first[which[r]] = (int32_t)t;
+        } else if (!same_quant(have, &roles[r])) {
+          const AmkTask *a = &m->tasks[first[which[r]]], *b = &m->tasks[t];
+          char mine[256], theirs[256];
+          describe_quant(m, &roles[r], mine, sizeof mine);
+          describe_quant(m, have, theirs, sizeof theirs);
+          amk_error(diag, b->loc,
+                    "task %d ('%s') reads buffer '%s' as %s, but task %d ('%s') reads it as %s; "
+                    "one buffer holds one quantized form",
+                    b->id, b->label, m->buffers[which[r]].name, mine, a->id, a->label, theirs);
+          ok = false;
+        }
       }
     }
   }
   /* Nothing else may read them. */
   for (uint32_t t = 0; t < p->n_tasks && ok; t++) {
     const AmkPlanTask *pt = &p->tasks[t];
-    bool quantized = is_quantized_tile(pt);
+    bool quantized = is_quantized_tile(pt), mlp = is_quantized_mlp(pt);
     for (uint32_t i = 0; i < pt->n_inputs && ok; i++) {
       const AmkPlanQuant *q = &p->buffers[pt->inputs[i]].quant;
-      bool expected = quantized && ((i == 1 && q->role == AMK_PLAN_QUANT_WEIGHT) ||
-                                    (i == 2 && q->role == AMK_PLAN_QUANT_SCALES));
+      bool expected = quantized && (((i == 1 || (mlp && i == 4)) &&
+                                     q->role == AMK_PLAN_QUANT_WEIGHT) ||
+                                    ((i == 2 || (mlp && i == 5)) &&
+                                     q->role == AMK_PLAN_QUANT_SCALES));
       if (q->role != AMK_PLAN_QUANT_NONE && !expected) {
         const AmkTask *a = &m->tasks[first[pt->inputs[i]]], *b = &m->tasks[t];
         amk_error(diag, b->loc,

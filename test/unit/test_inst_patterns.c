@@ -949,12 +949,18 @@ static void test_mlp_errors(UnitCounts *c) {
   T bf16_out = mat(dt, 1, MK, 0, &seed);
   AmkInstParams p = mlp_params(0, 3);
   AmkTensorView in[4] = {x.v, wgu.v, g.v, wd.v};
-  /* Weight-only quantized weights have no mlp form. */
+  /* A quantized mlp tile reads six inputs (the scales after each matrix);
+   * fp weights under qdtype are refused as int8's. */
   AmkInstParams quantized = p;
   set_int(&quantized, "qdtype", 6);
   CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, in, 4, &got, NULL, err, sizeof err) ==
-               AMK_INST_ERR_PARAM);
-  CHECK_STR(c, err, "gemv_tile: mlp takes fp weights, not qdtype 6");
+               AMK_INST_ERR_ARITY);
+  CHECK_STR(c, err, "gemv_tile: mlp takes 6 inputs (x, qWgu, scales, g, qWd, scales), got 4");
+  T sgu = mat(dt, 2 * MI, 1, 1.0f, &seed);
+  AmkTensorView six[6] = {x.v, wgu.v, sgu.v, g.v, wd.v, sgu.v};
+  CHECK(c, exec(AMK_OP_GEMV_TILE, &quantized, six, 6, &got, NULL, err, sizeof err) ==
+               AMK_INST_ERR_DTYPE);
+  CHECK_STR(c, err, "gemv_tile: int8 weights must be stored as i8, not bf16");
   CHECK(c, exec(AMK_OP_GEMV_TILE, &p, in, 3, &got, NULL, err, sizeof err) ==
                AMK_INST_ERR_ARITY);
   CHECK_STR(c, err, "gemv_tile: mlp takes 4 inputs (x, Wgu, g, Wdt), got 3");
@@ -1013,7 +1019,7 @@ static void test_mlp_errors(UnitCounts *c) {
                AMK_INST_ERR_DTYPE);
   CHECK_STR(c, err, "gemv_tile: mlp: x is i32, want a float dtype");
   CHECK(c, same(&before, &got));
-  DROP_ALL(&x, &wgu, &g, &wd, &got, &before, &bf16_out, &bf16_before, &ix);
+  DROP_ALL(&x, &wgu, &g, &wd, &got, &before, &bf16_out, &bf16_before, &ix, &sgu);
 }
 
 /* ---- attention_o ------------------------------------------------------------ */

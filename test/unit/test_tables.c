@@ -109,10 +109,11 @@ int main(void) {
                                                     << AMK_PATTERN_SHIFT) == 3);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_ATTENTION_ROPE
                                                     << AMK_PATTERN_SHIFT) == 3);
-  /* mlp: [x, Wgu, g, Wdt]; attention_o: [qkv, Wot, inv_freq, kv_cache, x]
-   * (with its flags bit 2 or not: the arity is the pattern's). */
+  /* mlp: [x, Wgu, g, Wdt], or quantized [x, qWgu, scales, g, qWd, scales];
+   * attention_o: [qkv, Wot, inv_freq, kv_cache, x] (with its flags bit 2 or
+   * not: the arity is the pattern's). */
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, (int64_t)AMK_PATTERN_MLP
-                                                    << AMK_PATTERN_SHIFT) == 4);
+                                                    << AMK_PATTERN_SHIFT) == 6);
   int64_t attention_o = (int64_t)AMK_PATTERN_ATTENTION_O << AMK_PATTERN_SHIFT;
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, attention_o) == 5);
   CHECK(&c, amk_op_max_inputs(AMK_OP_GEMV_TILE, attention_o | AMK_FLAG_KV_FROM_QKV) == 5);
