@@ -73,6 +73,7 @@ typedef struct {
   int qgemv_split; /* which tiles take the split-K path (AMK_QGEMV_SPLIT_*) */
   int qsplit_stages; /* AMK_QSPLIT_STAGES: its ring depth */
   int qsplit_pieces; /* AMK_QSPLIT_PIECES: a thread's pieces a stage */
+  bool qsplit_mma; /* AMK_QSPLIT_MMA: its int4 dots on the tensor cores */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
   int attn_o_stage_kb; /* AMK_ATTN_ONE_STAGE_FLOATS in KiB (0: the template's default) */
   /* A rank program's cross-rank all-reduces: the group size (0: none), and
@@ -234,6 +235,11 @@ enum {
   QGEMV_STAGES_MAX = 64,
   QGEMV_STAGED_KB_I8 = 384, /* the fewest weight KiB of a staged tile (gen_gemv_quant) */
   QGEMV_STAGED_KB_I4 = 128,
+  /* The fewest weight KiB of an int4 tile the split path takes on the
+   * tensor cores (qsplit_mma): on an H200 the 1B's gate|up tiles (124 KiB)
+   * ran 27% faster there, its down tiles (62) and the 8B's q/k/v (94-96) slower
+   * with every other tile of the step (docs/Quantization.md). */
+  QSPLIT_MMA_KB_I4 = 112,
   QGEMV_STAGE_ROWS_DEFAULT = 1, /* AMK_QGEMV_STAGE_ROWS */
   QSPLIT_STAGES_DEFAULT = 4, /* AMK_QSPLIT_STAGES */
   QSPLIT_PIECES_DEFAULT = 4, /* AMK_QSPLIT_PIECES */
@@ -594,25 +600,35 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
   if (!g->qgemv_mma && g->qgemv_split != AMK_QGEMV_SPLIT_NONE && g->qsplit_stages > 0 &&
       quant_pieces_ok(p->qdtype.i, k, group) &&
       (sc.dtype == AMK_DTYPE_F32 ||
-       ((sc.dtype == AMK_DTYPE_F16 || sc.dtype == AMK_DTYPE_BF16) && n_groups_q % 2 == 0)) &&
-      (g->qgemv_split == AMK_QGEMV_SPLIT_ALL || tile_bytes >= staged_kb * 1024)) {
+       ((sc.dtype == AMK_DTYPE_F16 || sc.dtype == AMK_DTYPE_BF16) && n_groups_q % 2 == 0))) {
     int64_t nv = k / piece_cols, nwarps = g->nt / 32, group_warps = 1;
     while (group_warps < (nv + 31) / 32 && group_warps < nwarps)
       group_warps *= 2;
     int64_t pt = (nv + 32 * group_warps - 1) / (32 * group_warps), r = g->qsplit_pieces / pt;
     r = r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : 1;
-    bool in_registers = pt * (piece_cols + 1) <= 34; /* AmkQSplitShape::OK */
+    /* The inputs fit registers as floats (AmkQSplitShape::OK) or, on the
+     * tensor cores, as 16-bit pairs (OK_MMA: int4, groups of whole sets of
+     * 4 pieces, rows in pairs, inputs of the type amk_gemv_quant's MDT
+     * gives: the output's after a norm or SiLU prologue, else x's). */
+    AmkDType mdt = norm || silu ? o.dtype : x.dtype;
+    bool mma_fits = g->qsplit_mma && p->qdtype.i == AMK_QDTYPE_INT4 &&
+                    (mdt == AMK_DTYPE_BF16 || mdt == AMK_DTYPE_F16) &&
+                    group % (4 * piece_cols) == 0 && nv % 4 == 0 && r % 2 == 0 &&
+                    pt * piece_cols / 2 <= 32;
+    bool in_registers = pt * (piece_cols + 1) <= 34 || mma_fits;
+    int64_t split_kb = mma_fits && g->qgemv_staged_kb <= 0 ? QSPLIT_MMA_KB_I4 : staged_kb;
+    bool large = g->qgemv_split == AMK_QGEMV_SPLIT_ALL || tile_bytes >= split_kb * 1024;
     size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
                   (size_t)(stack * n_tile) * (size_t)(1 + group_warps) + 4;
     size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_NORM_BYTES -
                    STREAM_HEADER_SCALES_BYTES) /
                   4;
     size_t stage_bytes = (size_t)g->nt * (size_t)(r * pt) * (16 + 4); /* AmkQSplitShape::STAGE */
-    while (in_registers && g->qsplit_stages > 1 &&
+    while (large && in_registers && g->qsplit_stages > 1 &&
            base + (size_t)g->qsplit_stages * stage_bytes / 4 > room)
       g->qsplit_stages /= 2;
     size_t need = base + (size_t)g->qsplit_stages * stage_bytes / 4;
-    split = in_registers && need <= room;
+    split = large && in_registers && need <= room;
     if (split) {
       need_smem(g, need);
       staged = false;
@@ -1750,6 +1766,7 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
   if (set)
     o->mlp_prefetch_kb = mlp_prefetch + 1; /* 1 + KiB: 0 stays "the default" */
   if (!env_switch("AMK_CUDA_QGEMV_MMA", &o->qgemv_mma, diag) ||
+      !env_switch_off("AMK_CUDA_QSPLIT_MMA", &o->no_qsplit_mma, diag) ||
       !env_switch_off("AMK_CUDA_GEMV_XS_PAD", &o->gemv_xs_unpadded, diag))
     return false;
   int kv_prefetch;
@@ -1867,6 +1884,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                                                           : QSPLIT_STAGES_DEFAULT,
            .qsplit_pieces = opt && opt->qsplit_pieces > 0 ? opt->qsplit_pieces
                                                           : QSPLIT_PIECES_DEFAULT,
+           .qsplit_mma = !(opt && opt->no_qsplit_mma),
            .qgemv_stages = !opt || opt->qgemv_stages == 0 ? QGEMV_STAGES_DEFAULT
                            : opt->qgemv_stages < 0 ? 0
                            : opt->qgemv_stages > QGEMV_STAGES_MAX ? QGEMV_STAGES_MAX
@@ -2046,6 +2064,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
   amk_sb_printf(&s, "#define AMK_QGEMV_STAGE_ROWS %d\n", g.qgemv_stage_rows);
   amk_sb_printf(&s, "#define AMK_QSPLIT_STAGES %d\n#define AMK_QSPLIT_PIECES %d\n",
                 g.qsplit_stages, g.qsplit_pieces);
+  if (g.qsplit_mma)
+    amk_sb_puts(&s, "#define AMK_QSPLIT_MMA 1\n");
   if (opt && opt->silu_precise)
     amk_sb_puts(&s, "#define AMK_SILU_FAST 0\n");
   amk_sb_puts(&s, "#define INFINITY __int_as_float(0x7f800000)\n");

@@ -3190,6 +3190,10 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
 #ifndef AMK_QSPLIT_PIECES
 #define AMK_QSPLIT_PIECES 4
 #endif
+// Its int4 dots on the tensor cores (run_mma, below; codegen: AMK_CUDA_QSPLIT_MMA).
+#ifndef AMK_QSPLIT_MMA
+#define AMK_QSPLIT_MMA 0
+#endif
 __device__ constexpr int amk_pow2_floor(int n) { return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
 __device__ constexpr int amk_pow2_ceil(int n, int cap) {
   int p = 1;
@@ -3214,14 +3218,42 @@ template <int QDT, int SDT, int K, int GROUP> struct AmkQSplitShape {
   // thread) was slower than the per-warp staged path (32.3 us a tile
   // against 29.1). 16-bit scales: rows of an even number of groups keep a
   // piece's scale in the same half of its word in every row.
+  static constexpr bool SCALES_OK =
+      SDT == AMK_ABI_DTYPE_F32 ||
+      ((SDT == AMK_ABI_DTYPE_F16 || SDT == AMK_ABI_DTYPE_BF16) && NG % 2 == 0);
   static constexpr bool OK = AMK_QSPLIT_STAGES > 0 && amk_qvec_ok<QDT, K, GROUP>() &&
-                             AMK_NWARPS % W == 0 && PT * (COLS + 1) <= 34 &&
-                             (SDT == AMK_ABI_DTYPE_F32 ||
-                              ((SDT == AMK_ABI_DTYPE_F16 || SDT == AMK_ABI_DTYPE_BF16) &&
-                               NG % 2 == 0));
+                             AMK_NWARPS % W == 0 && PT * (COLS + 1) <= 34 && SCALES_OK;
+  // The tensor-core form (run_mma) holds a piece's inputs in 16 registers,
+  // so rows up to twice as long stay in registers (the 8B's down
+  // projection, K 14336: 2 pieces a thread); codegen's qsplit_mma_fits.
+  static constexpr bool OK_MMA = AMK_QSPLIT_MMA != 0 && AMK_QSPLIT_STAGES > 0 &&
+                                 QDT == AMK_ABI_DTYPE_I4 && amk_qvec_ok<QDT, K, GROUP>() &&
+                                 AMK_NWARPS % W == 0 && PT * COLS / 2 <= 32 && R % 2 == 0 &&
+                                 GROUP % (4 * COLS) == 0 && NV % 4 == 0 && SCALES_OK;
 };
+// The split loop's dots on the tensor cores (AMK_QSPLIT_MMA: int4 weights,
+// 16-bit inputs). The integers on the CUDA cores cost a permute and an FMA
+// a weight besides the nibbles' masks, about 2.4 instructions a weight, and
+// the split loop is bound by its instructions (docs/Quantization.md); here
+// one 3-input LOP makes a pair of weights MAGIC + q + 8 (exact in bf16 and
+// f16) and mma.sync m16n8k16 multiplies a word of each of two rows (A) by
+// the lane's own inputs (B), as amk_qmma_rows does: lane 4m + m/2 holds
+// the two rows' dots over lanes 4m..4m+3, about 1 instruction a weight.
+// (MAGIC + 8) times the inputs' sum comes off once per piece and row. Four
+// consecutive pieces share their group's scale (a group a multiple of
+// 128 columns), and a stage's rows go in pairs.
+template <int QDT> struct AmkQmma;
+template <int MDT>
+__device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[4],
+                                                float *d0, float *d1);
 template <int QDT, int SDT, int K, int GROUP> __device__ constexpr bool amk_qsplit_ok() {
   return AmkQSplitShape<QDT, SDT, K, GROUP>::OK;
+}
+// Whether the split GEMV takes the tensor cores for this input type.
+template <int QDT, int MDT, int SDT, int K, int GROUP>
+__device__ constexpr bool amk_qsplit_mma_ok() {
+  return AmkQSplitShape<QDT, SDT, K, GROUP>::OK_MMA &&
+         (MDT == AMK_ABI_DTYPE_BF16 || MDT == AMK_ABI_DTYPE_F16);
 }
 
 // v[0..R) per lane: afterwards every lane holds the warp's sum of row
@@ -3369,9 +3401,17 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   }
   // Every stage of the group, its warps' sums into part[row * W + warp in
   // group]; then (all threads, after a barrier) store(i, wrow, col, sum)
-  // for each row i of the tile.
+  // for each row i of the tile. MDT: the staged input's type (the tensor
+  // cores take it where amk_qsplit_mma_ok holds).
+  template <int MDT, typename Store>
+  __device__ __forceinline__ void run(float *xs, float *part, Store store) {
+    if constexpr (amk_qsplit_mma_ok<QDT, MDT, SDT, K, GROUP>())
+      run_mma<MDT>(xs, part, store);
+    else
+      run_cores(xs, part, store);
+  }
   template <typename Store>
-  __device__ __forceinline__ void run(const float *xs, float *part, Store store) {
+  __device__ __forceinline__ void run_cores(const float *xs, float *part, Store store) {
     int lane = threadIdx.x & 31;
     float x[PT][COLS], off[PT];
 #pragma unroll
@@ -3422,6 +3462,116 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         sum += part[i * W + w];
       int s = i / n_tile, c = i - s * n_tile;
       store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum * AMK_QDOT_UNSCALE);
+    }
+  }
+  // run's loop with the dots on the tensor cores (amk_q4mma_piece): the
+  // thread's inputs in registers as 16-bit pairs in the order the pieces'
+  // words give them (cvt packs two a instruction: the staged values are
+  // already of that type, rounded by the prologue or read as such), and for
+  // each of its pieces the offset term of its group of four lanes (the
+  // weights enter as MAGIC + q + 8), summed from the packed values so that
+  // it cancels exactly what the products hold. A stage's row sums: the 8
+  // diagonal lanes' values through 32 floats of the warp's in xs (free once
+  // the inputs are in registers), each row's 8 summed by one lane: one
+  // store and two loads of latency where the shuffle tree had five rounds.
+  template <int MDT, typename Store>
+  __device__ __forceinline__ void run_mma(float *xs, float *part, Store store) {
+    static_assert(R <= 8, "a row's eight partial sums a lane");
+    constexpr float BIAS = (MDT == AMK_ABI_DTYPE_BF16 ? 128.0f : 1024.0f) + 8.0f;
+    constexpr float UNSCALE_X = 1.0f / AMK_QX_SCALE; // xs holds x * 2^48 (amk_qx_finish)
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool diag = (lane & 3) == (lane >> 3);
+    int odd = (lane >> 2) & 1, m = lane >> 2;
+    uint4 xb[PT][4];
+    float corr[PT];
+#pragma unroll
+    for (int j = 0; j < PT; j++) {
+      int p = tl + NTG * j;
+      float sum = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (p < NV) {
+          a = *(const float4 *)(xs + p * (COLS + 4) + 8 * k);
+          b = *(const float4 *)(xs + p * (COLS + 4) + 8 * k + 4);
+        }
+        // Columns (c, c + 4) of the word a pair, the first in the low half.
+        unsigned w[4] = {amk_pack16x2<MDT>(a.x * UNSCALE_X, b.x * UNSCALE_X),
+                         amk_pack16x2<MDT>(a.y * UNSCALE_X, b.y * UNSCALE_X),
+                         amk_pack16x2<MDT>(a.z * UNSCALE_X, b.z * UNSCALE_X),
+                         amk_pack16x2<MDT>(a.w * UNSCALE_X, b.w * UNSCALE_X)};
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          if constexpr (MDT == AMK_ABI_DTYPE_BF16)
+            sum += __uint_as_float(w[c] << 16) + __uint_as_float(w[c] & 0xFFFF0000u);
+          else
+            sum += amk_h2f((unsigned short)w[c]) + amk_h2f((unsigned short)(w[c] >> 16));
+        }
+        xb[j][k] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      corr[j] = BIAS * sum;
+    }
+    // Every warp's inputs are in registers before xs holds row sums.
+    __syncthreads();
+    float *sums = xs + warp * 32; // [R][8]
+#pragma unroll 1
+    for (int t = 0; t < stages; t++) {
+      amk_cp_async_wait<D - 1>();
+      unsigned slot = ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
+      float acc[R];
+#pragma unroll
+      for (int i = 0; i < R; i++)
+        acc[i] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < PT; j++) {
+        int p = tl + NTG * j;
+        int shift = SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
+#pragma unroll
+        for (int i = 0; i < R; i += 2) {
+          int ea = i * PT + j, eb = ea + PT;
+          uint4 qa = amk_lds16(slot + (unsigned)((ea * AMK_NT + threadIdx.x) * 16));
+          uint4 qb = amk_lds16(slot + (unsigned)((eb * AMK_NT + threadIdx.x) * 16));
+          unsigned swa =
+              amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (ea * AMK_NT + threadIdx.x) * 4));
+          unsigned swb =
+              amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (eb * AMK_NT + threadIdx.x) * 4));
+          float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+          amk_q4mma_piece<MDT>(qa, qb, xb[j], d0, d1);
+          // Lanes past the row's pieces (a warp's lanes all issue the mma)
+          // hold no scale: their group's sums are left out.
+          if (p < NV) {
+            float da = odd ? d0[1] + d1[1] : d0[0] + d1[0];
+            float db = odd ? d0[3] + d1[3] : d0[2] + d1[2];
+            acc[i] += (da - corr[j]) * amk_scale_of_word<SDT>(swa, shift);
+            acc[i + 1] += (db - corr[j]) * amk_scale_of_word<SDT>(swb, shift);
+          }
+        }
+      }
+      asm volatile("" ::: "memory");
+      issue();
+      if (diag) {
+#pragma unroll
+        for (int i = 0; i < R; i++)
+          sums[i * 8 + m] = acc[i];
+      }
+      __syncwarp();
+      int row = (group + t * RG) * R + lane;
+      if (lane < R && row < rows) {
+        float4 u = *(const float4 *)(sums + lane * 8), v = *(const float4 *)(sums + lane * 8 + 4);
+        part[row * W + wig] = ((u.x + u.y) + (u.z + u.w)) + ((v.x + v.y) + (v.z + v.w));
+      }
+      __syncwarp();
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows; i += AMK_NT) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < W; w++)
+        sum += part[i * W + w];
+      int s = i / n_tile, c = i - s * n_tile;
+      store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum);
     }
   }
 };
@@ -3585,6 +3735,27 @@ __device__ __forceinline__ void amk_qmma_piece(uint4 qa, uint4 qb, const unsigne
       amk_qmma<MDT>(d, pa[0], pb[0], pa[1], pb[1], b.x, b.y);
       amk_qmma<MDT>(d, pa[2], pb[2], pa[3], pb[3], b.x, b.y);
     }
+  }
+}
+
+// One 16-byte int4 piece of each of two rows (qa: A's rows m, qb: rows
+// m + 8) at the same columns times the lane's inputs x (amk_qmma_piece's
+// pair order), each weight as MAGIC + q + 8: into d0 (words 0, 1) and d1
+// (words 2, 3). AmkQSplit::run_mma takes the offset off.
+template <int MDT>
+__device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[4],
+                                                float *d0, float *d1) {
+  const unsigned wa[4] = {qa.x, qa.y, qa.z, qa.w}, wb[4] = {qb.x, qb.y, qb.z, qb.w};
+  const unsigned mask = 0x000F000Fu, magic = AmkQconv<AMK_ABI_DTYPE_I4, MDT>::MAGIC;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    float *d = k < 2 ? d0 : d1;
+    unsigned a0 = amk_andor(wa[k], mask, magic), b0 = amk_andor(wb[k], mask, magic);
+    unsigned a1 = amk_andor(wa[k] >> 4, mask, magic), b1 = amk_andor(wb[k] >> 4, mask, magic);
+    unsigned a2 = amk_andor(wa[k] >> 8, mask, magic), b2 = amk_andor(wb[k] >> 8, mask, magic);
+    unsigned a3 = amk_andor(wa[k] >> 12, mask, magic), b3 = amk_andor(wb[k] >> 12, mask, magic);
+    amk_qmma<MDT>(d, a0, b0, a1, b1, x[k].x, x[k].y);
+    amk_qmma<MDT>(d, a2, b2, a3, b3, x[k].z, x[k].w);
   }
 }
 
@@ -3807,7 +3978,8 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
                                  amk_qstaged_ok<QDT, SDT, K, GROUP>()),
                 "a staged quantized GEMV needs the staged path's shapes");
   static_assert(STAGED != 2 || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
-                                 amk_qsplit_ok<QDT, SDT, K, GROUP>()),
+                                 (amk_qsplit_ok<QDT, SDT, K, GROUP>() ||
+                                  amk_qsplit_mma_ok<QDT, MDT, SDT, K, GROUP>())),
                 "a split-K quantized GEMV needs the split path's shapes");
   // The staged paths' residual (or bias) values after red, (the split
   // path's warp sums,) then their rings; the first stages' copies start
@@ -3842,7 +4014,7 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     });
   } else if constexpr (STAGED == 2) {
     sp.fill();
-    sp.run(xs, part, [&](int i, long long wrow, long long col, float sum) {
+    sp.template run<MDT>(xs, part, [&](int i, long long wrow, long long col, float sum) {
       amk_gemv_store_pre<PAT, ODT, NOUT, STACK, BIAS>(out, pre, sum, i, wrow, col);
     });
   } else if constexpr (amk_qmma_ok<QDT, MDT, K, GROUP>()) {

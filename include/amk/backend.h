@@ -122,6 +122,9 @@ typedef struct {
   int qgemv_stage_rows; /* rows a warp streams through one stage, 1 or 2 (0: 1) */
   bool qgemv_mma;       /* quantized GEMV on the tensor cores (bf16/f16 inputs; slower in the
                          * megakernel so far: docs/Quantization.md) */
+  bool no_qsplit_mma;   /* the split quantized GEMV's int4 dots on the CUDA cores, not the
+                         * tensor cores (which take bf16/f16 inputs and groups of 128
+                         * columns or a multiple) */
   enum {
     AMK_QGEMV_SPLIT_DEFAULT = 0, /* large */
     AMK_QGEMV_SPLIT_NONE,  /* no tile: per-warp rows (registers or the staged path) */
@@ -185,7 +188,7 @@ enum { AMK_CUDA_CORE_GEMM_MAX_ROWS = 64 };
  * AMK_CUDA_ATTN_V_LOADS (1, 2, 4, 8 or 16), AMK_CUDA_ATTN_O_STAGE_KB (8 to 192),
  * AMK_CUDA_QGEMV_LOADS, AMK_CUDA_QGEMV_STAGES (0: none, or a power of two up to 64),
  * AMK_CUDA_QGEMV_EARLY, AMK_CUDA_QGEMV_STAGED_KB, AMK_CUDA_QGEMV_STAGE_ROWS (1 or 2),
- * AMK_CUDA_QGEMV_MMA (0 or 1),
+ * AMK_CUDA_QGEMV_MMA (0 or 1), AMK_CUDA_QSPLIT_MMA (0 or 1),
  * AMK_CUDA_GEMM_MMA (0 or 1), AMK_CUDA_GEMM_TILE_N (128 or 256), AMK_CUDA_GEMV_PAIR_MIN_ROWS,
  * AMK_CUDA_MLP_LOADS, AMK_CUDA_MLP_GU_ROWS (0 to 8), AMK_CUDA_MLP_PREFETCH_KB,
  * AMK_CUDA_TRACE_PHASES (0 or 1), AMK_CUDA_GEMV_EARLY (0 or 1),
