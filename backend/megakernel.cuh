@@ -4062,8 +4062,8 @@ __device__ amk_stream_info_t amk_gemv_quant_stream() {
 // twice), the piece's sum scaled by its group's scale (GROUP a multiple of a
 // piece's columns), the 8 lanes' sums meeting by shuffles, into part[]
 // (aliasing xs); then part (and x at the first tile) added into the f32
-// accumulator as the fp mlp does. Compiled and checked by the VM's logits
-// on the CPU; not yet run on a GPU.
+// accumulator as the fp mlp does. Correct under --check and slower than
+// the two tiles it replaces (docs/Fusion.md), so off by default.
 template <int QDT, int INTER, int GROUP> __device__ constexpr bool amk_mlp_quant_ok() {
   return INTER % AmkQuant<QDT>::COLS == 0 && GROUP % AmkQuant<QDT>::COLS == 0 &&
          AmkQuant<QDT>::row_bytes(INTER) % 16 == 0;
