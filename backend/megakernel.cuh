@@ -3424,24 +3424,18 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     }
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
-      amk_cp_async_wait<D - 1>();
-      unsigned slot = ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
-      float acc[R];
-#pragma unroll
-      for (int i = 0; i < R; i++)
-        acc[i] = 0.0f;
+      unsigned slot = stage_slot(t);
+      float acc[R] = {};
 #pragma unroll
       for (int j = 0; j < PT; j++) {
         int p = tl + NTG * j;
         if (p < NV) {
-          int shift = SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
+          int shift = scale_shift(p);
 #pragma unroll
           for (int i = 0; i < R; i++) {
             int e = i * PT + j;
-            uint4 q = amk_lds16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16));
-            unsigned word =
-                amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4));
-            acc[i] += amk_qdot16r<QDT>(q, x[j], off[j]) * amk_scale_of_word<SDT>(word, shift);
+            acc[i] += amk_qdot16r<QDT>(piece(slot, e), x[j], off[j]) *
+                      amk_scale_of_word<SDT>(scale_word(slot, e), shift);
           }
         }
       }
@@ -3454,15 +3448,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       if (amk_qsplit_writer<R>(lane) && row < rows)
         part[row * W + wig] = acc[0];
     }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += AMK_NT) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int w = 0; w < W; w++)
-        sum += part[i * W + w];
-      int s = i / n_tile, c = i - s * n_tile;
-      store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum * AMK_QDOT_UNSCALE);
-    }
+    finish(part, store, AMK_QDOT_UNSCALE);
   }
   // run's loop with the dots on the tensor cores (amk_q4mma_piece): the
   // thread's inputs in registers as 16-bit pairs in the order the pieces'
@@ -3518,25 +3504,17 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     float *sums = xs + warp * 32; // [R][8]
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
-      amk_cp_async_wait<D - 1>();
-      unsigned slot = ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
-      float acc[R];
-#pragma unroll
-      for (int i = 0; i < R; i++)
-        acc[i] = 0.0f;
+      unsigned slot = stage_slot(t);
+      float acc[R] = {};
 #pragma unroll
       for (int j = 0; j < PT; j++) {
         int p = tl + NTG * j;
-        int shift = SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
+        int shift = scale_shift(p);
 #pragma unroll
         for (int i = 0; i < R; i += 2) {
           int ea = i * PT + j, eb = ea + PT;
-          uint4 qa = amk_lds16(slot + (unsigned)((ea * AMK_NT + threadIdx.x) * 16));
-          uint4 qb = amk_lds16(slot + (unsigned)((eb * AMK_NT + threadIdx.x) * 16));
-          unsigned swa =
-              amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (ea * AMK_NT + threadIdx.x) * 4));
-          unsigned swb =
-              amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (eb * AMK_NT + threadIdx.x) * 4));
+          uint4 qa = piece(slot, ea), qb = piece(slot, eb);
+          unsigned swa = scale_word(slot, ea), swb = scale_word(slot, eb);
           float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           amk_q4mma_piece<MDT>(qa, qb, xb[j], d0, d1);
           // Lanes past the row's pieces (a warp's lanes all issue the mma)
@@ -3564,6 +3542,27 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       }
       __syncwarp();
     }
+    finish(part, store, 1.0f);
+  }
+  // Which half of its scale word piece p's 16-bit scale is in.
+  __device__ __forceinline__ static int scale_shift(int p) {
+    return SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
+  }
+  // The thread's piece e of a stage in its slot, and the word of its scale.
+  __device__ __forceinline__ static uint4 piece(unsigned slot, int e) {
+    return amk_lds16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16));
+  }
+  __device__ __forceinline__ static unsigned scale_word(unsigned slot, int e) {
+    return amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4));
+  }
+  // Stage t's slot once its copies have landed.
+  __device__ __forceinline__ unsigned stage_slot(int t) {
+    amk_cp_async_wait<D - 1>();
+    return ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
+  }
+  // After a barrier, each row's warp sums times `scale` stored (all threads).
+  template <typename Store>
+  __device__ __forceinline__ void finish(const float *part, Store store, float scale) {
     __syncthreads();
     for (int i = threadIdx.x; i < rows; i += AMK_NT) {
       float sum = 0.0f;
@@ -3571,7 +3570,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       for (int w = 0; w < W; w++)
         sum += part[i * W + w];
       int s = i / n_tile, c = i - s * n_tile;
-      store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum);
+      store(i, (long long)s * NOUT + n_off + c, (long long)n_off + c, sum * scale);
     }
   }
 };
