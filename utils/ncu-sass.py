@@ -13,7 +13,11 @@ then the N instructions with the most samples. Exit 1 on a file that holds
 no SASS rows, 2 on bad usage or a file that cannot be read.
 
 The sixth column of the functions table (ex/sample) is warp instructions
-executed per sample: low where the function waits, high where it issues.
+executed per sample: low where the function waits, high where it issues;
+the seventh (code bytes) the bytes of its instructions that ran at least
+once (16 a SASS instruction), the code a task of it brings into the
+instruction cache; the eighth the share of its samples waiting on an
+instruction fetch (no_inst).
 """
 import argparse
 import csv
@@ -87,20 +91,23 @@ def main():
         if v > 0:
             print("| %s | %.1f |" % (h[len("stall_"):], share(v)))
     print("\n| instructions | % of samples | warp instructions executed | main stall "
-          "| its % | ex/sample |\n|---|---:|---:|---|---:|---:|")
+          "| its % | ex/sample | code bytes | no_inst % |\n|---|---:|---:|---|---:|---:|---:|---:|")
+    fetch = "stall_no_inst" if "stall_no_inst" in reasons else None
     funcs = []
     for a, b in functions(rows):
         samples = sum(number(rows[i][SAMPLES]) for i in range(a, b))
         executed = sum(number(rows[i].get(EXECUTED, "")) for i in range(a, b))
         by_reason = {h: sum(number(rows[i][h]) for i in range(a, b)) for h in reasons}
         main_reason = max(by_reason, key=by_reason.get) if by_reason else ""
-        funcs.append((samples, a, b, executed, main_reason, by_reason.get(main_reason, 0.0)))
-    for samples, a, b, executed, reason, rs in sorted(funcs, reverse=True):
+        ran = sum(1 for i in range(a, b) if number(rows[i].get(EXECUTED, "")) > 0)
+        funcs.append((samples, a, b, executed, main_reason, by_reason.get(main_reason, 0.0),
+                      ran * 16, by_reason.get(fetch, 0.0) if fetch else 0.0))
+    for samples, a, b, executed, reason, rs, code_bytes, fetched in sorted(funcs, reverse=True):
         if samples <= 0:
             continue
-        print("| [%d, %d) | %.1f | %.3g | %s | %.1f | %.1f |"
+        print("| [%d, %d) | %.1f | %.3g | %s | %.1f | %.1f | %d | %.1f |"
               % (a, b, share(samples), executed, reason[len("stall_"):],
-                 100.0 * rs / samples, executed / samples))
+                 100.0 * rs / samples, executed / samples, code_bytes, 100.0 * fetched / samples))
     print("\n| instruction | % of samples | executed | main stall | source |\n|---:|---:|---:|---|---|")
     order = sorted(range(len(rows)), key=lambda i: -number(rows[i][SAMPLES]))
     for i in order[:max(args.top, 0)]:
