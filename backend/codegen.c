@@ -74,6 +74,7 @@ typedef struct {
   int qsplit_stages; /* AMK_QSPLIT_STAGES: its ring depth */
   int qsplit_pieces; /* AMK_QSPLIT_PIECES: a thread's pieces a stage */
   bool qsplit_mma; /* AMK_QSPLIT_MMA: its int4 dots on the tensor cores */
+  bool qsplit_mma_i8; /* AMK_QSPLIT_MMA_I8: and its int8 dots */
   int gemm_tile_n; /* its sub-tiles' columns: 128 or 256 */
   int attn_o_stage_kb; /* AMK_ATTN_ONE_STAGE_FLOATS in KiB (0: the template's default) */
   /* A rank program's cross-rank all-reduces: the group size (0: none), and
@@ -607,16 +608,20 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
     int64_t pt = (nv + 32 * group_warps - 1) / (32 * group_warps), r = g->qsplit_pieces / pt;
     r = r >= 8 ? 8 : r >= 4 ? 4 : r >= 2 ? 2 : 1;
     /* The inputs fit registers as floats (AmkQSplitShape::OK) or, on the
-     * tensor cores, as 16-bit pairs (OK_MMA: int4, groups of whole sets of
-     * 4 pieces, rows in pairs, inputs of the type amk_gemv_quant's MDT
-     * gives: the output's after a norm or SiLU prologue, else x's). */
+     * tensor cores, as 16-bit pairs (OK_MMA: int4, or int8 unless
+     * AMK_CUDA_QSPLIT_MMA_I8=0; groups of whole sets of 4 pieces, rows in
+     * pairs, inputs of the type amk_gemv_quant's MDT gives: the output's
+     * after a norm or SiLU prologue, else x's). */
     AmkDType mdt = norm || silu ? o.dtype : x.dtype;
-    bool mma_fits = g->qsplit_mma && p->qdtype.i == AMK_QDTYPE_INT4 &&
+    bool mma_fits = ((g->qsplit_mma && p->qdtype.i == AMK_QDTYPE_INT4) ||
+                     (g->qsplit_mma_i8 && p->qdtype.i == AMK_QDTYPE_INT8)) &&
                     (mdt == AMK_DTYPE_BF16 || mdt == AMK_DTYPE_F16) &&
                     group % (4 * piece_cols) == 0 && nv % 4 == 0 && r % 2 == 0 &&
                     pt * piece_cols / 2 <= 32;
     bool in_registers = pt * (piece_cols + 1) <= 34 || mma_fits;
-    int64_t split_kb = mma_fits && g->qgemv_staged_kb <= 0 ? QSPLIT_MMA_KB_I4 : staged_kb;
+    int64_t split_kb = mma_fits && p->qdtype.i == AMK_QDTYPE_INT4 && g->qgemv_staged_kb <= 0
+                           ? QSPLIT_MMA_KB_I4
+                           : staged_kb;
     bool large = g->qgemv_split == AMK_QGEMV_SPLIT_ALL || tile_bytes >= split_kb * 1024;
     size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
                   (size_t)(stack * n_tile) * (size_t)(1 + group_warps) + 4;
@@ -1767,6 +1772,7 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     o->mlp_prefetch_kb = mlp_prefetch + 1; /* 1 + KiB: 0 stays "the default" */
   if (!env_switch("AMK_CUDA_QGEMV_MMA", &o->qgemv_mma, diag) ||
       !env_switch_off("AMK_CUDA_QSPLIT_MMA", &o->no_qsplit_mma, diag) ||
+      !env_switch_off("AMK_CUDA_QSPLIT_MMA_I8", &o->no_qsplit_mma_i8, diag) ||
       !env_switch_off("AMK_CUDA_GEMV_XS_PAD", &o->gemv_xs_unpadded, diag))
     return false;
   int kv_prefetch;
@@ -1885,6 +1891,7 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
            .qsplit_pieces = opt && opt->qsplit_pieces > 0 ? opt->qsplit_pieces
                                                           : QSPLIT_PIECES_DEFAULT,
            .qsplit_mma = !(opt && opt->no_qsplit_mma),
+           .qsplit_mma_i8 = !(opt && (opt->no_qsplit_mma || opt->no_qsplit_mma_i8)),
            .qgemv_stages = !opt || opt->qgemv_stages == 0 ? QGEMV_STAGES_DEFAULT
                            : opt->qgemv_stages < 0 ? 0
                            : opt->qgemv_stages > QGEMV_STAGES_MAX ? QGEMV_STAGES_MAX
@@ -2066,6 +2073,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                 g.qsplit_stages, g.qsplit_pieces);
   if (g.qsplit_mma)
     amk_sb_puts(&s, "#define AMK_QSPLIT_MMA 1\n");
+  if (g.qsplit_mma_i8)
+    amk_sb_puts(&s, "#define AMK_QSPLIT_MMA_I8 1\n");
   if (opt && opt->silu_precise)
     amk_sb_puts(&s, "#define AMK_SILU_FAST 0\n");
   amk_sb_puts(&s, "#define INFINITY __int_as_float(0x7f800000)\n");

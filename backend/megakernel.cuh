@@ -3194,6 +3194,11 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
 #ifndef AMK_QSPLIT_MMA
 #define AMK_QSPLIT_MMA 0
 #endif
+// Its int8 dots too (codegen: on with AMK_QSPLIT_MMA unless
+// AMK_CUDA_QSPLIT_MMA_I8=0).
+#ifndef AMK_QSPLIT_MMA_I8
+#define AMK_QSPLIT_MMA_I8 0
+#endif
 __device__ constexpr int amk_pow2_floor(int n) { return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
 __device__ constexpr int amk_pow2_ceil(int n, int cap) {
   int p = 1;
@@ -3223,17 +3228,21 @@ template <int QDT, int SDT, int K, int GROUP> struct AmkQSplitShape {
       ((SDT == AMK_ABI_DTYPE_F16 || SDT == AMK_ABI_DTYPE_BF16) && NG % 2 == 0);
   static constexpr bool OK = AMK_QSPLIT_STAGES > 0 && amk_qvec_ok<QDT, K, GROUP>() &&
                              AMK_NWARPS % W == 0 && PT * (COLS + 1) <= 34 && SCALES_OK;
-  // The tensor-core form (run_mma) holds a piece's inputs in 16 registers,
-  // so rows up to twice as long stay in registers (the 8B's down
-  // projection, K 14336: 2 pieces a thread); codegen's qsplit_mma_fits.
+  // The tensor-core form (run_mma) holds a piece's inputs as 16-bit pairs
+  // (16 registers an int4 piece, 8 an int8 one), so rows up to twice as
+  // long stay in registers (the 8B's down projection, K 14336: 2 int4
+  // pieces a thread; its int8 rows, 4 pieces a thread, come one a stage,
+  // not in pairs, so they keep the per-warp stages); codegen's mma_fits.
   static constexpr bool OK_MMA = AMK_QSPLIT_MMA != 0 && AMK_QSPLIT_STAGES > 0 &&
-                                 QDT == AMK_ABI_DTYPE_I4 && amk_qvec_ok<QDT, K, GROUP>() &&
+                                 (QDT == AMK_ABI_DTYPE_I4 ||
+                                  (QDT == AMK_ABI_DTYPE_I8 && AMK_QSPLIT_MMA_I8 != 0)) &&
+                                 amk_qvec_ok<QDT, K, GROUP>() &&
                                  AMK_NWARPS % W == 0 && PT * COLS / 2 <= 32 && R % 2 == 0 &&
                                  GROUP % (4 * COLS) == 0 && NV % 4 == 0 && SCALES_OK;
 };
 // The split loop's dots on the tensor cores (AMK_QSPLIT_MMA: int4 weights,
-// 16-bit inputs). The integers on the CUDA cores cost a permute and an FMA
-// a weight besides the nibbles' masks, about 2.4 instructions a weight, and
+// 16-bit inputs; int8 below). The integers on the CUDA cores cost a permute
+// and an FMA a weight besides the nibbles' masks, about 2.4 instructions a weight, and
 // the split loop is bound by its instructions (docs/Quantization.md); here
 // one 3-input LOP makes a pair of weights MAGIC + q + 8 (exact in bf16 and
 // f16) and mma.sync m16n8k16 multiplies a word of each of two rows (A) by
@@ -3245,6 +3254,14 @@ template <int QDT, int SDT, int K, int GROUP> struct AmkQSplitShape {
 template <int QDT> struct AmkQmma;
 template <int MDT>
 __device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[4],
+                                                float *d0, float *d1);
+// int8 (AMK_QSPLIT_MMA_I8): bf16's 8 significant bits cannot hold MAGIC + a
+// byte, so the weights go to f16 as 1024 + q + 128 (one XOR and two byte
+// permutes a word, no masks), and so do the inputs, each group of four
+// lanes' scaled by a power of two that puts its largest at 2^13 (exact for
+// a bf16 input within 2^27 of it, and no f16 overflow whatever the
+// activations' range), the group's sums scaled back with its scale.
+__device__ __forceinline__ void amk_q8mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[2],
                                                 float *d0, float *d1);
 template <int QDT, int SDT, int K, int GROUP> __device__ constexpr bool amk_qsplit_ok() {
   return AmkQSplitShape<QDT, SDT, K, GROUP>::OK;
@@ -3463,32 +3480,63 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   template <int MDT, typename Store>
   __device__ __forceinline__ void run_mma(float *xs, float *part, Store store) {
     static_assert(R <= 8, "a row's eight partial sums a lane");
-    constexpr float BIAS = (MDT == AMK_ABI_DTYPE_BF16 ? 128.0f : 1024.0f) + 8.0f;
+    constexpr bool I8 = QDT == AMK_ABI_DTYPE_I8;
+    // int8 pairs are f16 whatever the inputs' type (amk_q8mma_piece).
+    constexpr int PDT = I8 ? AMK_ABI_DTYPE_F16 : MDT;
+    constexpr float BIAS = I8 ? 1024.0f + 128.0f
+                              : (MDT == AMK_ABI_DTYPE_BF16 ? 128.0f : 1024.0f) + 8.0f;
     constexpr float UNSCALE_X = 1.0f / AMK_QX_SCALE; // xs holds x * 2^48 (amk_qx_finish)
+    constexpr int XW = COLS / 8;                     // uint4 of packed inputs a piece
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool diag = (lane & 3) == (lane >> 3);
     int odd = (lane >> 2) & 1, m = lane >> 2;
-    uint4 xb[PT][4];
-    float corr[PT];
+    uint4 xb[PT][XW];
+    float corr[PT], rescale[PT];
 #pragma unroll
     for (int j = 0; j < PT; j++) {
       int p = tl + NTG * j;
       float sum = 0.0f;
+      // int8: the group's inputs times 2^-e, its largest at 2^13 or just
+      // above (e clamped so that both 2^e and 2^-e are normal floats).
+      float up = 1.0f; // 2^-e
+      rescale[j] = 1.0f;
+      if constexpr (I8) {
+        float big = 0.0f;
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
+        for (int c = 0; c < COLS; c++)
+          big = fmaxf(big, p < NV ? fabsf(xs[p * (COLS + 4) + c] * UNSCALE_X) : 0.0f);
+        big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
+        big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));
+        int e = big > 0.0f ? ((__float_as_int(big) >> 23) & 0xFF) - 127 - 13 : 0;
+        e = e < -100 ? -100 : e > 100 ? 100 : e;
+        up = __int_as_float((127 - e) << 23);
+        rescale[j] = __int_as_float((127 + e) << 23);
+      }
+      const float f = UNSCALE_X * up;
+#pragma unroll
+      for (int k = 0; k < XW; k++) {
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
         if (p < NV) {
           a = *(const float4 *)(xs + p * (COLS + 4) + 8 * k);
           b = *(const float4 *)(xs + p * (COLS + 4) + 8 * k + 4);
         }
-        // Columns (c, c + 4) of the word a pair, the first in the low half.
-        unsigned w[4] = {amk_pack16x2<MDT>(a.x * UNSCALE_X, b.x * UNSCALE_X),
-                         amk_pack16x2<MDT>(a.y * UNSCALE_X, b.y * UNSCALE_X),
-                         amk_pack16x2<MDT>(a.z * UNSCALE_X, b.z * UNSCALE_X),
-                         amk_pack16x2<MDT>(a.w * UNSCALE_X, b.w * UNSCALE_X)};
+        // int4: columns (c, c + 4) of a word a pair, the first in the low
+        // half; int8: columns (c, c + 2) of each of its two words.
+        unsigned w[4];
+        if constexpr (I8) {
+          w[0] = amk_pack16x2<PDT>(a.x * f, a.z * f);
+          w[1] = amk_pack16x2<PDT>(a.y * f, a.w * f);
+          w[2] = amk_pack16x2<PDT>(b.x * f, b.z * f);
+          w[3] = amk_pack16x2<PDT>(b.y * f, b.w * f);
+        } else {
+          w[0] = amk_pack16x2<PDT>(a.x * f, b.x * f);
+          w[1] = amk_pack16x2<PDT>(a.y * f, b.y * f);
+          w[2] = amk_pack16x2<PDT>(a.z * f, b.z * f);
+          w[3] = amk_pack16x2<PDT>(a.w * f, b.w * f);
+        }
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-          if constexpr (MDT == AMK_ABI_DTYPE_BF16)
+          if constexpr (PDT == AMK_ABI_DTYPE_BF16)
             sum += __uint_as_float(w[c] << 16) + __uint_as_float(w[c] & 0xFFFF0000u);
           else
             sum += amk_h2f((unsigned short)w[c]) + amk_h2f((unsigned short)(w[c] >> 16));
@@ -3516,14 +3564,22 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
           uint4 qa = piece(slot, ea), qb = piece(slot, eb);
           unsigned swa = scale_word(slot, ea), swb = scale_word(slot, eb);
           float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-          amk_q4mma_piece<MDT>(qa, qb, xb[j], d0, d1);
+          if constexpr (I8)
+            amk_q8mma_piece(qa, qb, xb[j], d0, d1);
+          else
+            amk_q4mma_piece<MDT>(qa, qb, xb[j], d0, d1);
           // Lanes past the row's pieces (a warp's lanes all issue the mma)
           // hold no scale: their group's sums are left out.
           if (p < NV) {
             float da = odd ? d0[1] + d1[1] : d0[0] + d1[0];
             float db = odd ? d0[3] + d1[3] : d0[2] + d1[2];
-            acc[i] += (da - corr[j]) * amk_scale_of_word<SDT>(swa, shift);
-            acc[i + 1] += (db - corr[j]) * amk_scale_of_word<SDT>(swb, shift);
+            float sa = amk_scale_of_word<SDT>(swa, shift), sb = amk_scale_of_word<SDT>(swb, shift);
+            if constexpr (I8) {
+              sa *= rescale[j];
+              sb *= rescale[j];
+            }
+            acc[i] += (da - corr[j]) * sa;
+            acc[i + 1] += (db - corr[j]) * sb;
           }
         }
       }
@@ -3755,6 +3811,33 @@ __device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 
     unsigned a3 = amk_andor(wa[k] >> 12, mask, magic), b3 = amk_andor(wb[k] >> 12, mask, magic);
     amk_qmma<MDT>(d, a0, b0, a1, b1, x[k].x, x[k].y);
     amk_qmma<MDT>(d, a2, b2, a3, b3, x[k].z, x[k].w);
+  }
+}
+
+// Bytes of {b, a} picked by the nibbles of sel (PTX prmt).
+__device__ __forceinline__ unsigned amk_prmt(unsigned a, unsigned b, unsigned sel) {
+  unsigned d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// One 16-byte int8 piece of each of two rows (qa: A's rows m, qb: rows
+// m + 8) times the lane's inputs x (f16 pairs of columns (c, c + 2) of each
+// word), each weight as the f16 1024 + q + 128: its byte, biased by an
+// XOR, under the exponent byte 0x64 by a permute. Into d0 (words 0, 1) and
+// d1 (words 2, 3). AmkQSplit::run_mma takes the offset off.
+__device__ __forceinline__ void amk_q8mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[2],
+                                                float *d0, float *d1) {
+  const unsigned wa[4] = {qa.x, qa.y, qa.z, qa.w}, wb[4] = {qb.x, qb.y, qb.z, qb.w};
+  const unsigned hi = 0x64646464u;
+  const unsigned xw[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    float *d = k < 2 ? d0 : d1;
+    unsigned ua = wa[k] ^ 0x80808080u, ub = wb[k] ^ 0x80808080u;
+    // Bytes (0, 2) and (1, 3), each under 0x64.
+    unsigned a02 = amk_prmt(ua, hi, 0x4240u), a13 = amk_prmt(ua, hi, 0x4341u);
+    unsigned b02 = amk_prmt(ub, hi, 0x4240u), b13 = amk_prmt(ub, hi, 0x4341u);
+    amk_qmma<AMK_ABI_DTYPE_F16>(d, a02, b02, a13, b13, xw[2 * k], xw[2 * k + 1]);
   }
 }
 

@@ -125,6 +125,8 @@ typedef struct {
   bool no_qsplit_mma;   /* the split quantized GEMV's int4 dots on the CUDA cores, not the
                          * tensor cores (which take bf16/f16 inputs and groups of 128
                          * columns or a multiple) */
+  bool no_qsplit_mma_i8; /* its int8 dots on the CUDA cores while the int4 ones take the
+                          * tensor cores (AMK_CUDA_QSPLIT_MMA_I8=0) */
   enum {
     AMK_QGEMV_SPLIT_DEFAULT = 0, /* large */
     AMK_QGEMV_SPLIT_NONE,  /* no tile: per-warp rows (registers or the staged path) */

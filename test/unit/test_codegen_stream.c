@@ -60,6 +60,7 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_QSPLIT_STAGES");
   unsetenv("AMK_CUDA_QSPLIT_PIECES");
   unsetenv("AMK_CUDA_QSPLIT_MMA");
+  unsetenv("AMK_CUDA_QSPLIT_MMA_I8");
   unsetenv("AMK_CUDA_SILU_FAST");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
@@ -339,20 +340,22 @@ static void test_row_knobs(UnitCounts *c) {
   o = (AmkCodegenOptions){0};
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_DEFAULT &&
                o.qsplit_stages == 0 && o.qsplit_pieces == 0 && !o.silu_precise &&
-               !o.no_qsplit_mma);
+               !o.no_qsplit_mma && !o.no_qsplit_mma_i8);
   setenv("AMK_CUDA_QGEMV_SPLIT", "0", 1);
   setenv("AMK_CUDA_QSPLIT_STAGES", "8", 1);
   setenv("AMK_CUDA_QSPLIT_PIECES", "2", 1);
   setenv("AMK_CUDA_SILU_FAST", "0", 1);
   setenv("AMK_CUDA_QSPLIT_MMA", "0", 1);
+  setenv("AMK_CUDA_QSPLIT_MMA_I8", "0", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_NONE &&
                o.qsplit_stages == 8 && o.qsplit_pieces == 2 && o.silu_precise &&
-               o.no_qsplit_mma);
+               o.no_qsplit_mma && o.no_qsplit_mma_i8);
   setenv("AMK_CUDA_QGEMV_SPLIT", "1", 1);
   setenv("AMK_CUDA_SILU_FAST", "1", 1);
   setenv("AMK_CUDA_QSPLIT_MMA", "1", 1);
+  setenv("AMK_CUDA_QSPLIT_MMA_I8", "1", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_LARGE &&
-               !o.silu_precise && !o.no_qsplit_mma);
+               !o.silu_precise && !o.no_qsplit_mma && !o.no_qsplit_mma_i8);
   setenv("AMK_CUDA_QGEMV_SPLIT", "2", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_ALL);
   size_t before = amk_diag_captured_count(d);
