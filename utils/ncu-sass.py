@@ -2,7 +2,7 @@
 """Where a kernel's warps wait, from Nsight Compute's per-instruction page.
 
   ncu -i REPORT.ncu-rep --page source --csv --print-source sass > sass.csv
-  utils/ncu-sass.py sass.csv [--top N]
+  utils/ncu-sass.py sass.csv [--top N] [--cubin K.cubin [--cuda K.cu]]
 
 REPORT needs the warp-state sampling (`--set full`, or the SourceCounters
 and WarpStateStats sections). Prints the share of the samples of each stall
@@ -11,6 +11,13 @@ megakernel's variants are __noinline__ functions) by their share of the
 samples, with the warp instructions they executed and their main stall,
 then the N instructions with the most samples. Exit 1 on a file that holds
 no SASS rows, 2 on bad usage or a file that cannot be read.
+
+With --cubin (the same program's `amk-opt --emit=cubin` output) the
+functions are the cubin's: each device function the kernel calls by its
+symbol (amk_v3, amk_wait; `readelf -s` reads them, so binutils), the rest
+as the kernel's own code, a row's offset from the first row being its
+offset in the kernel's section; --cuda (`--emit=cuda` of the same
+program) adds the template each amk_vN instantiates.
 
 The sixth column of the functions table (ex/sample) is warp instructions
 executed per sample: low where the function waits, high where it issues;
@@ -21,6 +28,8 @@ instruction fetch (no_inst).
 """
 import argparse
 import csv
+import re
+import subprocess
 import sys
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
@@ -65,11 +74,86 @@ def functions(rows):
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
+SYMBOL = re.compile(r"^\s*\d+:\s+([0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+|\d+)\s+FUNC\s+\S+\s+\S+"
+                    r"(?:\s+\[[^\]]*\])?\s+(\d+)\s+(\S+)\s*$")
+
+
+def short_name(symbol):
+    """amk_v3 for $amk_megakernel$_Z6amk_v3RK13..., else the symbol."""
+    m = re.search(r"_Z(\d+)", symbol)
+    if m:
+        n = int(m.group(1))
+        return symbol[m.end():m.end() + n]
+    return symbol
+
+
+def cubin_functions(path, kernel, rows):
+    """[(name, row indices)] from the cubin's FUNC symbols in the kernel's
+    section, in address order; the rows no callee covers are the kernel's.
+    None with a message when readelf fails or the kernel is not there."""
+    try:
+        out = subprocess.run(["readelf", "-s", "-W", path], capture_output=True, text=True)
+    except OSError as e:
+        return None, "readelf: %s" % e.strerror
+    if out.returncode != 0:
+        return None, "%s: %s" % (path, (out.stderr.strip().splitlines() or ["readelf failed"])[-1])
+    syms = []
+    for line in out.stdout.splitlines():
+        m = SYMBOL.match(line)
+        if m:
+            syms.append((int(m.group(1), 16), int(m.group(2), 0), m.group(3), m.group(4)))
+    section = next((ndx for _, _, ndx, name in syms if name == kernel), None)
+    if section is None:
+        return None, "%s: no function %s" % (path, kernel)
+    base = int(rows[0]["Address"], 16)
+    offsets = [int(r["Address"], 16) - base for r in rows]
+    owner = [kernel] * len(rows)
+    for value, size, ndx, name in syms:
+        if ndx != section or name == kernel:
+            continue
+        for i, off in enumerate(offsets):
+            if value <= off < value + size:
+                owner[i] = short_name(name)
+    groups = {}
+    for i, name in enumerate(owner):
+        groups.setdefault(name, []).append(i)
+    return list(groups.items()), None
+
+
+def templates(path):
+    """{amk_vN: the template call it makes} from the generated source."""
+    found, current = {}, None
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"__device__ __noinline__ void (amk_v\d+)\(", line)
+            if m:
+                current = m.group(1)
+            elif current:
+                found[current] = line.strip().split("(P,")[0]
+                current = None
+    return found
+
+
+def kernel_name(path):
+    with open(path, newline="") as f:
+        for record in csv.reader(f):
+            if len(record) >= 2 and record[0] == "Kernel Name":
+                return record[1]
+            break
+    return "amk_megakernel"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", help="ncu --page source --csv --print-source sass output")
     ap.add_argument("--top", type=int, default=20, help="instructions to list (default 20)")
+    ap.add_argument("--cubin", help="the program's cubin: name the functions by its symbols")
+    ap.add_argument("--cuda", help="the program's generated source: each amk_vN's template")
     args = ap.parse_args()
+    if args.cuda and not args.cubin:
+        print("ncu-sass: --cuda names the functions --cubin finds; give --cubin too",
+              file=sys.stderr)
+        return 2
     try:
         rows, reasons = read_rows(args.csv)
     except OSError as e:
@@ -93,20 +177,33 @@ def main():
     print("\n| instructions | % of samples | warp instructions executed | main stall "
           "| its % | ex/sample | code bytes | no_inst % |\n|---|---:|---:|---|---:|---:|---:|---:|")
     fetch = "stall_no_inst" if "stall_no_inst" in reasons else None
+    if args.cubin:
+        groups, err = cubin_functions(args.cubin, kernel_name(args.csv), rows)
+        if groups is None:
+            print("ncu-sass: %s" % err, file=sys.stderr)
+            return 2
+        try:
+            names = templates(args.cuda) if args.cuda else {}
+        except OSError as e:
+            print("ncu-sass: %s: %s" % (args.cuda, e.strerror), file=sys.stderr)
+            return 2
+        labelled = [("%s %s" % (n, names[n]) if n in names else n, idx) for n, idx in groups]
+    else:
+        labelled = [("[%d, %d)" % (a, b), range(a, b)) for a, b in functions(rows)]
     funcs = []
-    for a, b in functions(rows):
-        samples = sum(number(rows[i][SAMPLES]) for i in range(a, b))
-        executed = sum(number(rows[i].get(EXECUTED, "")) for i in range(a, b))
-        by_reason = {h: sum(number(rows[i][h]) for i in range(a, b)) for h in reasons}
+    for label, idx in labelled:
+        samples = sum(number(rows[i][SAMPLES]) for i in idx)
+        executed = sum(number(rows[i].get(EXECUTED, "")) for i in idx)
+        by_reason = {h: sum(number(rows[i][h]) for i in idx) for h in reasons}
         main_reason = max(by_reason, key=by_reason.get) if by_reason else ""
-        ran = sum(1 for i in range(a, b) if number(rows[i].get(EXECUTED, "")) > 0)
-        funcs.append((samples, a, b, executed, main_reason, by_reason.get(main_reason, 0.0),
+        ran = sum(1 for i in idx if number(rows[i].get(EXECUTED, "")) > 0)
+        funcs.append((samples, label, executed, main_reason, by_reason.get(main_reason, 0.0),
                       ran * 16, by_reason.get(fetch, 0.0) if fetch else 0.0))
-    for samples, a, b, executed, reason, rs, code_bytes, fetched in sorted(funcs, reverse=True):
+    for samples, label, executed, reason, rs, code_bytes, fetched in sorted(funcs, reverse=True):
         if samples <= 0:
             continue
-        print("| [%d, %d) | %.1f | %.3g | %s | %.1f | %.1f | %d | %.1f |"
-              % (a, b, share(samples), executed, reason[len("stall_"):],
+        print("| %s | %.1f | %.3g | %s | %.1f | %.1f | %d | %.1f |"
+              % (label, share(samples), executed, reason[len("stall_"):],
                  100.0 * rs / samples, executed / samples, code_bytes, 100.0 * fetched / samples))
     print("\n| instruction | % of samples | executed | main stall | source |\n|---:|---:|---:|---|---|")
     order = sorted(range(len(rows)), key=lambda i: -number(rows[i][SAMPLES]))
