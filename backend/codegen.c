@@ -623,7 +623,12 @@ static bool gen_gemv_quant(Gen *g, const AmkTask *t, const AmkInstParams *p, Amk
                            ? QSPLIT_MMA_KB_I4
                            : staged_kb;
     bool large = g->qgemv_split == AMK_QGEMV_SPLIT_ALL || tile_bytes >= split_kb * 1024;
-    size_t base = (size_t)k + (size_t)(k / 16) * 4 + (size_t)(g->nt / 32) +
+    /* xs holds the input, or on the tensor cores the warps' row sums
+     * (AmkQSplit::SUMS_FLOATS) where they are more (short rows). */
+    size_t xs_floats = (size_t)k + (size_t)(k / 16) * 4;
+    if (mma_fits && (size_t)(g->nt / 32) * 16 * (size_t)r > xs_floats)
+      xs_floats = (size_t)(g->nt / 32) * 16 * (size_t)r;
+    size_t base = xs_floats + (size_t)(g->nt / 32) +
                   (size_t)(stack * n_tile) * (size_t)(1 + group_warps) + 4;
     size_t room = (SMEM_LIMIT_BYTES - STATIC_SMEM_RESERVE - STREAM_HEADER_NORM_BYTES -
                    STREAM_HEADER_SCALES_BYTES) /

@@ -1875,6 +1875,25 @@ __device__ __forceinline__ void amk_gemv_prologue(const void *x, const void *aux
 // element a thread stages: --trace on an H100 showed a 1B down_proj tile
 // (8192 gate and up pairs, 32 per thread) taking 19 us for 11 us of
 // weights. False (nothing done) where the layout does not allow it.
+// a and b rounded as amk_round<DT> rounds them, two at a time for 16-bit
+// types: one packed cvt and two unpacks where amk_f2bf's bit arithmetic
+// takes about six instructions a value (the SiLU prologue of an 8B down
+// tile rounds 56 values a thread). NaNs come back as NaNs, payload aside.
+template <int DT> __device__ __forceinline__ void amk_round2(float &a, float &b) {
+  if constexpr (DT == AMK_ABI_DTYPE_BF16) {
+    unsigned w = amk_pack16x2<DT>(a, b);
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xFFFF0000u);
+  } else if constexpr (DT == AMK_ABI_DTYPE_F16) {
+    unsigned w = amk_pack16x2<DT>(a, b);
+    a = amk_h2f((unsigned short)w);
+    b = amk_h2f((unsigned short)(w >> 16));
+  } else {
+    a = amk_round<DT>(a);
+    b = amk_round<DT>(b);
+  }
+}
+
 template <int PAT, int XDT, int ODT, int ADT, int K, int M, int XCOLS = 0>
 __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *aux, float eps,
                                                     float *xs, float *red) {
@@ -1929,8 +1948,10 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
           amk_unpack16<XDT>(rb[i], g);
 #pragma unroll
           for (int e = 0; e < VE; e++)
-            f[e] = NORM ? amk_round<ODT>(f[e] * inv * g[e])
-                        : amk_round<ODT>(amk_silu_mul(f[e], g[e]));
+            f[e] = NORM ? f[e] * inv * g[e] : amk_silu_mul(f[e], g[e]);
+#pragma unroll
+          for (int e = 0; e < VE; e += 2)
+            amk_round2<ODT>(f[e], f[e + 1]);
         }
 #pragma unroll
         for (int e = 0; e < VE; e += 4)
@@ -3333,6 +3354,10 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   static constexpr int NG = Shape::NG, SB = Shape::SB, D = AMK_QSPLIT_STAGES;
   static constexpr long long RB = AmkQuant<QDT>::row_bytes(K);
   static_assert((D & (D - 1)) == 0, "AMK_QSPLIT_STAGES must be a power of two");
+  // run_mma's row sums, two buffers of [R][8] floats a warp, in the staged inputs' space
+  // (xs), which holds at least this many floats (amk_gemv_quant; codegen's
+  // split base): short rows' xs is smaller than the block's sums.
+  static constexpr int SUMS_FLOATS = AMK_NWARPS * 16 * R;
   // The thread's first piece of the tile's first row, and the word of its
   // scale (pieces j > 0 of a row are NTG * 16 bytes on; their scale words
   // at soff[j]).
@@ -3379,7 +3404,53 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     if (issued < stages) {
       unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE) + threadIdx.x * 16u;
       int row0 = (group + issued * RG) * R;
+      // A stage of R whole rows inside one stacked matrix (all but a tile's
+      // last stage and the one across the gate|up seam) reads R consecutive
+      // rows: one row offset, the rest constants in the copies' addresses
+      // (the general loop below spent about 20 instructions a row on its
+      // offsets, a quarter of the 8B int4 gate|up loop's samples).
+      bool one_matrix = true;
+      if constexpr (STACK == 2)
+        one_matrix = row0 + R <= n_tile || row0 >= n_tile;
+      else if constexpr (STACK > 2)
+        one_matrix = row0 / n_tile == (row0 + R - 1) / n_tile;
+      if (row0 + R <= rows && one_matrix) {
+        int m = row0;
+        if constexpr (STACK == 2) {
+          m = row0 >= n_tile ? row0 + (NOUT - n_tile) : row0;
+        } else if constexpr (STACK > 2) {
+          m = row0 + row0 / n_tile * (NOUT - n_tile);
+        }
+        const char *wp, *sp;
+        if constexpr (OFF32) {
+          wp = wbase + (unsigned)m * (unsigned)RB;
+          sp = sbase + (unsigned)m * (unsigned)(NG * SB);
+        } else {
+          wp = wbase + (long long)m * RB;
+          sp = sbase + (long long)m * NG * SB;
+        }
 #pragma unroll
+        for (int j = 0; j < PT; j++) {
+          if (tl + NTG * j < NV) {
+            const char *sj = sp + soff[j];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+              int e = i * PT + j;
+              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + i * RB + NTG * 16 * j, true);
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                               slot - threadIdx.x * 12u +
+                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
+                           "l"(sj + i * NG * SB)
+                           : "memory");
+            }
+          }
+        }
+        issued++;
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        return;
+      }
+      // The rest, a row at a time (rolled: it runs at most twice a tile).
+#pragma unroll 1
       for (int i = 0; i < R; i++) {
         int r = row0 + i;
         if (r < rows) {
@@ -3485,7 +3556,6 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     constexpr int PDT = I8 ? AMK_ABI_DTYPE_F16 : MDT;
     constexpr float BIAS = I8 ? 1024.0f + 128.0f
                               : (MDT == AMK_ABI_DTYPE_BF16 ? 128.0f : 1024.0f) + 8.0f;
-    constexpr float UNSCALE_X = 1.0f / AMK_QX_SCALE; // xs holds x * 2^48 (amk_qx_finish)
     constexpr int XW = COLS / 8;                     // uint4 of packed inputs a piece
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool diag = (lane & 3) == (lane >> 3);
@@ -3504,7 +3574,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         float big = 0.0f;
 #pragma unroll
         for (int c = 0; c < COLS; c++)
-          big = fmaxf(big, p < NV ? fabsf(xs[p * (COLS + 4) + c] * UNSCALE_X) : 0.0f);
+          big = fmaxf(big, p < NV ? fabsf(xs[p * (COLS + 4) + c]) : 0.0f);
         big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
         big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));
         int e = big > 0.0f ? ((__float_as_int(big) >> 23) & 0xFF) - 127 - 13 : 0;
@@ -3512,7 +3582,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         up = __int_as_float((127 - e) << 23);
         rescale[j] = __int_as_float((127 + e) << 23);
       }
-      const float f = UNSCALE_X * up;
+      const float f = up;
 #pragma unroll
       for (int k = 0; k < XW; k++) {
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
@@ -3549,10 +3619,22 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     }
     // Every warp's inputs are in registers before xs holds row sums.
     __syncthreads();
-    float *sums = xs + warp * 32; // [R][8]
+    // Two buffers of a stage's [R][8] diagonal sums a warp: stage t's go
+    // into buffer t & 1, and lane i < R loads row i's eight of stage t - 1
+    // as stage t begins and adds them after its dots, so that the loads'
+    // round trip (and the stores' before them) hides behind the stage's
+    // work instead of ending it (a sixth of the 8B int4 gate|up loop's
+    // samples waited on those loads).
+    float *sums = xs + warp * (16 * R);
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
       unsigned slot = stage_slot(t);
+      float4 pu = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pv = pu;
+      if (t > 0 && lane < R) {
+        const float *prev = sums + ((t - 1) & 1) * (8 * R) + lane * 8;
+        pu = *(const float4 *)prev;
+        pv = *(const float4 *)(prev + 4);
+      }
       float acc[R] = {};
 #pragma unroll
       for (int j = 0; j < PT; j++) {
@@ -3585,18 +3667,22 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       }
       asm volatile("" ::: "memory");
       issue();
+      int prow = (group + (t - 1) * RG) * R + lane;
+      if (t > 0 && lane < R && prow < rows)
+        part[prow * W + wig] = ((pu.x + pu.y) + (pu.z + pu.w)) + ((pv.x + pv.y) + (pv.z + pv.w));
       if (diag) {
+        float *cur = sums + (t & 1) * (8 * R);
 #pragma unroll
         for (int i = 0; i < R; i++)
-          sums[i * 8 + m] = acc[i];
+          cur[i * 8 + m] = acc[i];
       }
       __syncwarp();
-      int row = (group + t * RG) * R + lane;
-      if (lane < R && row < rows) {
-        float4 u = *(const float4 *)(sums + lane * 8), v = *(const float4 *)(sums + lane * 8 + 4);
-        part[row * W + wig] = ((u.x + u.y) + (u.z + u.w)) + ((v.x + v.y) + (v.z + v.w));
-      }
-      __syncwarp();
+    }
+    int row = (group + (stages - 1) * RG) * R + lane;
+    if (stages > 0 && lane < R && row < rows) {
+      const float *last = sums + ((stages - 1) & 1) * (8 * R) + lane * 8;
+      float4 u = *(const float4 *)last, v = *(const float4 *)(last + 4);
+      part[row * W + wig] = ((u.x + u.y) + (u.z + u.w)) + ((v.x + v.y) + (v.z + v.w));
     }
     finish(part, store, 1.0f);
   }
@@ -4050,12 +4136,18 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
   if (!amk_tile_rows_ok(P, idx, n_off, n_tile, NOUT))
     return;
   constexpr int XCOLS = amk_qvec_ok<QDT, K, GROUP>() ? AmkQuant<QDT>::COLS : 0;
-  float *xs = smem, *red = smem + K + (XCOLS ? K / XCOLS * 4 : 0);
   // The staged input's type: the norm and SiLU prologues round to ODT.
   constexpr int MDT = (PAT == AMK_ABI_PATTERN_NORM || PAT == AMK_ABI_PATTERN_SILU ||
                        PAT == AMK_ABI_PATTERN_SILU_RESIDUAL)
                           ? ODT
                           : XDT;
+  // xs: the staged input (K floats, a 4-float gap after each piece), then,
+  // on the split path's tensor cores, the warps' row sums where it held them.
+  constexpr int XS_INPUT = K + (XCOLS ? K / XCOLS * 4 : 0);
+  constexpr int XS_SUMS = STAGED == 2 && amk_qsplit_mma_ok<QDT, MDT, SDT, K, GROUP>()
+                              ? AmkQSplit<QDT, SDT, K, NOUT, STACK, GROUP>::SUMS_FLOATS
+                              : 0;
+  float *xs = smem, *red = smem + (XS_INPUT > XS_SUMS ? XS_INPUT : XS_SUMS);
   static_assert(STAGED != 1 || (!amk_qmma_ok<QDT, MDT, K, GROUP>() &&
                                  amk_qstaged_ok<QDT, SDT, K, GROUP>()),
                 "a staged quantized GEMV needs the staged path's shapes");
@@ -4083,7 +4175,11 @@ __device__ void amk_gemv_quant(AmkP P, AmkI I, AmkA A, int idx, int pos, float *
     amk_gemv_prologue<PAT, XDT, ODT, ADT, K, 1, XCOLS>(x, aux, I.params.eps.f, xs, red);
   __syncthreads();
   amk_mark_staged();
-  if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>()) {
+  // The CUDA cores' dots read the inputs times 2^48 with their offset
+  // terms; the tensor cores' (amk_qmma_rows, the split path's run_mma) read
+  // them as staged.
+  if constexpr (!amk_qmma_ok<QDT, MDT, K, GROUP>() && amk_qvec_ok<QDT, K, GROUP>() &&
+                XS_SUMS == 0) {
     amk_qx_finish<QDT, K>(xs);
     __syncthreads();
   }
