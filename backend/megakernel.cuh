@@ -3265,15 +3265,15 @@ template <int QDT, int SDT, int K, int GROUP> struct AmkQSplitShape {
 // 16-bit inputs; int8 below). The integers on the CUDA cores cost a permute
 // and an FMA a weight besides the nibbles' masks, about 2.4 instructions a weight, and
 // the split loop is bound by its instructions (docs/Quantization.md); here
-// one 3-input LOP makes a pair of weights MAGIC + q + 8 (exact in bf16 and
-// f16) and mma.sync m16n8k16 multiplies a word of each of two rows (A) by
-// the lane's own inputs (B), as amk_qmma_rows does: lane 4m + m/2 holds
-// the two rows' dots over lanes 4m..4m+3, about 1 instruction a weight.
-// (MAGIC + 8) times the inputs' sum comes off once per piece and row. Four
-// consecutive pieces share their group's scale (a group a multiple of
-// 128 columns), and a stage's rows go in pairs.
+// one 3-input LOP makes a pair of weights f16 1024 + q + 8 (the odd nibbles
+// 1024 + 16 (q + 8), amk_q4mma_piece) and mma.sync m16n8k16 multiplies a
+// word of each of two rows (A) by the lane's own inputs (B), as
+// amk_qmma_rows does: lane 4m + m/2 holds the two rows' dots over lanes
+// 4m..4m+3, about 0.6 instructions a weight. The inputs go to f16 as
+// int8's do (below); the offsets times the inputs' sums come off once per
+// piece and row. Four consecutive pieces share their group's scale (a
+// group a multiple of 128 columns), and a stage's rows go in pairs.
 template <int QDT> struct AmkQmma;
-template <int MDT>
 __device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[4],
                                                 float *d0, float *d1);
 // int8 (AMK_QSPLIT_MMA_I8): bf16's 8 significant bits cannot hold MAGIC + a
@@ -3552,10 +3552,13 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   __device__ __forceinline__ void run_mma(float *xs, float *part, Store store) {
     static_assert(R <= 8, "a row's eight partial sums a lane");
     constexpr bool I8 = QDT == AMK_ABI_DTYPE_I8;
-    // int8 pairs are f16 whatever the inputs' type (amk_q8mma_piece).
-    constexpr int PDT = I8 ? AMK_ABI_DTYPE_F16 : MDT;
-    constexpr float BIAS = I8 ? 1024.0f + 128.0f
-                              : (MDT == AMK_ABI_DTYPE_BF16 ? 128.0f : 1024.0f) + 8.0f;
+    // The pairs are f16 whatever the inputs' type (amk_q8mma_piece,
+    // amk_q4mma_piece): the offset each weight's form carries, for int4's
+    // even nibbles (1024 + u) and, times its input / 16, its odd ones
+    // (1024 + 16 u), and for int8 (1024 + q + 128).
+    constexpr int PDT = AMK_ABI_DTYPE_F16;
+    constexpr float BIAS = I8 ? 1024.0f + 128.0f : 1024.0f + 8.0f;
+    constexpr float BIAS_ODD = I8 ? BIAS : 1024.0f + 16.0f * 8.0f;
     constexpr int XW = COLS / 8;                     // uint4 of packed inputs a piece
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool diag = (lane & 3) == (lane >> 3);
@@ -3565,12 +3568,12 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
 #pragma unroll
     for (int j = 0; j < PT; j++) {
       int p = tl + NTG * j;
-      float sum = 0.0f;
-      // int8: the group's inputs times 2^-e, its largest at 2^13 or just
-      // above (e clamped so that both 2^e and 2^-e are normal floats).
+      float sum = 0.0f, sum_odd = 0.0f;
+      // The group's inputs times 2^-e, its largest at 2^13 or just above
+      // (e clamped so that both 2^e and 2^-e are normal floats).
       float up = 1.0f; // 2^-e
       rescale[j] = 1.0f;
-      if constexpr (I8) {
+      {
         float big = 0.0f;
 #pragma unroll
         for (int c = 0; c < COLS; c++)
@@ -3582,7 +3585,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         up = __int_as_float((127 - e) << 23);
         rescale[j] = __int_as_float((127 + e) << 23);
       }
-      const float f = up;
+      // int4's odd nibbles enter times 16 (amk_q4mma_piece), their inputs / 16.
+      const float f = up, f_odd = I8 ? up : up * 0.0625f;
 #pragma unroll
       for (int k = 0; k < XW; k++) {
         float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
@@ -3600,22 +3604,25 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
           w[3] = amk_pack16x2<PDT>(b.y * f, b.w * f);
         } else {
           w[0] = amk_pack16x2<PDT>(a.x * f, b.x * f);
-          w[1] = amk_pack16x2<PDT>(a.y * f, b.y * f);
+          w[1] = amk_pack16x2<PDT>(a.y * f_odd, b.y * f_odd);
           w[2] = amk_pack16x2<PDT>(a.z * f, b.z * f);
-          w[3] = amk_pack16x2<PDT>(a.w * f, b.w * f);
+          w[3] = amk_pack16x2<PDT>(a.w * f_odd, b.w * f_odd);
         }
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-          if constexpr (PDT == AMK_ABI_DTYPE_BF16)
-            sum += __uint_as_float(w[c] << 16) + __uint_as_float(w[c] & 0xFFFF0000u);
+          float pair = amk_h2f((unsigned short)w[c]) + amk_h2f((unsigned short)(w[c] >> 16));
+          if (c % 2 == 1)
+            sum_odd += pair;
           else
-            sum += amk_h2f((unsigned short)w[c]) + amk_h2f((unsigned short)(w[c] >> 16));
+            sum += pair;
         }
         xb[j][k] = make_uint4(w[0], w[1], w[2], w[3]);
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      corr[j] = BIAS * sum;
+      sum_odd += __shfl_xor_sync(0xffffffffu, sum_odd, 1);
+      sum_odd += __shfl_xor_sync(0xffffffffu, sum_odd, 2);
+      corr[j] = BIAS * sum + BIAS_ODD * sum_odd;
     }
     // Every warp's inputs are in registers before xs holds row sums.
     __syncthreads();
@@ -3649,17 +3656,15 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
           if constexpr (I8)
             amk_q8mma_piece(qa, qb, xb[j], d0, d1);
           else
-            amk_q4mma_piece<MDT>(qa, qb, xb[j], d0, d1);
+            amk_q4mma_piece(qa, qb, xb[j], d0, d1);
           // Lanes past the row's pieces (a warp's lanes all issue the mma)
           // hold no scale: their group's sums are left out.
           if (p < NV) {
             float da = odd ? d0[1] + d1[1] : d0[0] + d1[0];
             float db = odd ? d0[3] + d1[3] : d0[2] + d1[2];
             float sa = amk_scale_of_word<SDT>(swa, shift), sb = amk_scale_of_word<SDT>(swb, shift);
-            if constexpr (I8) {
-              sa *= rescale[j];
-              sb *= rescale[j];
-            }
+            sa *= rescale[j];
+            sb *= rescale[j];
             acc[i] += (da - corr[j]) * sa;
             acc[i + 1] += (db - corr[j]) * sb;
           }
@@ -3880,23 +3885,26 @@ __device__ __forceinline__ void amk_qmma_piece(uint4 qa, uint4 qb, const unsigne
 }
 
 // One 16-byte int4 piece of each of two rows (qa: A's rows m, qb: rows
-// m + 8) at the same columns times the lane's inputs x (amk_qmma_piece's
-// pair order), each weight as MAGIC + q + 8: into d0 (words 0, 1) and d1
-// (words 2, 3). AmkQSplit::run_mma takes the offset off.
-template <int MDT>
+// m + 8) at the same columns times the lane's f16 inputs x (amk_qmma_piece's
+// pair order, the odd nibbles' inputs / 16): each even nibble u as the f16
+// 1024 + u, each odd one in place, under the same exponent, as 1024 + 16 u
+// (exact: f16 has 10 fraction bits, bf16 7), so a word takes one shift and
+// four masks where shifting each nibble down took three shifts. Into d0
+// (words 0, 1) and d1 (words 2, 3). AmkQSplit::run_mma takes the offsets off.
 __device__ __forceinline__ void amk_q4mma_piece(uint4 qa, uint4 qb, const uint4 (&x)[4],
                                                 float *d0, float *d1) {
   const unsigned wa[4] = {qa.x, qa.y, qa.z, qa.w}, wb[4] = {qb.x, qb.y, qb.z, qb.w};
-  const unsigned mask = 0x000F000Fu, magic = AmkQconv<AMK_ABI_DTYPE_I4, MDT>::MAGIC;
+  const unsigned even = 0x000F000Fu, odd = 0x00F000F0u, magic = 0x64006400u;
 #pragma unroll
   for (int k = 0; k < 4; k++) {
     float *d = k < 2 ? d0 : d1;
-    unsigned a0 = amk_andor(wa[k], mask, magic), b0 = amk_andor(wb[k], mask, magic);
-    unsigned a1 = amk_andor(wa[k] >> 4, mask, magic), b1 = amk_andor(wb[k] >> 4, mask, magic);
-    unsigned a2 = amk_andor(wa[k] >> 8, mask, magic), b2 = amk_andor(wb[k] >> 8, mask, magic);
-    unsigned a3 = amk_andor(wa[k] >> 12, mask, magic), b3 = amk_andor(wb[k] >> 12, mask, magic);
-    amk_qmma<MDT>(d, a0, b0, a1, b1, x[k].x, x[k].y);
-    amk_qmma<MDT>(d, a2, b2, a3, b3, x[k].z, x[k].w);
+    unsigned ha = wa[k] >> 8, hb = wb[k] >> 8;
+    unsigned a0 = amk_andor(wa[k], even, magic), b0 = amk_andor(wb[k], even, magic);
+    unsigned a1 = amk_andor(wa[k], odd, magic), b1 = amk_andor(wb[k], odd, magic);
+    unsigned a2 = amk_andor(ha, even, magic), b2 = amk_andor(hb, even, magic);
+    unsigned a3 = amk_andor(ha, odd, magic), b3 = amk_andor(hb, odd, magic);
+    amk_qmma<AMK_ABI_DTYPE_F16>(d, a0, b0, a1, b1, x[k].x, x[k].y);
+    amk_qmma<AMK_ABI_DTYPE_F16>(d, a2, b2, a3, b3, x[k].z, x[k].w);
   }
 }
 
