@@ -4,7 +4,9 @@
 # steps after 10 warm-up steps, --check in the same run, --trace) once per
 # variant and round, variants interleaved so that a drift of the card shows
 # as a spread within a variant rather than as a difference between them.
-# Prints one table (ms per position, check, the trace's chain summary).
+# Prints one table (ms per position, check, the trace's chain summary),
+# then, per shape, each variant's tasks by kind against the first variant's
+# (round 1, utils/trace-diff.py --kinds-only).
 #
 #   utils/bench-ab.sh -s "llama-3.2-1b smollm2-135m" -r 2 \
 #       base: AMK_FUSE_SPLIT_DOWN=0 -- mlp: AMK_FUSE_SPLIT_DOWN=1
@@ -13,7 +15,8 @@
 # `--` separates variants; AMK_BUILD=DIR in a variant runs DIR/bin/amk-run.
 # -s: shapes (examples/configs/NAME; default
 # llama-3.2-1b); -r: rounds (default 2); -a: more amk-run arguments for every
-# run (-a "--quant int8"). The 1B shape is timed at positions
+# run (-a "--quant int8"); -d: delete the traces after the tables (megabytes
+# each: a device call brings back only so much). The 1B shape is timed at positions
 # 0 and 1024, the others at 0. Environment: AMK_BUILD (default build), OUT
 # (logs and traces; default /tmp/amk-bench-ab).
 set -u
@@ -25,12 +28,14 @@ export AMK_CACHE_DIR=${AMK_CACHE_DIR:-$LOG/cubin-cache}
 shapes="llama-3.2-1b"
 rounds=2
 extra=""
-while getopts "s:r:a:" opt; do
+drop_traces=0
+while getopts "s:r:a:d" opt; do
   case $opt in
     s) shapes=$OPTARG ;;
     r) rounds=$OPTARG ;;
     a) extra=$OPTARG ;;
-    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] [-a ARGS] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
+    d) drop_traces=1 ;;
+    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] [-a ARGS] [-d] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -99,3 +104,19 @@ for s in shapes:
             checks = ",".join(sorted({x["check"] for x in o["results"]}))
             print(f"| {s} | {n} | {r} | {cells} | {checks} | {chain} |")
 PY
+
+# Where each variant's time went against the first's, kind by kind (round 1).
+for shape in $shapes; do
+  first=$LOG/$shape.${names[0]}.1.trace.json
+  for n in "${names[@]:1}"; do
+    other=$LOG/$shape.$n.1.trace.json
+    if [ -s "$first" ] && [ -s "$other" ]; then
+      echo
+      echo "$shape, round 1: ${names[0]} (A) -> $n (B)"
+      python3 utils/trace-diff.py --kinds-only "$first" "$other"
+    fi
+  done
+done
+if [ "$drop_traces" = 1 ]; then
+  rm -f "$LOG"/*.trace.json "$LOG"/*.trace.*.json
+fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where two decode launches' time differs, task kind by task kind.
 
-  utils/trace-diff.py A.trace.json B.trace.json [--group N]
+  utils/trace-diff.py A.trace.json B.trace.json [--group N] [--kinds-only]
 
 A and B are `amk-run --trace` files (Chrome traces of one launch each, of
 the same model, e.g. two variants of a `utils/bench-ab.sh` call). A task's
@@ -11,7 +11,8 @@ event's category says "critical" on the critical chain instead). Prints,
 per kind: the tasks, their mean run and wait in A and in B, and the mean
 run's change; then, per kind in both, the change of the mean run of the
 blocks in each group of N (default 16) block ids, which tells a change on
-a few blocks from one on all. Exit 1 on a file with no task events, 2 on
+a few blocks from one on all (--kinds-only: the kinds' table alone, as
+utils/bench-ab.sh prints it). Exit 1 on a file with no task events, 2 on
 bad usage or a file that cannot be read.
 """
 import argparse
@@ -52,6 +53,7 @@ def main():
     ap.add_argument("a")
     ap.add_argument("b")
     ap.add_argument("--group", type=int, default=16, help="block ids a group (default 16)")
+    ap.add_argument("--kinds-only", action="store_true", help="print the kinds' table alone")
     opt = ap.parse_args()
     if opt.group < 1:
         ap.error("--group takes a positive number of blocks")
@@ -72,6 +74,8 @@ def main():
         diff = f"{rb - ra:+.2f}" if na and nb else "-"
         print(f"| {k} | {na} | {nb} | {cell(na, ra)} | {cell(nb, rb)} | {diff} | "
               f"{cell(na, wa)} | {cell(nb, wb)} |")
+    if opt.kinds_only:
+        return 0
     print()
     print(f"mean run B - A of the blocks in each group of {opt.group} block ids "
           "(blocks that run the kind in both):")
