@@ -3395,7 +3395,11 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   }
   __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the group's next stage (if any) into its slot; one commit group a
-  // call. Rows past the tile's last are not copied (nor stored).
+  // call. Rows past the tile's last are not copied (nor stored). Tile row r
+  // is row r of the matrix after the tile's first, plus NOUT - n_tile for
+  // each stacked matrix before its own (a compare for two; the loop, with
+  // 64-bit pointer steps, cost the 8B int8 gate|up tiles about a third of
+  // their instructions).
   __device__ __forceinline__ void issue() {
     if (issued < stages) {
       unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE) + threadIdx.x * 16u;
@@ -3411,65 +3415,77 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       else if constexpr (STACK > 2)
         one_matrix = row0 / n_tile == (row0 + R - 1) / n_tile;
       if (row0 + R <= rows && one_matrix) {
+        int m = row0;
+        if constexpr (STACK == 2) {
+          m = row0 >= n_tile ? row0 + (NOUT - n_tile) : row0;
+        } else if constexpr (STACK > 2) {
+          m = row0 + row0 / n_tile * (NOUT - n_tile);
+        }
         const char *wp, *sp;
-        row_at(matrix_row(row0), wp, sp);
+        if constexpr (OFF32) {
+          wp = wbase + (unsigned)m * (unsigned)RB;
+          sp = sbase + (unsigned)m * (unsigned)(NG * SB);
+        } else {
+          wp = wbase + (long long)m * RB;
+          sp = sbase + (long long)m * NG * SB;
+        }
 #pragma unroll
         for (int j = 0; j < PT; j++) {
           if (tl + NTG * j < NV) {
             const char *sj = sp + soff[j];
 #pragma unroll
-            for (int i = 0; i < R; i++)
-              copy_piece(slot, i * PT + j, wp + i * RB + NTG * 16 * j, sj + i * NG * SB);
+            for (int i = 0; i < R; i++) {
+              int e = i * PT + j;
+              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + i * RB + NTG * 16 * j, true);
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                               slot - threadIdx.x * 12u +
+                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
+                           "l"(sj + i * NG * SB)
+                           : "memory");
+            }
           }
         }
-      } else {
-        // The rest, a row at a time (rolled: it runs at most twice a tile).
+        issued++;
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        return;
+      }
+      // The rest, a row at a time (rolled: it runs at most twice a tile).
 #pragma unroll 1
-        for (int i = 0; i < R; i++) {
-          if (row0 + i < rows) {
-            const char *wp, *sp;
-            row_at(matrix_row(row0 + i), wp, sp);
+      for (int i = 0; i < R; i++) {
+        int r = row0 + i;
+        if (r < rows) {
+          int m = r;
+          if constexpr (STACK == 2) {
+            m = r >= n_tile ? r + (NOUT - n_tile) : r;
+          } else if constexpr (STACK > 2) {
+            for (int c = r; c >= n_tile; c -= n_tile)
+              m += NOUT - n_tile;
+          }
+          const char *wp, *sp;
+          if constexpr (OFF32) {
+            wp = wbase + (unsigned)m * (unsigned)RB;
+            sp = sbase + (unsigned)m * (unsigned)(NG * SB);
+          } else {
+            wp = wbase + (long long)m * RB;
+            sp = sbase + (long long)m * NG * SB;
+          }
 #pragma unroll
-            for (int j = 0; j < PT; j++)
-              if (tl + NTG * j < NV)
-                copy_piece(slot, i * PT + j, wp + NTG * 16 * j, sp + soff[j]);
+          for (int j = 0; j < PT; j++) {
+            if (tl + NTG * j < NV) {
+              int e = i * PT + j;
+              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + NTG * 16 * j, true);
+              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
+                               slot - threadIdx.x * 12u +
+                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
+                           "l"(sp + soff[j])
+                           : "memory");
+            }
           }
         }
       }
     }
     issued++;
     asm volatile("cp.async.commit_group;" ::: "memory");
-  }
-  // Tile row r's row of the matrix: plus NOUT - n_tile for each stacked
-  // matrix before its own (a compare for two; a loop with 64-bit pointer
-  // steps cost the 8B int8 gate|up tiles about a third of their
-  // instructions).
-  __device__ __forceinline__ int matrix_row(int r) const {
-    if constexpr (STACK == 2)
-      return r >= n_tile ? r + (NOUT - n_tile) : r;
-    else if constexpr (STACK > 2)
-      return r + r / n_tile * (NOUT - n_tile);
-    else
-      return r;
-  }
-  // The thread's first piece of matrix row m, and the row's scale words.
-  __device__ __forceinline__ void row_at(int m, const char *&wp, const char *&sp) const {
-    if constexpr (OFF32) {
-      wp = wbase + (unsigned)m * (unsigned)RB;
-      sp = sbase + (unsigned)m * (unsigned)(NG * SB);
-    } else {
-      wp = wbase + (long long)m * RB;
-      sp = sbase + (long long)m * NG * SB;
-    }
-  }
-  // Piece e of the thread's stage at `slot` from w, its scale word from s.
-  __device__ __forceinline__ static void copy_piece(unsigned slot, int e, const char *w,
-                                                    const char *s) {
-    amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), w, true);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                     slot - threadIdx.x * 12u + (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
-                 "l"(s)
-                 : "memory");
   }
   // Every stage of the group, its warps' sums into part[row * W + warp in
   // group]; then (all threads, after a barrier) store(i, wrow, col, sum)
