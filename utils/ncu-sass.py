@@ -3,6 +3,7 @@
 
   ncu -i REPORT.ncu-rep --page source --csv --print-source sass > sass.csv
   utils/ncu-sass.py sass.csv [--top N] [--cubin K.cubin [--cuda K.cu]]
+                    [--segments FUNCTION]
 
 REPORT needs the warp-state sampling (`--set full`, or the SourceCounters
 and WarpStateStats sections). Prints the share of the samples of each stall
@@ -25,6 +26,13 @@ the seventh (code bytes) the bytes of its instructions that ran at least
 once (16 a SASS instruction), the code a task of it brings into the
 instruction cache; the eighth the share of its samples waiting on an
 instruction fetch (no_inst).
+
+--segments FUNCTION (a name of the functions table: amk_v4 with --cubin,
+else its [begin, end)) cuts that function into runs of consecutive
+instructions executed the same number of times (a loop's body, the
+straight-line code before and after it) and gives each its byte offset in
+the function, its length, its executions, its share of the function's
+samples and its three main stalls: where in a variant the time goes.
 """
 import argparse
 import csv
@@ -134,6 +142,32 @@ def templates(path):
     return found
 
 
+def segments(rows, idx, reasons, name):
+    """Prints the runs of consecutive rows of idx with one execution count."""
+    runs = []
+    for i in idx:
+        ex = number(rows[i].get(EXECUTED, ""))
+        if runs and runs[-1][-1] == i - 1 and runs[-1][0] == ex:
+            runs[-1][1].append(i)
+            runs[-1][-1] = i
+        else:
+            runs.append([ex, [i], i])
+    first = int(rows[idx[0]]["Address"], 16)
+    total = sum(number(rows[i][SAMPLES]) for i in idx)
+    print("\nsegments of %s (%d instructions, %d samples):" % (name, len(idx), total))
+    print("| offset | instructions | executed each | % of its samples | main stalls |\n"
+          "|---:|---:|---:|---:|---|")
+    for ex, members, _ in runs:
+        samples = sum(number(rows[i][SAMPLES]) for i in members)
+        stalls = {h: sum(number(rows[i][h]) for i in members) for h in reasons}
+        top = sorted((v, h) for h, v in stalls.items() if v > 0)[::-1][:3]
+        print("| 0x%x | %d | %d | %.1f | %s |"
+              % (int(rows[members[0]]["Address"], 16) - first, len(members), ex,
+                 100.0 * samples / total if total else 0.0,
+                 ", ".join("%s %.1f" % (h[len("stall_"):], 100.0 * v / samples)
+                           for v, h in top)))
+
+
 def kernel_name(path):
     with open(path, newline="") as f:
         for record in csv.reader(f):
@@ -149,6 +183,8 @@ def main():
     ap.add_argument("--top", type=int, default=20, help="instructions to list (default 20)")
     ap.add_argument("--cubin", help="the program's cubin: name the functions by its symbols")
     ap.add_argument("--cuda", help="the program's generated source: each amk_vN's template")
+    ap.add_argument("--segments", metavar="FUNCTION",
+                    help="that function's runs of instructions executed alike")
     args = ap.parse_args()
     if args.cuda and not args.cubin:
         print("ncu-sass: --cuda names the functions --cubin finds; give --cubin too",
@@ -205,6 +241,15 @@ def main():
         print("| %s | %.1f | %.3g | %s | %.1f | %.1f | %d | %.1f |"
               % (label, share(samples), executed, reason[len("stall_"):],
                  100.0 * rs / samples, executed / samples, code_bytes, 100.0 * fetched / samples))
+    if args.segments:
+        match = [idx for label, idx in labelled
+                 if label == args.segments or label.split(" ")[0] == args.segments]
+        if not match:
+            names = [label.split(" ")[0] if args.cubin else label for label, _ in labelled]
+            print("ncu-sass: no function %s (the functions: %s)"
+                  % (args.segments, ", ".join(names)), file=sys.stderr)
+            return 2
+        segments(rows, list(match[0]), reasons, args.segments)
     print("\n| instruction | % of samples | executed | main stall | source |\n|---:|---:|---:|---|---|")
     order = sorted(range(len(rows)), key=lambda i: -number(rows[i][SAMPLES]))
     for i in order[:max(args.top, 0)]:
