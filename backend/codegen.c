@@ -2074,7 +2074,8 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
                   ring.slot_bytes, (int)stream_header_bytes(&g, opt));
   amk_sb_printf(&s, "#define AMK_QGEMV_STAGES %d\n", g.qgemv_stages);
   if (opt && opt->qgemv_early > 0)
-    amk_sb_printf(&s, "#define AMK_QGEMV_EARLY %d\n", opt->qgemv_early - 1);
+    amk_sb_printf(&s, "#define AMK_QGEMV_EARLY %d\n#define AMK_QGEMV_EARLY_I4 %d\n",
+                  opt->qgemv_early - 1, opt->qgemv_early - 1);
   amk_sb_printf(&s, "#define AMK_QGEMV_STAGE_ROWS %d\n", g.qgemv_stage_rows);
   amk_sb_printf(&s, "#define AMK_QSPLIT_STAGES %d\n#define AMK_QSPLIT_PIECES %d\n",
                 g.qsplit_stages, g.qsplit_pieces);

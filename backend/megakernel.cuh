@@ -2987,9 +2987,17 @@ __device__ __forceinline__ void amk_qrows_dot(const void *Q, const void *S, cons
 #define AMK_QGEMV_STAGES 4
 #endif
 // Stages issued before the input is staged (the rest after it): copies
-// issued first delay the prologue's own reads of the input.
+// issued first delay the prologue's own reads of the input. int4 tiles
+// issue none: the prologue and the split loop's input preparation are a
+// third of an 8B int4 gate|up tile; with none, and those inputs read in
+// 16-byte loads (AmkQSplit::run_mma), its gate|up and down tiles were 1.1-1.5
+// us shorter and the step 2.5-4.3% faster (either change alone: 1-2%
+// slower). int8's one was as fast as none. AMK_CUDA_QGEMV_EARLY=N sets both.
 #ifndef AMK_QGEMV_EARLY
 #define AMK_QGEMV_EARLY 1
+#endif
+#ifndef AMK_QGEMV_EARLY_I4
+#define AMK_QGEMV_EARLY_I4 0
 #endif
 
 // Rows a warp streams together through one stage (1 or 2): each piece's
@@ -3015,6 +3023,41 @@ __device__ __forceinline__ unsigned amk_lds32(unsigned addr) {
   asm volatile("ld.shared.u32 %0, [%1];" : "=r"(word) : "r"(addr));
   return word;
 }
+// A store to shared memory under a predicate, not a branch: a branch
+// around a warp's few stores cost the split loop a convergence region a
+// stage (BSSY/BSYNC, waiting on branch resolution).
+__device__ __forceinline__ void amk_sts32_if(unsigned addr, float v, bool p) {
+  asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.shared.f32 [%0], %1;\n\t}" ::"r"(addr),
+               "f"(v), "r"((unsigned)p)
+               : "memory");
+}
+// cp.async with both addresses as a register and a constant offset, so that
+// a stage's copies share one register each: with an address register per
+// copy, ptxas reused one that an earlier copy still held, and that write
+// waited for the copy (Nsight Compute: a twelfth of the 8B int8 gate|up
+// loop's samples).
+template <unsigned DST_OFF, long long SRC_OFF>
+__device__ __forceinline__ void amk_cp_async16_at(unsigned dst, const void *src) {
+  asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%3], 16;" ::"r"(dst), "l"(src), "n"(DST_OFF),
+               "n"(SRC_OFF)
+               : "memory");
+}
+template <unsigned DST_OFF, long long SRC_OFF>
+__device__ __forceinline__ void amk_cp_async4_at(unsigned dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0+%2], [%1+%3], 4;" ::"r"(dst), "l"(src), "n"(DST_OFF),
+               "n"(SRC_OFF)
+               : "memory");
+}
+// f(AmkIndex<i>{}) for i in [0, N), each i a constant (for the offsets above).
+template <int I> struct AmkIndex {
+  static constexpr int value = I;
+};
+template <int N, int I = 0, class F> __device__ __forceinline__ void amk_unroll(F &&f) {
+  if constexpr (I < N) {
+    f(AmkIndex<I>{});
+    amk_unroll<N, I + 1>(f);
+  }
+}
 template <int SDT> __device__ __forceinline__ float amk_scale_of_word(unsigned word, int shift) {
   if constexpr (SDT == AMK_ABI_DTYPE_F32)
     return __uint_as_float(word);
@@ -3025,9 +3068,10 @@ template <int SDT> __device__ __forceinline__ float amk_scale_of_word(unsigned w
 }
 // Both staged paths: the first AMK_QGEMV_EARLY of a ring's D stages are
 // issued before the input is staged, the rest after (fill).
-template <int D, class Ring> __device__ __forceinline__ void amk_stages_early(Ring &ring) {
+template <int D, int QDT, class Ring> __device__ __forceinline__ void amk_stages_early(Ring &ring) {
+  constexpr int EARLY = QDT == AMK_ABI_DTYPE_I4 ? AMK_QGEMV_EARLY_I4 : AMK_QGEMV_EARLY;
 #pragma unroll 1
-  for (int t = 0; t < (AMK_QGEMV_EARLY < D ? AMK_QGEMV_EARLY : D); t++)
+  for (int t = 0; t < (EARLY < D ? EARLY : D); t++)
     ring.issue();
 }
 template <int D, class Ring> __device__ __forceinline__ void amk_stages_fill(Ring &ring) {
@@ -3117,7 +3161,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
     load.c = warp - load.s * n_tile;
     if (my_rows > 0)
       row_pointers();
-    amk_stages_early<D>(*this);
+    amk_stages_early<D, QDT>(*this);
   }
   __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the next stage (if any) into its slot; one commit group a call.
@@ -3388,6 +3432,9 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   const char *wbase, *sbase;
   int soff[PT];
   unsigned ring; // the block's stages (shared memory address)
+  // The thread's first piece slot and scale word in stage 0 (kept: ptxas
+  // read the thread's index again every stage).
+  unsigned mine, mine_s;
   int n_off, n_tile, rows, stages, issued, group, tl, wig;
   // Row offsets from the tile's first fit 32 bits when a whole stack of
   // the matrix does (every shape here: the 8B head is 525 MB of int8).
@@ -3400,6 +3447,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     n_off = n_off_;
     n_tile = n_tile_;
     ring = amk_smem_addr(ring_base);
+    mine = ring + threadIdx.x * 16u;
+    mine_s = ring + (unsigned)(SLOTS * AMK_NT * 16) + threadIdx.x * 4u;
     rows = STACK * n_tile;
     int warp = threadIdx.x >> 5;
     group = warp / W;
@@ -3415,7 +3464,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     int all = (rows + R - 1) / R;
     stages = all > group ? (all - group + RG - 1) / RG : 0;
     issued = 0;
-    amk_stages_early<D>(*this);
+    amk_stages_early<D, QDT>(*this);
   }
   __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
   // Copies the group's next stage (if any) into its slot; one commit group a
@@ -3426,7 +3475,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   // their instructions).
   __device__ __forceinline__ void issue() {
     if (issued < stages) {
-      unsigned slot = ring + (unsigned)((issued & (D - 1)) * Shape::STAGE) + threadIdx.x * 16u;
+      const unsigned at = (unsigned)((issued & (D - 1)) * Shape::STAGE);
+      const unsigned dst = mine + at, dst_s = mine_s + at;
       int row0 = (group + issued * RG) * R;
       // A stage of R whole rows inside one stacked matrix (all but a tile's
       // last stage and the one across the gate|up seam) reads R consecutive
@@ -3453,22 +3503,17 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
           wp = wbase + (long long)m * RB;
           sp = sbase + (long long)m * NG * SB;
         }
-#pragma unroll
-        for (int j = 0; j < PT; j++) {
+        amk_unroll<PT>([&](auto J) {
+          constexpr int j = decltype(J)::value;
           if (tl + NTG * j < NV) {
             const char *sj = sp + soff[j];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-              int e = i * PT + j;
-              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + i * RB + NTG * 16 * j, true);
-              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                               slot - threadIdx.x * 12u +
-                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
-                           "l"(sj + i * NG * SB)
-                           : "memory");
-            }
+            amk_unroll<R>([&](auto I) {
+              constexpr int i = decltype(I)::value, e = i * PT + j;
+              amk_cp_async16_at<(unsigned)(e * AMK_NT * 16), i * RB + NTG * 16ll * j>(dst, wp);
+              amk_cp_async4_at<(unsigned)(e * AMK_NT * 4), (long long)i * NG * SB>(dst_s, sj);
+            });
           }
-        }
+        });
         issued++;
         asm volatile("cp.async.commit_group;" ::: "memory");
         return;
@@ -3497,10 +3542,9 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
           for (int j = 0; j < PT; j++) {
             if (tl + NTG * j < NV) {
               int e = i * PT + j;
-              amk_cp_async16(slot + (unsigned)(e * AMK_NT * 16), wp + NTG * 16 * j, true);
+              amk_cp_async16(dst + (unsigned)(e * AMK_NT * 16), wp + NTG * 16 * j, true);
               asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                               slot - threadIdx.x * 12u +
-                               (unsigned)(SLOTS * AMK_NT * 16 + e * AMK_NT * 4)),
+                               dst_s + (unsigned)(e * AMK_NT * 4)),
                            "l"(sp + soff[j])
                            : "memory");
             }
@@ -3536,7 +3580,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     }
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
-      unsigned slot = stage_slot(t);
+      unsigned at = stage_slot(t);
       float acc[R] = {};
 #pragma unroll
       for (int j = 0; j < PT; j++) {
@@ -3546,8 +3590,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
 #pragma unroll
           for (int i = 0; i < R; i++) {
             int e = i * PT + j;
-            acc[i] += amk_qdot16r<QDT>(piece(slot, e), x[j], off[j]) *
-                      amk_scale_of_word<SDT>(scale_word(slot, e), shift);
+            acc[i] += amk_qdot16r<QDT>(piece(at, e), x[j], off[j]) *
+                      amk_scale_of_word<SDT>(scale_word(at, e), shift);
           }
         }
       }
@@ -3597,11 +3641,20 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       // (e clamped so that both 2^e and 2^-e are normal floats).
       float up = 1.0f; // 2^-e
       rescale[j] = 1.0f;
+      // The piece's inputs, read once, 16 bytes a load (with int4's early
+      // stages left out, AMK_QGEMV_EARLY_I4: the 8B int4 step 2.5-4.3%
+      // faster; either change alone was slower).
+      float4 in[COLS / 4];
+#pragma unroll
+      for (int k = 0; k < COLS / 4; k++)
+        in[k] = p < NV ? *(const float4 *)(xs + p * (COLS + 4) + 4 * k)
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       {
         float big = 0.0f;
 #pragma unroll
-        for (int c = 0; c < COLS; c++)
-          big = fmaxf(big, p < NV ? fabsf(xs[p * (COLS + 4) + c]) : 0.0f);
+        for (int k = 0; k < COLS / 4; k++)
+          big = fmaxf(fmaxf(big, fmaxf(fabsf(in[k].x), fabsf(in[k].y))),
+                      fmaxf(fabsf(in[k].z), fabsf(in[k].w)));
         big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
         big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));
         int e = big > 0.0f ? ((__float_as_int(big) >> 23) & 0xFF) - 127 - 13 : 0;
@@ -3613,11 +3666,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       const float f = up, f_odd = I8 ? up : up * 0.0625f;
 #pragma unroll
       for (int k = 0; k < XW; k++) {
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-        if (p < NV) {
-          a = *(const float4 *)(xs + p * (COLS + 4) + 8 * k);
-          b = *(const float4 *)(xs + p * (COLS + 4) + 8 * k + 4);
-        }
+        const float4 a = in[2 * k], b = in[2 * k + 1];
         // int4: columns (c, c + 4) of a word a pair, the first in the low
         // half; int8: columns (c, c + 2) of each of its two words.
         unsigned w[4];
@@ -3655,17 +3704,36 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     // as stage t begins and adds them after its dots, so that the loads'
     // round trip (and the stores' before them) hides behind the stage's
     // work instead of ending it (a sixth of the 8B int4 gate|up loop's
-    // samples waited on those loads).
+    // samples waited on those loads). Every lane loads (lane i reads row
+    // i % R's), and the stores go under predicates, so that no branch
+    // splits the warp in the loop.
     float *sums = xs + warp * (16 * R);
+    const unsigned sums_at = amk_smem_addr(sums), part_at = amk_smem_addr(part);
+    // int8: a stage's pieces and scale words are read into registers as
+    // soon as the stage before has issued its copy (software pipelining:
+    // read as the stage began, their round trip hid nothing, a tenth of the
+    // 8B int8 gate|up loop's samples; that step 1% faster, its lm_head 7%).
+    // Not int4: its inputs hold twice the registers, and the 8B int4 kernel
+    // spilled (112 bytes) and was 2.7% slower.
+    constexpr bool PIPE = I8;
+    uint4 q[SLOTS];
+    unsigned sw[SLOTS];
+    auto load = [&](int t) {
+      unsigned at = stage_slot(t);
+#pragma unroll
+      for (int e = 0; e < SLOTS; e++) {
+        q[e] = piece(at, e);
+        sw[e] = scale_word(at, e);
+      }
+    };
+    if (PIPE && stages > 0)
+      load(0);
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
-      unsigned slot = stage_slot(t);
-      float4 pu = make_float4(0.0f, 0.0f, 0.0f, 0.0f), pv = pu;
-      if (t > 0 && lane < R) {
-        const float *prev = sums + ((t - 1) & 1) * (8 * R) + lane * 8;
-        pu = *(const float4 *)prev;
-        pv = *(const float4 *)(prev + 4);
-      }
+      if (!PIPE)
+        load(t);
+      const float *prev = sums + ((t - 1) & 1) * (8 * R) + (lane & (R - 1)) * 8;
+      float4 pu = *(const float4 *)prev, pv = *(const float4 *)(prev + 4);
       float acc[R] = {};
 #pragma unroll
       for (int j = 0; j < PT; j++) {
@@ -3674,8 +3742,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
 #pragma unroll
         for (int i = 0; i < R; i += 2) {
           int ea = i * PT + j, eb = ea + PT;
-          uint4 qa = piece(slot, ea), qb = piece(slot, eb);
-          unsigned swa = scale_word(slot, ea), swb = scale_word(slot, eb);
+          uint4 qa = q[ea], qb = q[eb];
+          unsigned swa = sw[ea], swb = sw[eb];
           float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
           if constexpr (I8)
             amk_q8mma_piece(qa, qb, xb[j], d0, d1);
@@ -3696,15 +3764,16 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
       }
       asm volatile("" ::: "memory");
       issue();
+      if (PIPE && t + 1 < stages)
+        load(t + 1);
       int prow = (group + (t - 1) * RG) * R + lane;
-      if (t > 0 && lane < R && prow < rows)
-        part[prow * W + wig] = ((pu.x + pu.y) + (pu.z + pu.w)) + ((pv.x + pv.y) + (pv.z + pv.w));
-      if (diag) {
-        float *cur = sums + (t & 1) * (8 * R);
+      amk_sts32_if(part_at + (unsigned)(prow * W + wig) * 4u,
+                   ((pu.x + pu.y) + (pu.z + pu.w)) + ((pv.x + pv.y) + (pv.z + pv.w)),
+                   t > 0 && lane < R && prow < rows);
+      const unsigned cur = sums_at + (unsigned)((t & 1) * (8 * R) + m) * 4u;
 #pragma unroll
-        for (int i = 0; i < R; i++)
-          cur[i * 8 + m] = acc[i];
-      }
+      for (int i = 0; i < R; i++)
+        amk_sts32_if(cur + (unsigned)(i * 8 * 4), acc[i], diag);
       __syncwarp();
     }
     int row = (group + (stages - 1) * RG) * R + lane;
@@ -3719,17 +3788,18 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   __device__ __forceinline__ static int scale_shift(int p) {
     return SB == 2 ? (int)(((long long)p * COLS / GROUP) & 1) * 16 : 0;
   }
-  // The thread's piece e of a stage in its slot, and the word of its scale.
-  __device__ __forceinline__ static uint4 piece(unsigned slot, int e) {
-    return amk_lds16(slot + (unsigned)((e * AMK_NT + threadIdx.x) * 16));
+  // The thread's piece e of the stage at byte `at` of the ring, and the
+  // word of its scale.
+  __device__ __forceinline__ uint4 piece(unsigned at, int e) const {
+    return amk_lds16(mine + at + (unsigned)(e * AMK_NT * 16));
   }
-  __device__ __forceinline__ static unsigned scale_word(unsigned slot, int e) {
-    return amk_lds32(slot + (unsigned)(SLOTS * AMK_NT * 16 + (e * AMK_NT + threadIdx.x) * 4));
+  __device__ __forceinline__ unsigned scale_word(unsigned at, int e) const {
+    return amk_lds32(mine_s + at + (unsigned)(e * AMK_NT * 4));
   }
-  // Stage t's slot once its copies have landed.
+  // Stage t's place in the ring once its copies have landed.
   __device__ __forceinline__ unsigned stage_slot(int t) {
     amk_cp_async_wait<D - 1>();
-    return ring + (unsigned)((t & (D - 1)) * Shape::STAGE);
+    return (unsigned)((t & (D - 1)) * Shape::STAGE);
   }
   // After a barrier, each row's warp sums times `scale` stored (all threads).
   template <typename Store>

@@ -286,13 +286,18 @@ static void test_wait_knobs(UnitCounts *c) {
                                .no_wait_cache = true, .gemv_xs_scalar = true,
                                .gemv_pair_max_bytes = 2048, .gemv_xs_unpadded = true,
                                .kv_prefetch = 1, .attn_v_loads = 2,
-                               .qgemv_loads = 4, .qgemv_mma = true};
+                               .qgemv_loads = 4, .qgemv_mma = true, .qgemv_early = 3};
     char *k = generate(m, &knobs);
     CHECK(c, k && strstr(k, "#define AMK_GEMV_XS_PAD 0\n") &&
                  strstr(k, "#define AMK_KV_PREFETCH 0\n") &&
                  strstr(k, "#define AMK_ATTN_V_LOADS 2\n") &&
                  strstr(k, "#define AMK_QGEMV_LOADS 4\n") &&
                  strstr(k, "#define AMK_QGEMV_MMA 1\n"));
+    /* AMK_CUDA_QGEMV_EARLY=N sets the early stages of int8 and int4 tiles
+     * alike; by default each type keeps the device's own (int4: none). */
+    CHECK(c, k && strstr(k, "#define AMK_QGEMV_EARLY 2\n#define AMK_QGEMV_EARLY_I4 2\n"));
+    const char *early_i4 = dflt ? strstr(dflt, "#define AMK_QGEMV_EARLY_I4 ") : NULL;
+    CHECK(c, early_i4 && early_i4 > device && strstr(early_i4, "#define AMK_QGEMV_EARLY_I4 0\n") == early_i4);
     CHECK(c, k && strstr(k, "#define AMK_WAIT_CACHE 0\n") &&
                  strstr(k, "#define AMK_GEMV_XS_VEC 0\n") &&
                  strstr(k, "#define AMK_GEMV_PAIR_MAX_BYTES 2048\n") &&
