@@ -1759,8 +1759,6 @@ bool amk_codegen_options_from_env(AmkCodegenOptions *o, AmkDiagEngine *diag) {
     }
     o->qsplit_pieces = qsplit_pieces;
   }
-  if (!env_switch("AMK_CUDA_NORM16_MIXED", &o->norm16_mixed, diag))
-    return false;
   if (!env_switch_off("AMK_CUDA_SILU_FAST", &o->silu_precise, diag))
     return false;
   if (!env_int("AMK_CUDA_MLP_LOADS", 32, &o->mlp_loads, &set, diag))
@@ -2085,8 +2083,6 @@ bool amk_cuda_codegen(const AmkModule *m, const AmkCodegenOptions *opt, AmkCodeg
     amk_sb_puts(&s, "#define AMK_QSPLIT_MMA_I8 1\n");
   if (opt && opt->silu_precise)
     amk_sb_puts(&s, "#define AMK_SILU_FAST 0\n");
-  if (opt && opt->norm16_mixed)
-    amk_sb_puts(&s, "#define AMK_NORM16_MIXED 1\n");
   amk_sb_puts(&s, "#define INFINITY __int_as_float(0x7f800000)\n");
   amk_sb_puts(&s, "// ---- include/amk/tables.h ----\n");
   amk_sb_puts(&s, amk_embed_tables_h);

@@ -1894,32 +1894,19 @@ template <int DT> __device__ __forceinline__ void amk_round2(float &a, float &b)
   }
 }
 
-// A norm whose input is not of its weight's type (an f32 accumulator
-// before a bf16 weight: the quantized gate|up tiles, bf16 q/k/v) takes the
-// element loop below unless AMK_NORM16_MIXED (codegen:
-// AMK_CUDA_NORM16_MIXED=1; off until measured): its input in 16-byte loads
-// all in flight, the weight read an element at a time after the reduction,
-// from the pump's staged copy where there is one. (Nsight Compute on the 8B
-// int4 step had the element loop's four rounds of four loads at 14% of the
-// gate|up variant's samples, waiting on L2.)
-#ifndef AMK_NORM16_MIXED
-#define AMK_NORM16_MIXED 0
-#endif
 template <int PAT, int XDT, int ODT, int ADT, int K, int M, int XCOLS = 0>
 __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *aux, float eps,
                                                     float *xs, float *red) {
   static_assert(XCOLS % 4 == 0, "padding keeps float4 groups whole");
   constexpr bool NORM = PAT == AMK_ABI_PATTERN_NORM;
-  constexpr bool MIXED = NORM && XDT != ADT; // the weight read an element at a time
   constexpr bool SILU = PAT == AMK_ABI_PATTERN_SILU || PAT == AMK_ABI_PATTERN_SILU_RESIDUAL;
   constexpr int VE = AmkVec<XDT>::VE, NC = K / VE, PER = (NC + AMK_NT - 1) / AMK_NT;
   // Registers for PER (NORM, SILU: 2 * PER) vectors per thread.
-  if constexpr (M != 1 || !AmkVec<XDT>::OK || K % VE != 0 || (MIXED && AMK_NORM16_MIXED == 0) ||
-                PER * (((NORM && !MIXED) || SILU) ? 2 : 1) > 16) {
+  if constexpr (M != 1 || !AmkVec<XDT>::OK || K % VE != 0 ||
+                (NORM && XDT != ADT) || PER * ((NORM || SILU) ? 2 : 1) > 16) {
     return false;
   } else {
-    if ((((unsigned long long)x | (NORM && !MIXED ? (unsigned long long)aux : 0ull)) & 15ull) !=
-        0)
+    if ((((unsigned long long)x | (NORM ? (unsigned long long)aux : 0ull)) & 15ull) != 0)
       return false;
     const uint4 *xv = (const uint4 *)x;
     const uint4 *av = NORM ? (const uint4 *)aux : xv + NC; // NORM: weight; SILU: up
@@ -1930,7 +1917,7 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
       int c = t + i * AMK_NT;
       if (c < NC) {
         ra[i] = __ldcg(xv + c);
-        if constexpr ((NORM && !MIXED) || SILU)
+        if constexpr (NORM || SILU)
           rb[i] = __ldcg(av + c);
       }
     }
@@ -1950,24 +1937,13 @@ __device__ __forceinline__ bool amk_gemv_prologue16(const void *x, const void *a
       ss = amk_block_sum(ss, red);
       inv = 1.0f / sqrtf(ss / (float)K + eps);
     }
-    const void *staged = nullptr; // MIXED: the pump's copy of the weight, if any
-    if constexpr (MIXED)
-      staged = amk_norm_is_staged(aux) ? amk_norm_landed() : nullptr;
 #pragma unroll
     for (int i = 0; i < PER; i++) {
       int c = t + i * AMK_NT;
       if (c < NC) {
         float f[VE];
         amk_unpack16<XDT>(ra[i], f);
-        if constexpr (MIXED) {
-#pragma unroll
-          for (int e = 0; e < VE; e++)
-            f[e] = f[e] * inv *
-                   (staged ? amk_ld_shared<ADT>(staged, c * VE + e) : amk_ld<ADT>(aux, c * VE + e));
-#pragma unroll
-          for (int e = 0; e < VE; e += 2)
-            amk_round2<ODT>(f[e], f[e + 1]);
-        } else if constexpr (NORM || SILU) {
+        if constexpr (NORM || SILU) {
           float g[VE];
           amk_unpack16<XDT>(rb[i], g);
 #pragma unroll

@@ -139,9 +139,6 @@ typedef struct {
   int qsplit_pieces;    /* the split path's pieces a thread a stage (0: 4) */
   bool silu_precise;    /* SiLU prologues with expf and an IEEE division (off: the default,
                          * the hardware's exp2 and reciprocal) */
-  bool norm16_mixed;    /* norm prologues whose input is not of their weight's type load
-                         * that input 16 bytes at a time, all in flight (off: the default
-                         * until measured, an element loop) */
   bool no_gemm_mma;     /* bf16/f16 GEMM tiles on the CUDA cores (the GEMV template) */
   int gemm_tile_n;      /* tensor-core GEMM sub-tile columns, 128 or 256 (0: 128) */
   int mlp_loads;        /* mlp tiles: down-projection loads per lane in flight (0: 16) */

@@ -62,7 +62,6 @@ static void clear_env(void) {
   unsetenv("AMK_CUDA_QSPLIT_MMA");
   unsetenv("AMK_CUDA_QSPLIT_MMA_I8");
   unsetenv("AMK_CUDA_SILU_FAST");
-  unsetenv("AMK_CUDA_NORM16_MIXED");
   unsetenv("AMK_CUDA_GEMM_MMA");
   unsetenv("AMK_CUDA_GEMM_TILE_N");
   unsetenv("AMK_CUDA_MLP_LOADS");
@@ -364,19 +363,6 @@ static void test_row_knobs(UnitCounts *c) {
                !o.silu_precise && !o.no_qsplit_mma && !o.no_qsplit_mma_i8);
   setenv("AMK_CUDA_QGEMV_SPLIT", "2", 1);
   CHECK(c, amk_codegen_options_from_env(&o, d) && o.qgemv_split == AMK_QGEMV_SPLIT_ALL);
-  /* The mixed-type norm prologue's 16-byte loads: off unless asked for. */
-  CHECK(c, !o.norm16_mixed);
-  setenv("AMK_CUDA_NORM16_MIXED", "1", 1);
-  CHECK(c, amk_codegen_options_from_env(&o, d) && o.norm16_mixed);
-  setenv("AMK_CUDA_NORM16_MIXED", "0", 1);
-  CHECK(c, amk_codegen_options_from_env(&o, d) && !o.norm16_mixed);
-  setenv("AMK_CUDA_NORM16_MIXED", "yes", 1);
-  size_t before_norm16 = amk_diag_captured_count(d);
-  CHECK(c, !amk_codegen_options_from_env(&o, d) &&
-               amk_diag_captured_count(d) == before_norm16 + 1 &&
-               strstr(amk_diag_captured(d, before_norm16)->message,
-                      "AMK_CUDA_NORM16_MIXED must be an integer in [0, 1], not 'yes'"));
-  unsetenv("AMK_CUDA_NORM16_MIXED");
   size_t before = amk_diag_captured_count(d);
   setenv("AMK_CUDA_QSPLIT_STAGES", "6", 1);
   CHECK(c, !amk_codegen_options_from_env(&o, d));
