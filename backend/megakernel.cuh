@@ -167,6 +167,18 @@ __device__ __forceinline__ void amk_mark_staged() {
     if (threadIdx.x == 0 && amk_phase_record)
       amk_phase_record->staged = amk_globaltimer();
 }
+// The start and the end of a tile's weight loop, after its inputs'
+// preparation and before its sums are combined (amk_trace_t.loop, .looped).
+__device__ __forceinline__ void amk_mark_loop() {
+  if constexpr (AMK_TRACE_PHASES != 0)
+    if (threadIdx.x == 0 && amk_phase_record)
+      amk_phase_record->loop = amk_globaltimer();
+}
+__device__ __forceinline__ void amk_mark_looped() {
+  if constexpr (AMK_TRACE_PHASES != 0)
+    if (threadIdx.x == 0 && amk_phase_record)
+      amk_phase_record->looped = amk_globaltimer();
+}
 
 // Thread 0 polls until every wait holds, then a barrier. False: abort.
 // A counter not yet there is polled with relaxed loads, AMK_WAIT_DEPTH of
@@ -3187,6 +3199,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
     // 16-bit scales: the lane's half of each word it reads.
     int shift = SB == 2 ? (int)(((long long)lane * COLS / GROUP) & 1) * 16 : 0;
     int t = 0;
+    amk_mark_loop();
 #pragma unroll 1
     for (int g = 0; g < groups; g++) {
       float acc[RW];
@@ -3226,6 +3239,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
         at.next(n_tile);
       }
     }
+    amk_mark_looped(); // thread 0's warp's rows (no barrier here)
   }
 };
 
@@ -3554,6 +3568,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         off[j] = xs[p * (COLS + 4) + COLS];
       }
     }
+    amk_mark_loop();
 #pragma unroll 1
     for (int t = 0; t < stages; t++) {
       unsigned at = stage_slot(t);
@@ -3675,6 +3690,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     }
     // Every warp's inputs are in registers before xs holds row sums.
     __syncthreads();
+    amk_mark_loop();
     // Two buffers of a stage's [R][8] diagonal sums a warp: stage t's go
     // into buffer t & 1, and lane i < R loads row i's eight of stage t - 1
     // as stage t begins and adds them after its dots, so that the loads'
@@ -3781,6 +3797,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
   template <typename Store>
   __device__ __forceinline__ void finish(const float *part, Store store, float scale) {
     __syncthreads();
+    amk_mark_looped();
     for (int i = threadIdx.x; i < rows; i += AMK_NT) {
       float sum = 0.0f;
 #pragma unroll
@@ -5422,9 +5439,11 @@ __device__ void amk_attention_o(AmkP P, AmkI I, AmkA A, int idx, int pos, float 
   for (int n = threadIdx.x; n < HIDDEN; n += AMK_NT)
     work[n] = 0.0f;
   __syncthreads();
+  amk_mark_loop();
   const char *rows = (const char *)Wot + (long long)n_off * HIDDEN * AmkVec<WDT>::ESZ;
   amk_share_rows<WDT, HIDDEN>(rows, head + d0, n_tile, work);
   __syncthreads();
+  amk_mark_looped();
   auto res4 = [&](int v) {
     return make_float4(amk_ld<XDT>(x, 4 * v), amk_ld<XDT>(x, 4 * v + 1),
                        amk_ld<XDT>(x, 4 * v + 2), amk_ld<XDT>(x, 4 * v + 3));

@@ -192,6 +192,10 @@ typedef struct {
    * those with a staged stamp too, and the sums of their phases. */
   uint32_t phased, staged;
   double to_staged_sum, staged_to_body_sum, body_sum, signal_sum;
+  /* Those with loop stamps too: start to the loop, the loop, its end to the
+   * body's end. */
+  uint32_t looped;
+  double to_loop_sum, loop_sum, looped_to_body_sum;
 } KindRow;
 
 static KindRow *kind_row(KindRow **rows, size_t *n, const char *kind) {
@@ -253,6 +257,13 @@ void amk_trace_report(const AmkTrace *tr, AmkStrBuf *out) {
         r->staged++;
         r->to_staged_sum += us(s->start, s->staged);
         r->staged_to_body_sum += us(s->staged, s->body);
+      }
+      if (s->loop && s->looped && s->loop >= s->start && s->loop <= s->looped &&
+          s->looped <= s->body) {
+        r->looped++;
+        r->to_loop_sum += us(s->start, s->loop);
+        r->loop_sum += us(s->loop, s->looped);
+        r->looped_to_body_sum += us(s->looped, s->body);
       }
     }
     if (tr->block_of[t] >= 0)
@@ -333,24 +344,31 @@ void amk_trace_report(const AmkTrace *tr, AmkStrBuf *out) {
   if (phased) {
     /* Where a task's run goes (means over the tasks with the stamps): up
      * to its inputs staged, from there to its body's end, then the
-     * signal's barrier and release. */
+     * signal's barrier and release; where it has a weight loop, up to the
+     * loop, the loop, and from its end to the body's. */
     amk_sb_puts(out, "trace: phases of a run (AMK_CUDA_TRACE_PHASES), mean us\n");
     amk_sb_puts(out, "| kind                 | tasks | inputs staged | staged to body end | "
-                     "body | signal |\n");
+                     "body | signal | to loop | loop | loop end to body end |\n");
     amk_sb_puts(out, "|----------------------|-------|---------------|--------------------|"
-                     "------|--------|\n");
+                     "------|--------|---------|------|----------------------|\n");
     for (size_t i = 0; i < n_rows; i++) {
       const KindRow *r = &rows[i];
       if (!r->phased)
         continue;
-      char staged[32] = "-", rest[32] = "-";
+      char staged[32] = "-", rest[32] = "-", to_loop[32] = "-", loop[32] = "-", after[32] = "-";
       if (r->staged) {
         snprintf(staged, sizeof staged, "%.2f", r->to_staged_sum / r->staged);
         snprintf(rest, sizeof rest, "%.2f", r->staged_to_body_sum / r->staged);
       }
-      amk_sb_printf(out, "| %-20s | %5" PRIu32 " | %13s | %18s | %4.2f | %6.2f |\n", r->kind,
-                    r->phased, staged, rest, r->body_sum / r->phased,
-                    r->signal_sum / r->phased);
+      if (r->looped) {
+        snprintf(to_loop, sizeof to_loop, "%.2f", r->to_loop_sum / r->looped);
+        snprintf(loop, sizeof loop, "%.2f", r->loop_sum / r->looped);
+        snprintf(after, sizeof after, "%.2f", r->looped_to_body_sum / r->looped);
+      }
+      amk_sb_printf(out,
+                    "| %-20s | %5" PRIu32 " | %13s | %18s | %4.2f | %6.2f | %7s | %4s | %20s |\n",
+                    r->kind, r->phased, staged, rest, r->body_sum / r->phased,
+                    r->signal_sum / r->phased, to_loop, loop, after);
     }
   }
   free(rows);

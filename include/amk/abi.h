@@ -196,9 +196,15 @@ typedef struct {
   /* With AMK_TRACE_PHASES only (else 0): thread 0 had the task's inputs
    * staged (GEMV, mlp, quantized GEMV and combine tiles: after the fused
    * prologue's barrier; attention: the query rotated), and had finished
-   * the task's body (before the signal's barrier). */
+   * the task's body (before the signal's barrier); and, in the tiles that
+   * stream their weights through a loop after preparing their inputs (the
+   * quantized GEMV's staged and split paths: thread 0 at its loop's start,
+   * and at its end once every warp's is over on the split path; attention_o:
+   * its o rows, after the attention), that loop's start and end. */
   uint64_t staged;
   uint64_t body;
+  uint64_t loop;
+  uint64_t looped;
 } amk_trace_t;
 
 /* Decoding on the device (a backend extension, passed to the megakernel by
@@ -224,7 +230,7 @@ AMK_ABI_STATIC_ASSERT(sizeof(amk_instruction_t) == 224,
                       "amk_instruction_t is 224 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_inst_aux_t) == 272, "amk_inst_aux_t is 272 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_program_t) == 104, "amk_program_t is 104 bytes");
-AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 40, "amk_trace_t is 40 bytes");
+AMK_ABI_STATIC_ASSERT(sizeof(amk_trace_t) == 56, "amk_trace_t is 56 bytes");
 AMK_ABI_STATIC_ASSERT(sizeof(amk_decode_t) == 48, "amk_decode_t is 48 bytes");
 #ifndef AMK_ABI_NO_OFFSETOF
 AMK_ABI_STATIC_ASSERT(AMK_ABI_OFFSETOF(amk_params_t, eps) == 76,

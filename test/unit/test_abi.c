@@ -88,8 +88,9 @@ int main(void) {
   CHECK(&c, offsetof(amk_program_t, n_buffers) == 64 &&
                 offsetof(amk_program_t, spin_limit_ns) == 80 &&
                 offsetof(amk_program_t, trace) == 88);
-  CHECK(&c, sizeof(amk_trace_t) == 40 && offsetof(amk_trace_t, end) == 16 &&
-               offsetof(amk_trace_t, staged) == 24 && offsetof(amk_trace_t, body) == 32);
+  CHECK(&c, sizeof(amk_trace_t) == 56 && offsetof(amk_trace_t, end) == 16 &&
+               offsetof(amk_trace_t, staged) == 24 && offsetof(amk_trace_t, body) == 32 &&
+               offsetof(amk_trace_t, loop) == 40 && offsetof(amk_trace_t, looped) == 48);
 
   /* The CUDA view: the embedded header text, compiled by NVRTC. */
   char why[512];

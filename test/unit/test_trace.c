@@ -32,8 +32,9 @@ static const char program[] =
  * two #b producers). */
 static const int32_t block_of[6] = {0, 0, 1, 0, 1, 1};
 static const amk_trace_t stamps[6] = {
-    {1000, 1000, 3000, 0, 0},   {3100, 3100, 5100, 0, 0},     {1000, 4000, 10000, 0, 0},
-    {5200, 11000, 12000, 0, 0}, {10100, 10100, 10600, 0, 0}, {0, 0, 0, 0, 0},
+    {1000, 1000, 3000, 0, 0, 0, 0},   {3100, 3100, 5100, 0, 0, 0, 0},
+    {1000, 4000, 10000, 0, 0, 0, 0},  {5200, 11000, 12000, 0, 0, 0, 0},
+    {10100, 10100, 10600, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0},
 };
 
 static bool contains(const char *hay, const char *needle) {
@@ -89,12 +90,18 @@ int main(void) {
    * start and done 1.0 and 5.0 us after it, so staged means 1.0, staged
    * to body end 2.0, body 3.0, signal 1.0 (2 - 1 and 6 - 5); o_proj has a
    * body stamp only (no staged column); embed a body stamp outside its
-   * run, which counts for nothing. */
+   * run, which counts for nothing. The q_proj tasks' loops start 0.6 and
+   * 2.0 us after their start and last 0.3 and 2.0 us, ending 0.1 and 1.0 us
+   * before the body's end (means 1.30, 1.15, 0.55); o_proj's loop stamps
+   * end after its body, so it has no loop columns. */
   amk_trace_t phased[6];
   memcpy(phased, stamps, sizeof phased);
   phased[1].staged = 3600, phased[1].body = 4100;
   phased[2].staged = 5500, phased[2].body = 9000;
   phased[3].body = 11800;
+  phased[1].loop = 3700, phased[1].looped = 4000;
+  phased[2].loop = 6000, phased[2].looped = 8000;
+  phased[3].loop = 11100, phased[3].looped = 11900;
   phased[0].body = 3500;
   AmkTrace with_phases = {.m = m, .block_of = block_of, .stamps = phased};
   AmkStrBuf pr;
@@ -102,9 +109,9 @@ int main(void) {
   amk_trace_report(&with_phases, &pr);
   CHECK(&c, contains(pr.data, "trace: phases of a run (AMK_CUDA_TRACE_PHASES), mean us\n"));
   CHECK(&c, contains(pr.data, "| q_proj               |     2 |          1.00 |               "
-                              "2.00 | 3.00 |   1.00 |"));
+                              "2.00 | 3.00 |   1.00 |    1.30 | 1.15 |                 0.55 |\n"));
   CHECK(&c, contains(pr.data, "| o_proj               |     1 |             - |                "
-                              "  - | 0.80 |   0.20 |"));
+                              "  - | 0.80 |   0.20 |       - |    - |                    - |\n"));
   const char *phases = strstr(pr.data, "phases of a run");
   CHECK(&c, phases && !strstr(phases, "| embed"));
   amk_sb_free(&pr);
