@@ -2502,8 +2502,10 @@ __device__ void amk_gemv_mlp(AmkP P, AmkI I, AmkA A, int idx, int pos, float *sm
   for (int n = threadIdx.x; n < K; n += AMK_NT)
     part[n] = 0.0f;
   __syncthreads();
+  amk_mark_loop();
   amk_share_rows<DDT, K>(down, act, n_tile, part);
   __syncthreads();
+  amk_mark_looped();
   // The tile at column 0 adds the residual x too, unless the program is a
   // tensor-parallel rank's other than 0 (its all-reduce takes x once).
   bool first = n_off == 0 && !(I.params.flags.i & AMK_FLAG_MLP_NO_RESIDUAL);

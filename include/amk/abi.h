@@ -200,7 +200,8 @@ typedef struct {
    * stream their weights through a loop after preparing their inputs (the
    * quantized GEMV's staged and split paths: thread 0 at its loop's start,
    * and at its end once every warp's is over on the split path; attention_o:
-   * its o rows, after the attention), that loop's start and end. */
+   * its o rows, after the attention; split_down's mlp tile: its down rows,
+   * after gate|up and SiLU), that loop's start and end. */
   uint64_t staged;
   uint64_t body;
   uint64_t loop;
