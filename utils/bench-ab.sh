@@ -16,7 +16,10 @@
 # -s: shapes (examples/configs/NAME; default
 # llama-3.2-1b); -r: rounds (default 2); -a: more amk-run arguments for every
 # run (-a "--quant int8"); -d: delete the traces after the tables (megabytes
-# each: a device call brings back only so much). The 1B shape is timed at positions
+# each: a device call brings back only so much); -p: every run with
+# AMK_CUDA_TRACE_PHASES=1 (a build of its own: time without it), and after the
+# tables each variant's phase table of its round 1 (its first traced launch:
+# inputs staged, weight loop, signal). The 1B shape is timed at positions
 # 0 and 1024, the others at 0. Environment: AMK_BUILD (default build), OUT
 # (logs and traces; default /tmp/amk-bench-ab).
 set -u
@@ -29,13 +32,15 @@ shapes="llama-3.2-1b"
 rounds=2
 extra=""
 drop_traces=0
-while getopts "s:r:a:d" opt; do
+phases=0
+while getopts "s:r:a:dp" opt; do
   case $opt in
     s) shapes=$OPTARG ;;
     r) rounds=$OPTARG ;;
     a) extra=$OPTARG ;;
     d) drop_traces=1 ;;
-    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] [-a ARGS] [-d] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
+    p) phases=1 ;;
+    *) echo "usage: $0 [-s SHAPES] [-r ROUNDS] [-a ARGS] [-d] [-p] NAME: [VAR=VALUE ...] [-- NAME: ...]" >&2; exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
@@ -73,8 +78,10 @@ for shape in $shapes; do
       for w in ${envs[$i]}; do
         case $w in AMK_BUILD=*) bin=${w#AMK_BUILD=}/bin ;; esac
       done
+      phase_env=""
+      [ "$phases" = 1 ] && phase_env=AMK_CUDA_TRACE_PHASES=1
       # shellcheck disable=SC2086 # $extra: words
-      env ${envs[$i]} timeout 300 "$bin/amk-run" "examples/configs/$shape" --random-weights 1 \
+      env $phase_env ${envs[$i]} timeout 300 "$bin/amk-run" "examples/configs/$shape" --random-weights 1 \
         --dtype bf16 --max-seq 2048 --bench --bench-pos "$pos" --bench-steps 128 --bench-warmup 10 \
         --json --trace "$LOG/$tag.trace.json" $extra >"$LOG/$tag.log" 2>&1
       echo "$tag rc=$?"
@@ -117,6 +124,17 @@ for shape in $shapes; do
     fi
   done
 done
+# With -p, each variant's first phase table (round 1).
+if [ "$phases" = 1 ]; then
+  for shape in $shapes; do
+    for n in "${names[@]}"; do
+      echo
+      echo "$shape, $n, round 1: phases (mean us)"
+      awk '/^trace: phases of a run/ { on = 1; next } on && /^\|/ { print; next } on { exit }' \
+        "$LOG/$shape.$n.1.log"
+    done
+  done
+fi
 if [ "$drop_traces" = 1 ]; then
   rm -f "$LOG"/*.trace.json "$LOG"/*.trace.*.json
 fi
