@@ -3459,6 +3459,20 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
     amk_stages_early<D, QDT>(*this);
   }
   __device__ __forceinline__ void fill() { amk_stages_fill<D>(*this); }
+  // The thread's first piece of matrix row m (counted from the tile's first
+  // row), and that row's scales.
+  __device__ __forceinline__ const char *row_piece(int m) const {
+    if constexpr (OFF32)
+      return wbase + (unsigned)m * (unsigned)RB;
+    else
+      return wbase + (long long)m * RB;
+  }
+  __device__ __forceinline__ const char *row_scales(int m) const {
+    if constexpr (OFF32)
+      return sbase + (unsigned)m * (unsigned)(NG * SB);
+    else
+      return sbase + (long long)m * NG * SB;
+  }
   // Copies the group's next stage (if any) into its slot; one commit group a
   // call. Rows past the tile's last are not copied (nor stored). Tile row r
   // is row r of the matrix after the tile's first, plus NOUT - n_tile for
@@ -3487,14 +3501,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
         } else if constexpr (STACK > 2) {
           m = row0 + row0 / n_tile * (NOUT - n_tile);
         }
-        const char *wp, *sp;
-        if constexpr (OFF32) {
-          wp = wbase + (unsigned)m * (unsigned)RB;
-          sp = sbase + (unsigned)m * (unsigned)(NG * SB);
-        } else {
-          wp = wbase + (long long)m * RB;
-          sp = sbase + (long long)m * NG * SB;
-        }
+        const char *wp = row_piece(m), *sp = row_scales(m);
         amk_unroll<PT>([&](auto J) {
           constexpr int j = decltype(J)::value;
           if (tl + NTG * j < NV) {
@@ -3522,14 +3529,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
             for (int c = r; c >= n_tile; c -= n_tile)
               m += NOUT - n_tile;
           }
-          const char *wp, *sp;
-          if constexpr (OFF32) {
-            wp = wbase + (unsigned)m * (unsigned)RB;
-            sp = sbase + (unsigned)m * (unsigned)(NG * SB);
-          } else {
-            wp = wbase + (long long)m * RB;
-            sp = sbase + (long long)m * NG * SB;
-          }
+          const char *wp = row_piece(m), *sp = row_scales(m);
 #pragma unroll
           for (int j = 0; j < PT; j++) {
             if (tl + NTG * j < NV) {
