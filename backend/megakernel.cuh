@@ -162,23 +162,16 @@ __device__ __forceinline__ unsigned long long amk_globaltimer() {
 #define AMK_TRACE_PHASES 0
 #endif
 __shared__ amk_trace_t *amk_phase_record;
-__device__ __forceinline__ void amk_mark_staged() {
+template <uint64_t amk_trace_t::*STAMP> __device__ __forceinline__ void amk_mark() {
   if constexpr (AMK_TRACE_PHASES != 0)
     if (threadIdx.x == 0 && amk_phase_record)
-      amk_phase_record->staged = amk_globaltimer();
+      amk_phase_record->*STAMP = amk_globaltimer();
 }
+__device__ __forceinline__ void amk_mark_staged() { amk_mark<&amk_trace_t::staged>(); }
 // The start and the end of a tile's weight loop, after its inputs'
 // preparation and before its sums are combined (amk_trace_t.loop, .looped).
-__device__ __forceinline__ void amk_mark_loop() {
-  if constexpr (AMK_TRACE_PHASES != 0)
-    if (threadIdx.x == 0 && amk_phase_record)
-      amk_phase_record->loop = amk_globaltimer();
-}
-__device__ __forceinline__ void amk_mark_looped() {
-  if constexpr (AMK_TRACE_PHASES != 0)
-    if (threadIdx.x == 0 && amk_phase_record)
-      amk_phase_record->looped = amk_globaltimer();
-}
+__device__ __forceinline__ void amk_mark_loop() { amk_mark<&amk_trace_t::loop>(); }
+__device__ __forceinline__ void amk_mark_looped() { amk_mark<&amk_trace_t::looped>(); }
 
 // Thread 0 polls until every wait holds, then a barrier. False: abort.
 // A counter not yet there is polled with relaxed loads, AMK_WAIT_DEPTH of
@@ -2582,6 +2575,10 @@ __device__ __forceinline__ void amk_cp_async16(unsigned dst, const void *src, bo
                "r"(full ? 16 : 0)
                : "memory");
 }
+// A 4-byte copy (a quantized piece's scale word), through L1.
+__device__ __forceinline__ void amk_cp_async4(unsigned dst, const void *src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
 template <int PENDING> __device__ __forceinline__ void amk_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(PENDING) : "memory");
 }
@@ -3168,10 +3165,8 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSt
           for (int p = 0; p < P; p++) {
             amk_cp_async16(slot + (unsigned)((i * P + p) * 512 + lane * 16), wp[i] + p * 512,
                            true);
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                             slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4)),
-                         "l"(sp[i] + p * Shape::SSTEP * SB)
-                         : "memory");
+            amk_cp_async4(slot + (unsigned)(SCALES + (i * P + p) * 128 + lane * 4),
+                          sp[i] + p * Shape::SSTEP * SB);
           }
         }
         wp[i] += P * 512;
@@ -3535,10 +3530,7 @@ template <int QDT, int SDT, int K, int NOUT, int STACK, int GROUP> struct AmkQSp
             if (tl + NTG * j < NV) {
               int e = i * PT + j;
               amk_cp_async16(dst + (unsigned)(e * AMK_NT * 16), wp + NTG * 16 * j, true);
-              asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(
-                               dst_s + (unsigned)(e * AMK_NT * 4)),
-                           "l"(sp + soff[j])
-                           : "memory");
+              amk_cp_async4(dst_s + (unsigned)(e * AMK_NT * 4), sp + soff[j]);
             }
           }
         }
